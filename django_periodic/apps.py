@@ -1,0 +1,15 @@
+from django.apps import AppConfig
+from django.utils.module_loading import autodiscover_modules
+
+
+class PeriodicConfig(AppConfig):
+    name = "django_periodic"
+    verbose_name = "Periodic jobs"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django_periodic import checks  # noqa: F401  (registers the system checks)
+
+        # Every process (web and scheduler) needs the same registry, so that the admin
+        # and full_clean() can validate job names: import each installed app's jobs.py.
+        autodiscover_modules("jobs")

@@ -1,0 +1,49 @@
+"""System checks for ``settings.DJANGO_PERIODIC`` (ids ``django_periodic.E0xx``)."""
+
+from datetime import timedelta
+from numbers import Real
+
+from django.conf import settings
+from django.core.checks import Error, Tags, register
+
+from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, SETTING_NAME
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs=None, **kwargs) -> list[Error]:
+    configured = getattr(settings, SETTING_NAME, None)
+    if configured is None:
+        return []
+    if not isinstance(configured, dict):
+        return [
+            Error(
+                f"{SETTING_NAME} must be a dict, not {type(configured).__name__}.",
+                id="django_periodic.E001",
+            )
+        ]
+    errors = []
+    for key, value in configured.items():
+        error = _check_value(key, value)
+        if error:
+            errors.append(Error(f"{SETTING_NAME}[{key!r}] {error}", id=_error_id(key)))
+    return errors
+
+
+def _error_id(key: str) -> str:
+    known = key in DURATION_KEYS or key in INTEGER_KEYS
+    return "django_periodic.E003" if known else "django_periodic.E002"
+
+
+def _check_value(key: str, value: object) -> str | None:
+    if key in DURATION_KEYS:
+        is_number = isinstance(value, Real) and not isinstance(value, bool)
+        if not (is_number or isinstance(value, timedelta)):
+            return "must be a number of seconds or a timedelta."
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        return None if seconds > 0 else "must be positive."
+    if key in INTEGER_KEYS:
+        if not isinstance(value, int) or isinstance(value, bool):
+            return "must be an integer."
+        return None if value > 0 else "must be positive."
+    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS))
+    return f"is not a known setting. Known settings: {known}."

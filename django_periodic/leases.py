@@ -1,0 +1,206 @@
+"""Leases: every guarded statement on a run once a worker has claimed it.
+
+A claim creates a ``Lease`` with a fresh token; from then on every change to the run
+first releases (or extends) the lease row *by token*, and only goes on if that matched.
+A process that lost its lease to the sweeper therefore can never overwrite a newer attempt.
+"""
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from django.db import transaction
+from django.db.models import ExpressionWrapper, F, Subquery, Value
+from django.db.models.fields import DateTimeField
+
+from django_periodic.conf import get_settings
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+
+MAX_RETRY_DELAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this process holds, and the token that proves it."""
+
+    run: Run
+    token: UUID
+    using: str = "default"
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: str
+    message: str
+    traceback: str = ""
+    retryable: bool = True
+
+
+def claim(
+    process: SchedulerProcess, now: datetime, limit: int, using: str = "default"
+) -> list[Claim]:
+    """Claim up to ``limit`` runs that may start now, skipping rows other processes hold."""
+    if limit <= 0:
+        return []
+    with transaction.atomic(using=using):
+        claimable = Run.objects.using(using).claimable(now).select_related("schedule")
+        runs = list(claimable.select_for_update(skip_locked=True, of=("self",))[:limit])
+        if not runs:
+            return []
+        Run.objects.using(using).filter(pk__in=[r.pk for r in runs]).update(
+            status=Run.Status.RUNNING, attempt=F("attempt") + 1, started_at=now
+        )
+        leases = [_new_lease(run, process, now) for run in runs]
+        Lease.objects.using(using).bulk_create(leases)
+    return [Claim(run, lease.token, using) for run, lease in zip(runs, leases, strict=True)]
+
+
+def _new_lease(run: Run, process: SchedulerProcess, now: datetime) -> Lease:
+    run.attempt += 1
+    run.status, run.started_at = Run.Status.RUNNING, now
+    return Lease(
+        run=run,
+        attempt=run.attempt,
+        holder=str(process),
+        process=process,
+        acquired_at=now,
+        heartbeat_at=now,
+        expires_at=now + run.schedule.lease_timeout,
+    )
+
+
+def _extended(now: datetime) -> ExpressionWrapper:
+    # Each lease keeps its own length (its schedule's lease_timeout): renew by that much.
+    return ExpressionWrapper(
+        Value(now) + (F("expires_at") - F("heartbeat_at")), output_field=DateTimeField()
+    )
+
+
+def heartbeat(process: SchedulerProcess, now: datetime, using: str = "default") -> int:
+    """Extend every lease this process holds in one statement; return how many."""
+    SchedulerProcess.objects.using(using).filter(pk=process.pk).update(heartbeat_at=now)
+    held = Lease.objects.using(using).filter(process=process, released_at__isnull=True)
+    return held.update(heartbeat_at=now, expires_at=_extended(now))
+
+
+def extend(claim: Claim, now: datetime) -> bool:
+    """Extend one lease; False means it was lost and the job should stop."""
+    held = Lease.objects.using(claim.using).filter(token=claim.token, released_at__isnull=True)
+    return held.update(heartbeat_at=now, expires_at=_extended(now)) == 1
+
+
+def succeed(claim: Claim, now: datetime, result: Any) -> bool:
+    """Record the run's result; False if the lease was lost (the result is then dropped)."""
+    return _finish(
+        claim, now, "succeeded", status=Run.Status.SUCCEEDED, result=result, error_code=""
+    )
+
+
+def fail(claim: Claim, now: datetime, failure: Failure) -> str | None:
+    """Record a failed attempt: retry later while attempts remain, else fail the run.
+
+    Returns the run's new status, or None if the lease was lost (the error is dropped).
+    """
+    run = claim.run
+    errors = {
+        "error_code": failure.code,
+        "error_message": failure.message,
+        "traceback": failure.traceback,
+    }
+    attempts_used = run.attempt - run.interruptions
+    if failure.retryable and attempts_used < run.max_attempts:
+        retry_at = now + retry_delay(run.schedule.retry_backoff, attempts_used)
+        status = Run.Status.RETRYING
+        finished = _finish(claim, now, "retry", status=status, next_retry_at=retry_at, **errors)
+    else:
+        status = Run.Status.FAILED
+        finished = _finish(claim, now, "failed", status=status, **errors)
+    return status if finished else None
+
+
+def release(claim: Claim, now: datetime) -> bool:
+    """Give the run back unfinished (shutting down) so another process starts it at once."""
+    return _finish(
+        claim,
+        now,
+        "released",
+        status=Run.Status.PENDING,
+        interruptions=F("interruptions") + 1,
+        finished_at=None,
+        duration=None,
+    )
+
+
+def retry_delay(backoff: timedelta, attempts_used: int) -> timedelta:
+    """Exponential backoff with jitter: about backoff, 2x, 4x... each between 50% and 100%."""
+    exponent = min(attempts_used - 1, 30)
+    delay = min(backoff * (2**exponent), MAX_RETRY_DELAY)
+    return delay * random.uniform(0.5, 1.0)
+
+
+def _finish(claim: Claim, now: datetime, outcome: str, **run_fields: Any) -> bool:
+    run = claim.run
+    with transaction.atomic(using=claim.using):
+        leases = Lease.objects.using(claim.using)
+        held = leases.filter(token=claim.token, released_at__isnull=True)
+        if not held.update(released_at=now, outcome=outcome):
+            return False
+        fields = {"finished_at": now, "duration": now - run.started_at, **run_fields}
+        Run.objects.using(claim.using).filter(pk=run.pk).update(**fields)
+        if run.schedule.overlap == Schedule.Overlap.QUEUE:
+            promote_queued(run.schedule_id, claim.using)
+    return True
+
+
+def promote_queued(schedule_id: int, using: str = "default") -> int:
+    """Start the oldest queued run of a schedule whose active run has ended."""
+    oldest = (
+        Run.objects.using(using)
+        .filter(schedule_id=schedule_id, status=Run.Status.QUEUED)
+        .order_by("plan_time", "pk")
+        .values("pk")[:1]
+    )
+    return Run.objects.using(using).filter(pk=Subquery(oldest)).update(status=Run.Status.PENDING)
+
+
+@dataclass
+class SweepResult:
+    reentered: int = 0
+    failed: int = 0
+
+
+def sweep(now: datetime, using: str = "default") -> SweepResult:
+    """Release expired leases: run again (allow_stale_reentry) or fail with lease_expired."""
+    limit = get_settings().STALE_REENTRY_LIMIT
+    with transaction.atomic(using=using):
+        expired = Lease.objects.using(using).expired(now).select_related("run__schedule")
+        locked = expired.select_for_update(skip_locked=True, of=("self",))
+        leases = list(locked[: get_settings().PLAN_BATCH_SIZE])
+        if not leases:
+            return SweepResult()
+        Lease.objects.using(using).filter(pk__in=[lease.pk for lease in leases]).update(
+            released_at=now, outcome="expired"
+        )
+        again = [lease for lease in leases if _reenters(lease.run, limit)]
+        lost = [lease for lease in leases if lease not in again]
+        # A run is claimed only once its previous lease is released, so a running run's
+        # unreleased lease is always its current attempt's.
+        runs = Run.objects.using(using).filter(status=Run.Status.RUNNING)
+        reentered = runs.filter(pk__in=[lease.run_id for lease in again]).update(
+            status=Run.Status.PENDING, interruptions=F("interruptions") + 1
+        )
+        failed = runs.filter(pk__in=[lease.run_id for lease in lost]).update(
+            status=Run.Status.FAILED,
+            interruptions=F("interruptions") + 1,
+            finished_at=now,
+            error_code="lease_expired",
+            error_message="The process running it stopped heartbeating; its lease expired.",
+        )
+    return SweepResult(reentered, failed)
+
+
+def _reenters(run: Run, limit: int) -> bool:
+    return run.schedule.allow_stale_reentry and run.interruptions < limit
+

@@ -1,0 +1,48 @@
+import logging
+import signal
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_periodic.conf import get_settings
+from django_periodic.scheduler import Scheduler
+
+VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+class Command(BaseCommand):
+    help = "Plan due schedules and execute their runs until SIGTERM or SIGINT."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=None,
+            help="Threads executing runs (default: DJANGO_PERIODIC['WORKERS']).",
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Plan and run what is due now, wait for those runs, then exit.",
+        )
+        parser.add_argument(
+            "--plan-only", action="store_true", help="Only plan runs; execute none."
+        )
+        parser.add_argument("--database", default="default", help="Database alias to use.")
+
+    def handle(self, *args, workers, once, plan_only, database, verbosity, **options):
+        self._configure_logging(verbosity)
+        workers = get_settings().WORKERS if workers is None else workers
+        if workers < 1 and not plan_only:
+            raise CommandError("--workers must be at least 1 (or use --plan-only).")
+        scheduler = Scheduler(workers=0 if plan_only else workers, using=database)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: scheduler.request_stop())
+        scheduler.run(once=once)
+
+    def _configure_logging(self, verbosity: int) -> None:
+        logger = logging.getLogger("django_periodic")
+        logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+        if not logger.handlers and not logging.getLogger().handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)

@@ -1,0 +1,380 @@
+"""The ledger: schedules, the runs they fire, and the leases under which runs execute."""
+
+import uuid
+from datetime import datetime, timedelta
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from django_periodic import clock, triggers
+
+# Fields whose change moves a schedule's cursor (next_fire_at) when saved.
+TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at", "enabled")
+
+
+def default_timezone() -> str:
+    from django.conf import settings
+
+    return settings.TIME_ZONE or "UTC"
+
+
+class ScheduleQuerySet(models.QuerySet):
+    def enabled(self) -> "ScheduleQuerySet":
+        return self.filter(enabled=True)
+
+    def due(self, now: datetime) -> "ScheduleQuerySet":
+        """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
+        return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
+
+    def reschedule(self, now: datetime | None = None) -> int:
+        """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
+        changed = []
+        for schedule in self.iterator():
+            schedule.next_fire_at = schedule.first_fire_time(now or clock.now(self.db))
+            changed.append(schedule)
+        return self.model.objects.bulk_update(changed, ["next_fire_at"])
+
+
+class Schedule(models.Model):
+    """When and how a registered job runs. Exactly one trigger: ``cron``, ``interval`` or ``run_at``."""
+
+    class Overlap(models.TextChoices):
+        SKIP = "skip", _("skip the new fire")
+        QUEUE = "queue", _("queue the new fire")
+        CONCURRENT = "concurrent", _("run concurrently")
+
+    class Misfire(models.TextChoices):
+        LATEST = "latest", _("fire once for the latest missed time")
+        ALL = "all", _("fire every missed time")
+        SKIP = "skip", _("fire none of the missed times")
+
+    name = models.CharField(max_length=200, unique=True)
+    job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+
+    cron = models.CharField(max_length=200, blank=True, help_text=_("5-field cron or @daily."))
+    timezone = models.CharField(max_length=64, default=default_timezone)
+    interval = models.DurationField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+
+    enabled = models.BooleanField(default=True)
+    overlap = models.CharField(max_length=16, choices=Overlap, default=Overlap.SKIP)
+    misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
+    misfire_grace = models.DurationField(default=timedelta(minutes=1))
+    max_attempts = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    retry_backoff = models.DurationField(
+        default=timedelta(seconds=10), help_text=_("Delay before the first retry; doubles after.")
+    )
+    timeout = models.DurationField(null=True, blank=True)
+    lease_timeout = models.DurationField(default=timedelta(seconds=30))
+    allow_stale_reentry = models.BooleanField(
+        default=False,
+        help_text=_("Run again when the process running it died (at-least-once)."),
+    )
+
+    next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+    defined_in = models.CharField(
+        max_length=300, blank=True, editable=False, help_text=_("Code location of a @job schedule.")
+    )
+    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            models.Index(
+                fields=["next_fire_at"], condition=Q(enabled=True), name="periodic_schedule_due"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def from_db(cls, db, field_names, values):
+        instance = super().from_db(db, field_names, values)
+        instance._loaded_trigger = instance._trigger_state()
+        return instance
+
+    def _trigger_state(self) -> tuple:
+        return tuple(getattr(self, name, None) for name in TRIGGER_FIELDS)
+
+    @property
+    def trigger_kind(self) -> str:
+        if self.cron:
+            return "cron"
+        if self.interval is not None:
+            return "interval"
+        return "once" if self.run_at is not None else ""
+
+    @property
+    def is_code_defined(self) -> bool:
+        return bool(self.defined_in)
+
+    @property
+    def trigger(self) -> triggers.Trigger:
+        """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
+        kind = self.trigger_kind
+        if kind == "cron":
+            inner = triggers.CronTrigger(self.cron, self.timezone)
+        elif kind == "interval":
+            inner = triggers.IntervalTrigger(self.interval, self.start_at or self.created_at)
+        elif kind == "once":
+            inner = triggers.OnceTrigger(self.run_at)
+        else:
+            raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
+        return triggers.BoundedTrigger(inner, self.start_at, self.end_at)
+
+    def first_fire_time(self, now: datetime) -> datetime | None:
+        """The cursor of a new or re-triggered schedule: the first fire after ``now``.
+
+        A one-shot keeps its ``run_at`` even when it has passed: firing late or not
+        is the misfire policy's decision, and it must not vanish silently.
+        """
+        if not self.enabled:
+            return None
+        trigger = self.trigger
+        if self.trigger_kind == "once":
+            return trigger.next_after(self.run_at - timedelta(microseconds=1))
+        return trigger.next_after(now)
+
+    def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
+        """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
+        return triggers.fire_times(self.trigger, n, after or clock.wall_now())
+
+    def run_now(self) -> "Run":
+        """Record a manual run for a scheduler to execute; never runs the job in this thread."""
+        from django_periodic import planner
+
+        return planner.plan_manual_run(self, clock.now(self._state.db or "default"))
+
+    def save(self, *args, **kwargs) -> None:
+        update_fields = kwargs.get("update_fields")
+        touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
+        if touches_trigger and self._trigger_changed():
+            self.next_fire_at = self.first_fire_time(clock.now(kwargs.get("using") or "default"))
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "next_fire_at"}
+        super().save(*args, **kwargs)
+        self._loaded_trigger = self._trigger_state()
+
+    def _trigger_changed(self) -> bool:
+        return self._state.adding or getattr(self, "_loaded_trigger", None) != self._trigger_state()
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        for field, message in self._trigger_errors() + self._job_errors():
+            errors.setdefault(field, []).append(message)
+        if errors:
+            raise ValidationError(errors)
+
+    def _trigger_errors(self) -> list[tuple[str, str]]:
+        kinds = [k for k, v in (("cron", self.cron), ("interval", self.interval)) if v]
+        kinds += ["run_at"] if self.run_at is not None else []
+        if len(kinds) != 1:
+            which = " and ".join(kinds) if kinds else "none"
+            message = f"Set exactly one trigger: cron, interval or run_at (got {which})."
+            return [(kinds[0] if kinds else "cron", message)]
+        errors = []
+        try:
+            triggers.parse_timezone(self.timezone)
+        except triggers.InvalidTrigger as exc:
+            errors.append(("timezone", str(exc)))
+        if self.cron:
+            try:
+                triggers.validate_cron(self.cron)
+            except triggers.InvalidTrigger as exc:
+                errors.append(("cron", str(exc)))
+        if self.interval is not None and self.interval <= timedelta(0):
+            errors.append(("interval", "The interval must be positive."))
+        if self.start_at and self.end_at and self.end_at <= self.start_at:
+            errors.append(("end_at", "end_at must be after start_at."))
+        return errors + self._duration_errors()
+
+    def _duration_errors(self) -> list[tuple[str, str]]:
+        errors = []
+        for name in ("lease_timeout", "timeout"):
+            value = getattr(self, name)
+            if value is not None and value <= timedelta(0):
+                errors.append((name, f"{name} must be positive."))
+        for name in ("misfire_grace", "retry_backoff"):
+            if getattr(self, name) < timedelta(0):
+                errors.append((name, f"{name} must not be negative."))
+        return errors
+
+    def _job_errors(self) -> list[tuple[str, str]]:
+        from django_periodic import registry
+
+        errors = []
+        if not isinstance(self.args, list):
+            errors.append(("args", "args must be a JSON list, e.g. [1, \"two\"]."))
+        if not isinstance(self.kwargs, dict):
+            errors.append(("kwargs", "kwargs must be a JSON object, e.g. {\"key\": \"value\"}."))
+        try:
+            registered = registry.get_job(self.job)
+        except registry.UnknownJob as exc:
+            return [*errors, ("job", str(exc))]
+        if not errors:
+            try:
+                registered.check_arguments(self.args, self.kwargs)
+            except TypeError as exc:
+                errors.append(("args", f"The arguments do not fit {self.job}(): {exc}."))
+        return errors
+
+
+class RunQuerySet(models.QuerySet):
+    def active(self) -> "RunQuerySet":
+        return self.filter(status__in=Run.ACTIVE_STATUSES)
+
+    def running(self) -> "RunQuerySet":
+        return self.filter(status=Run.Status.RUNNING)
+
+    def failed(self) -> "RunQuerySet":
+        return self.filter(status=Run.Status.FAILED)
+
+    def claimable(self, now: datetime) -> "RunQuerySet":
+        """Runs a worker may start now: pending ones, and retries whose delay has passed."""
+        retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
+        return self.filter(Q(status=Run.Status.PENDING) | retry_due).order_by("plan_time", "pk")
+
+
+class Run(models.Model):
+    """One firing of a schedule and its outcome; one row per (schedule, plan time)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", _("pending")
+        QUEUED = "queued", _("queued")
+        RUNNING = "running", _("running")
+        RETRYING = "retrying", _("retrying")
+        SUCCEEDED = "succeeded", _("succeeded")
+        FAILED = "failed", _("failed")
+        SKIPPED = "skipped", _("skipped")
+        CANCELLED = "cancelled", _("cancelled")
+
+    class Trigger(models.TextChoices):
+        SCHEDULE = "schedule", _("scheduled")
+        MANUAL = "manual", _("manual")
+        RETRY = "retry", _("retry")
+
+    ACTIVE_STATUSES = (Status.PENDING, Status.QUEUED, Status.RUNNING, Status.RETRYING)
+
+    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
+    trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=1)
+    interruptions = models.PositiveIntegerField(
+        default=0, help_text=_("Attempts cut short because their process died or stopped.")
+    )
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration = models.DurationField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(
+        max_length=200, blank=True, help_text=_("Why it failed or was skipped, machine-readable.")
+    )
+    error_message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    job_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-plan_time", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "plan_time"],
+                condition=Q(trigger="schedule"),
+                name="periodic_run_once_per_plan_time",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["schedule", "-plan_time"], name="periodic_run_history"),
+            models.Index(
+                fields=["plan_time"],
+                condition=Q(status__in=["pending", "retrying"]),
+                name="periodic_run_claimable",
+            ),
+            models.Index(
+                fields=["schedule"],
+                condition=Q(status__in=["pending", "queued", "running", "retrying"]),
+                name="periodic_run_active",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} @ {self.plan_time:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+
+class SchedulerProcess(models.Model):
+    """A live ``run_scheduler`` process; its heartbeat tells operators it is alive."""
+
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["started_at"]
+        verbose_name_plural = _("scheduler processes")
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+
+class LeaseQuerySet(models.QuerySet):
+    def held(self) -> "LeaseQuerySet":
+        return self.filter(released_at__isnull=True)
+
+    def expired(self, now: datetime) -> "LeaseQuerySet":
+        return self.filter(released_at__isnull=True, expires_at__lt=now)
+
+
+class Lease(models.Model):
+    """One execution attempt of a run. Only the holder of ``token`` may change the run."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases")
+    attempt = models.PositiveIntegerField()
+    token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    holder = models.CharField(max_length=300, help_text=_("host:pid of the process."))
+    process = models.ForeignKey(
+        SchedulerProcess, null=True, blank=True, on_delete=models.SET_NULL, related_name="leases"
+    )
+    acquired_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    released_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=32, blank=True)
+
+    objects = LeaseQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["run", "attempt"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "attempt"], name="periodic_lease_one_per_attempt"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["expires_at"],
+                condition=Q(released_at__isnull=True),
+                name="periodic_lease_held",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.attempt} of run {self.run_id} by {self.holder}"
+

@@ -1,0 +1,227 @@
+"""Planning: due schedules become runs, exactly once per plan time.
+
+One tick locks a batch of due schedules (skipping rows another planner holds), decides
+in Python what each fires, advances every cursor by compare-and-set and inserts the runs,
+all in one transaction and a constant number of queries however many schedules are due.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connections, transaction
+from django.db.models import Count, Q
+
+from django_periodic import registry, triggers
+from django_periodic.conf import get_settings
+from django_periodic.models import Run, Schedule
+
+logger = logging.getLogger("django_periodic")
+
+SKIPPED_MISSED = "missed"
+SKIPPED_OVERLAP = "overlap"
+SKIPPED_QUEUE_FULL = "queue_full"
+FAILED_SUPERSEDED = "superseded"
+MAX_QUEUED = 1
+
+
+@dataclass
+class Occupancy:
+    """What a schedule already has in flight when new fires arrive."""
+
+    busy: bool = False  # a run pending or running
+    queued: int = 0
+
+
+@dataclass
+class Decision:
+    """What one schedule does this tick: the runs to record and where its cursor moves."""
+
+    schedule: Schedule
+    cursor: datetime | None
+    runs: list[Run] = field(default_factory=list)
+    error: str = ""
+
+
+@dataclass
+class PlanResult:
+    schedules: int = 0
+    fired: int = 0
+    skipped: int = 0
+    disabled: list[str] = field(default_factory=list)
+
+
+def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = None) -> PlanResult:
+    """Turn every fire due at ``now`` of one batch of schedules into runs."""
+    batch_size = batch_size or get_settings().PLAN_BATCH_SIZE
+    with transaction.atomic(using=using):
+        due = Schedule.objects.using(using).due(now).select_for_update(skip_locked=True)
+        schedules = list(due[:batch_size])
+        if not schedules:
+            return PlanResult()
+        occupancy = _occupancy([s.pk for s in schedules], using)
+        decisions = [decide(s, now, occupancy.get(s.pk, Occupancy())) for s in schedules]
+        return _apply(decisions, now, using)
+
+
+def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
+    """The runs a due schedule records at ``now`` and its next cursor (no database access)."""
+    try:
+        registry.get_job(schedule.job)
+        trigger = schedule.trigger
+        due, cursor = _due_times(trigger, schedule.next_fire_at, now)
+    except (triggers.InvalidTrigger, registry.UnknownJob, ValueError, TypeError) as exc:
+        return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
+    decision = Decision(schedule, cursor)
+    for plan_time, missed in _apply_misfire(schedule, due, now):
+        if missed:
+            status, reason = Run.Status.SKIPPED, SKIPPED_MISSED
+        else:
+            status, reason = _apply_overlap(schedule, occupancy)
+        decision.runs.append(new_run(schedule, plan_time, status=status, error_code=reason))
+    return decision
+
+
+def _due_times(trigger, cursor: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
+    """Fire times from the cursor up to ``now`` (capped), and the first fire after ``now``."""
+    limit = get_settings().CATCHUP_LIMIT
+    due = []
+    fire = cursor
+    while fire is not None and fire <= now and len(due) <= limit:
+        due.append(fire)
+        fire = trigger.next_after(fire)
+    if fire is not None and fire <= now:
+        # More missed times than we list one by one: jump to the most recent.
+        latest = trigger.latest_at_or_before(now)
+        if latest is not None and latest > due[-1]:
+            due.append(latest)
+        fire = trigger.next_after(now)
+    return due, fire
+
+
+def _apply_misfire(schedule: Schedule, due: list[datetime], now: datetime):
+    """Yield (plan_time, missed) for each due time under the schedule's misfire policy."""
+    deadline = now - schedule.misfire_grace
+    late = [t for t in due if t < deadline]
+    if not late:
+        return ((t, False) for t in due)
+    limit = get_settings().CATCHUP_LIMIT
+    if schedule.misfire == Schedule.Misfire.ALL:
+        return ((t, i >= limit) for i, t in enumerate(due))
+    if schedule.misfire == Schedule.Misfire.SKIP:
+        return ((t, t < deadline) for t in due)
+    return ((t, t != due[-1]) for t in due)  # latest, the default
+
+
+def _apply_overlap(schedule: Schedule, occupancy: Occupancy) -> tuple[str, str]:
+    """The status of a new fire given what the schedule has in flight; updates ``occupancy``."""
+    policy = schedule.overlap
+    if policy == Schedule.Overlap.CONCURRENT or not occupancy.busy:
+        occupancy.busy = True
+        return Run.Status.PENDING, ""
+    if policy == Schedule.Overlap.QUEUE:
+        if occupancy.queued < MAX_QUEUED:
+            occupancy.queued += 1
+            return Run.Status.QUEUED, ""
+        return Run.Status.SKIPPED, SKIPPED_QUEUE_FULL
+    return Run.Status.SKIPPED, SKIPPED_OVERLAP  # skip, and any unknown value
+
+
+def new_run(schedule: Schedule, plan_time: datetime, **fields) -> Run:
+    """An unsaved run of ``schedule`` with a snapshot of what it will call."""
+    return Run(
+        schedule=schedule,
+        plan_time=plan_time,
+        job_name=schedule.job,
+        args=schedule.args,
+        kwargs=schedule.kwargs,
+        max_attempts=schedule.max_attempts,
+        **fields,
+    )
+
+
+def _occupancy(schedule_ids: list[int], using: str) -> dict[int, Occupancy]:
+    busy = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
+    rows = (
+        Run.objects.using(using)
+        .filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
+        .values("schedule_id")
+        .annotate(busy=Count("pk", filter=busy), queued=Count("pk", filter=Q(status="queued")))
+    )
+    return {row["schedule_id"]: Occupancy(row["busy"] > 0, row["queued"]) for row in rows}
+
+
+def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
+    result = PlanResult(schedules=len(decisions))
+    bad = [d for d in decisions if d.error]
+    for decision in bad:
+        _disable(decision.schedule, decision.error, using)
+        result.disabled.append(decision.schedule.name)
+    good = [d for d in decisions if not d.error]
+    advanced = _advance_cursors(good, using)
+    runs = [run for d in good if d.schedule.pk in advanced for run in d.runs]
+    fired_ids = {run.schedule_id for run in runs if run.status != Run.Status.SKIPPED}
+    _supersede_retries(fired_ids, now, using)
+    Run.objects.using(using).bulk_create(runs, ignore_conflicts=True)
+    result.skipped = sum(run.status == Run.Status.SKIPPED for run in runs)
+    result.fired = len(runs) - result.skipped
+    return result
+
+
+def _disable(schedule: Schedule, error: str, using: str) -> None:
+    logger.error("Disabled schedule %r: %s", schedule.name, error)
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(
+        enabled=False, next_fire_at=None, last_error=error
+    )
+
+
+def _supersede_retries(schedule_ids: set[int], now: datetime, using: str) -> None:
+    """A new fire replaces a run still waiting to retry: that run ends failed."""
+    if schedule_ids:
+        Run.objects.using(using).filter(
+            schedule_id__in=schedule_ids, status=Run.Status.RETRYING
+        ).update(status=Run.Status.FAILED, error_code=FAILED_SUPERSEDED, finished_at=now)
+
+
+def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
+    """Move each cursor from its loaded value to its new one; return the ids that moved."""
+    if not decisions:
+        return set()
+    if connections[using].vendor == "postgresql":
+        return _advance_cursors_postgresql(decisions, using)
+    # SQLite runs one write transaction at a time (BEGIN IMMEDIATE), so the rows we read
+    # cannot have changed under us: a plain bulk update is the compare-and-set.
+    schedules = []
+    for decision in decisions:
+        decision.schedule.next_fire_at = decision.cursor
+        schedules.append(decision.schedule)
+    Schedule.objects.using(using).bulk_update(schedules, ["next_fire_at", "last_error"])
+    return {s.pk for s in schedules}
+
+
+ADVANCE_CURSORS_SQL = """
+UPDATE {table} AS s SET next_fire_at = v.new_cursor, last_error = ''
+FROM (VALUES {values}) AS v (id, old_cursor, new_cursor)
+WHERE s.id = v.id AND s.next_fire_at = v.old_cursor
+RETURNING s.id
+"""
+
+
+def _advance_cursors_postgresql(decisions: list[Decision], using: str) -> set[int]:
+    connection = connections[using]
+    table = connection.ops.quote_name(Schedule._meta.db_table)
+    values = ", ".join(["(%s::bigint, %s::timestamptz, %s::timestamptz)"] * len(decisions))
+    params = [p for d in decisions for p in (d.schedule.pk, d.schedule.next_fire_at, d.cursor)]
+    with connection.cursor() as cursor:
+        cursor.execute(ADVANCE_CURSORS_SQL.format(table=table, values=values), params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def plan_manual_run(schedule: Schedule, now: datetime) -> Run:
+    """Record a run of ``schedule`` requested by a person (the admin or ``run_now()``)."""
+    using = schedule._state.db or "default"
+    occupancy = _occupancy([schedule.pk], using).get(schedule.pk, Occupancy())
+    status, reason = _apply_overlap(schedule, occupancy)
+    run = new_run(schedule, now, trigger=Run.Trigger.MANUAL, status=status, error_code=reason)
+    run.save(using=using)
+    return run

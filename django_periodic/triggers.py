@@ -1,0 +1,429 @@
+"""Trigger math: when does a schedule fire?
+
+Pure functions of (trigger, instant): no Django, no database. Every returned datetime is aware UTC.
+croniter is used only as a "next wall time in these sets" engine behind this module; parsing,
+validation, the Vixie day-of-month/day-of-week rule and DST handling are done here.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import re
+import zoneinfo
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from croniter import CroniterError, croniter
+
+__all__ = [
+    "BoundedTrigger",
+    "CronTrigger",
+    "IntervalTrigger",
+    "InvalidTrigger",
+    "OnceTrigger",
+    "Trigger",
+    "fire_times",
+    "parse_timezone",
+    "validate_cron",
+]
+
+UTC = timezone.utc
+_ZERO = timedelta(0)
+_MINUTE = timedelta(minutes=1)
+
+
+class InvalidTrigger(ValueError):
+    """A trigger definition (cron expression, time zone, interval, datetime) is not valid."""
+
+
+# --- time zones -----------------------------------------------------------------------------
+
+
+def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
+    """Return the IANA time zone `name`, or raise InvalidTrigger."""
+    # "localtime" is whatever the host is set to, so two machines would disagree on fire times.
+    if not isinstance(name, str) or not name or name == "localtime":
+        raise InvalidTrigger(f"Unknown time zone {name!r}.")
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        raise InvalidTrigger(f"Unknown time zone {name!r}.") from exc
+
+
+# --- cron parsing ---------------------------------------------------------------------------
+
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+_MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
+_WEEKDAYS = "sun mon tue wed thu fri sat".split()
+# (name, low, high, names); day-of-week allows 7 for Sunday, as in Vixie cron.
+_FIELDS = (
+    ("minute", 0, 59, {}),
+    ("hour", 0, 23, {}),
+    ("day-of-month", 1, 31, {}),
+    ("month", 1, 12, {n: i + 1 for i, n in enumerate(_MONTHS)}),
+    ("day-of-week", 0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}),
+)
+_MONTH_LENGTHS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # Feb 29 exists sometimes
+_UNSUPPORTED = (("?", "'?' is not supported; use '*'"), ("#", "'#' (nth weekday) is not supported"))
+_UNSUPPORTED_LETTERS = {"l": "'L' (last)", "w": "'W' (nearest weekday)", "h": "'H' (hashed)"}
+_DIGITS = re.compile(r"[0-9]+")
+
+
+class _FieldError(Exception):
+    """Reason an item of one field is invalid; turned into InvalidTrigger naming the field."""
+
+
+@dataclass(frozen=True)
+class _CronSpec:
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0-6, Sunday = 0
+    days_and: bool  # Vixie: a day field starting with '*' makes both day fields required
+    fixed_time: bool  # Debian DST rule: follows the wall clock rather than real time
+
+
+def _value(text: str, item: str, low: int, high: int, names: dict[str, int]) -> int:
+    if _DIGITS.fullmatch(text):
+        if not low <= int(text) <= high:
+            raise _FieldError(f"{int(text)} is out of range {low}-{high}")
+        return int(text)
+    for char, reason in _UNSUPPORTED:
+        if char in item:
+            raise _FieldError(reason)
+    if text.lower() in names:
+        return names[text.lower()]
+    letter = next((c for c in item.lower() if c in _UNSUPPORTED_LETTERS), None)
+    if letter:
+        raise _FieldError(f"{_UNSUPPORTED_LETTERS[letter]} is not supported")
+    if not text:
+        raise _FieldError(f"'{item}' is malformed")
+    raise _FieldError(f"unknown name '{text}'" if names else f"'{text}' is not a number")
+
+
+def _item(item: str, low: int, high: int, names: dict[str, int]) -> range:
+    base, slash, step_text = item.partition("/")
+    step = 1
+    if slash:
+        if not _DIGITS.fullmatch(step_text):
+            raise _FieldError(f"step '{step_text}' is not a number")
+        step = int(step_text)
+        if step == 0:
+            raise _FieldError("step must be at least 1")
+    if base == "*":
+        return range(low, high + 1, step)
+    first_text, dash, last_text = base.partition("-")
+    first = _value(first_text, item, low, high, names)
+    last = _value(last_text, item, low, high, names) if dash else (high if slash else first)
+    if first > last:
+        raise _FieldError(f"range {first_text}-{last_text} is reversed")
+    return range(first, last + 1, step)
+
+
+def _field(text: str, index: int) -> frozenset[int]:
+    name, low, high, names = _FIELDS[index]
+    values: set[int] = set()
+    try:
+        for item in text.split(","):
+            if not item:
+                raise _FieldError("empty list item")
+            values.update(_item(item, low, high, names))
+    except _FieldError as exc:
+        raise InvalidTrigger(f"Invalid {name} field '{text}': {exc}.") from None
+    return frozenset(values)
+
+
+def _parse_cron(expression: str) -> _CronSpec:
+    if not isinstance(expression, str):
+        raise InvalidTrigger(f"Cron expression must be a string, got {type(expression).__name__}.")
+    text = expression.strip()
+    if text.startswith("@"):
+        if text.lower() not in _MACROS:
+            raise InvalidTrigger(f"Unknown macro '{text}'; use one of {', '.join(_MACROS)}.")
+        text = _MACROS[text.lower()]
+    parts = text.split()
+    if len(parts) != 5:
+        raise InvalidTrigger(
+            "Cron expression must have 5 fields (minute hour day-of-month month day-of-week), "
+            f"got {len(parts)}."
+        )
+    minutes, hours, days, months, weekdays = (_field(p, i) for i, p in enumerate(parts))
+    days_and = parts[2].startswith("*") or parts[4].startswith("*")
+    if days_and and min(days) > max(_MONTH_LENGTHS[m - 1] for m in months):
+        raise InvalidTrigger(
+            f"Cron expression never fires: day-of-month '{parts[2]}' does not occur in month "
+            f"'{parts[3]}'."
+        )
+    # Debian cron(8): a job is "fixed-time" unless its minute or hour field is a wildcard;
+    # an hour wildcard with a step over one hour still names specific hours.
+    hour_star = any("*" in i and int(i.partition("/")[2] or 1) < 2 for i in parts[1].split(","))
+    return _CronSpec(
+        minutes,
+        hours,
+        days,
+        months,
+        frozenset(d % 7 for d in weekdays),
+        days_and,
+        fixed_time="*" not in parts[0] and not hour_star,
+    )
+
+
+def validate_cron(expression: str) -> None:
+    """Raise InvalidTrigger, naming the offending field, unless `expression` is a valid cron."""
+    _parse_cron(expression)
+
+
+def _compact(values: frozenset[int], low: int, high: int) -> str:
+    if len(values) == high - low + 1:
+        return "*"
+    runs: list[list[int]] = []
+    for v in sorted(values):
+        if runs and runs[-1][1] == v - 1:
+            runs[-1][1] = v
+        else:
+            runs.append([v, v])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def _croniter_args(spec: _CronSpec) -> tuple[str, bool]:
+    """Plain numeric expression plus day_or flag, so croniter's own parsing quirks never matter."""
+    dom, dow = _compact(spec.days, 1, 31), _compact(spec.weekdays, 0, 6)
+    if not spec.days_and and "*" in (dom, dow):
+        dom = dow = "*"  # OR with a field that covers every day
+    fields = (_compact(spec.minutes, 0, 59), _compact(spec.hours, 0, 23), dom)
+    return " ".join((*fields, _compact(spec.months, 1, 12), dow)), not spec.days_and
+
+
+# --- datetimes ------------------------------------------------------------------------------
+
+
+def _naive_utc(value: datetime, what: str) -> datetime:
+    """Naive UTC equivalent of an aware datetime; naive input is rejected."""
+    if not isinstance(value, datetime):
+        raise InvalidTrigger(f"{what} must be a datetime, got {type(value).__name__}.")
+    if value.utcoffset() is None:
+        raise InvalidTrigger(f"{what} must be timezone-aware, got naive {value.isoformat()}.")
+    return value.astimezone(UTC).replace(tzinfo=None)
+
+
+def _aware(naive_utc: datetime | None) -> datetime | None:
+    return None if naive_utc is None else naive_utc.replace(tzinfo=UTC)
+
+
+class Trigger(abc.ABC):
+    """When a schedule fires."""
+
+    @abc.abstractmethod
+    def next_after(self, after: datetime) -> datetime | None:
+        """First fire strictly after `after` (aware), as aware UTC, or None if no more fires."""
+
+    @abc.abstractmethod
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        """Last fire at or before `moment` (aware), as aware UTC, or None."""
+
+
+# --- cron -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CronTrigger(Trigger):
+    """A 5-field cron expression evaluated on the wall clock of an IANA time zone."""
+
+    expression: str
+    timezone: str = "UTC"
+    _spec: _CronSpec = field(init=False, repr=False, compare=False)
+    _tz: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
+    _croniter: croniter = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        spec = _parse_cron(self.expression)
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_tz", parse_timezone(self.timezone))
+        expression, day_or = _croniter_args(spec)
+        # Parsing dominates croniter's cost, so keep a parsed prototype and copy it per call;
+        # the prototype itself is never advanced, which keeps the trigger safe to share.
+        prototype = croniter(expression, datetime(2000, 1, 1), day_or=day_or)
+        object.__setattr__(self, "_croniter", prototype)
+
+    def next_after(self, after: datetime) -> datetime | None:
+        start = _naive_utc(after, "after")
+        # Inside a repeated (fall-back) hour, later instants can have earlier wall times, so
+        # widen the window of wall times considered by the length of the repetition.
+        local, slack = self._local(start)
+        best = None
+        for wall in self._walls(local - slack, backward=False):
+            for instant in self._instants(wall):
+                if instant > start and (best is None or instant < best):
+                    best = instant
+            if best is not None and wall >= local + slack:
+                break
+        return _aware(best)
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        end = _naive_utc(moment, "moment")
+        local, slack = self._local(end)
+        best = None
+        for wall in self._walls(local + slack, backward=True):
+            for instant in self._instants(wall):
+                if instant <= end and (best is None or instant > best):
+                    best = instant
+            if best is not None and wall <= local - slack:
+                break
+        return _aware(best)
+
+    def _local(self, naive_utc: datetime) -> tuple[datetime, timedelta]:
+        """Local wall time of an instant and how long that wall time is repeated (0 if not)."""
+        wall = naive_utc.replace(tzinfo=UTC).astimezone(self._tz).replace(tzinfo=None)
+        offsets = self._offsets(wall)
+        return wall, max(offsets[0] - offsets[1], _ZERO)
+
+    def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
+        """UTC offsets of a wall time for fold=0 and fold=1; they differ only at a transition."""
+        first = wall.replace(tzinfo=self._tz).utcoffset()
+        second = wall.replace(tzinfo=self._tz, fold=1).utcoffset()
+        assert first is not None and second is not None
+        return first, second
+
+    def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
+        """Matching naive wall times after `start` (exclusive), or at/before it if backward."""
+        start = start.replace(second=0, microsecond=0) + (_MINUTE if backward else _ZERO)
+        it = copy.copy(self._croniter)
+        it.set_current(start, force=True)
+        try:
+            step = it.get_prev if backward else it.get_next
+            while True:
+                yield step(datetime)
+        except (CroniterError, OverflowError):
+            return  # no further matches within croniter's search horizon or datetime's range
+
+    def _instants(self, wall: datetime) -> tuple[datetime, ...]:
+        """Naive UTC instants at which a matching wall time fires, per Debian's DST rule."""
+        before, after = self._offsets(wall)
+        if before == after:
+            return (wall - before,)
+        if before > after:  # repeated by a fall-back: first occurrence, or both in real time
+            return (wall - before,) if self._spec.fixed_time else (wall - before, wall - after)
+        return (self._transition(wall - after, wall - before),) if self._spec.fixed_time else ()
+
+    def _transition(self, low: datetime, high: datetime) -> datetime:
+        """First instant in (low, high] whose offset differs from low's (naive UTC, seconds)."""
+        offset, lo, hi = self._utc_offset(low), 0, int((high - low).total_seconds())
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._utc_offset(low + timedelta(seconds=mid)) == offset:
+                lo = mid
+            else:
+                hi = mid
+        return low + timedelta(seconds=hi)
+
+    def _utc_offset(self, naive_utc: datetime) -> timedelta | None:
+        return self._tz.fromutc(naive_utc.replace(tzinfo=self._tz)).utcoffset()
+
+
+# --- interval, once, bounds -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IntervalTrigger(Trigger):
+    """Fires at `anchor + k * every` for k = 0, 1, 2, ..."""
+
+    every: timedelta
+    anchor: datetime
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.every, timedelta) or self.every <= _ZERO:
+            raise InvalidTrigger(f"Interval must be a positive timedelta, got {self.every!r}.")
+        _naive_utc(self.anchor, "anchor")
+
+    def next_after(self, after: datetime) -> datetime | None:
+        anchor, start = _naive_utc(self.anchor, "anchor"), _naive_utc(after, "after")
+        if start < anchor:
+            return _aware(anchor)
+        # timedelta // timedelta is exact integer arithmetic on microseconds: no drift.
+        steps = (start - anchor) // self.every + 1
+        try:
+            return _aware(anchor + self.every * steps)
+        except OverflowError:
+            return None
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        anchor, end = _naive_utc(self.anchor, "anchor"), _naive_utc(moment, "moment")
+        if end < anchor:
+            return None
+        return _aware(anchor + self.every * ((end - anchor) // self.every))
+
+
+@dataclass(frozen=True)
+class OnceTrigger(Trigger):
+    """Fires once, at `run_at`."""
+
+    run_at: datetime
+
+    def __post_init__(self) -> None:
+        _naive_utc(self.run_at, "run_at")
+
+    def next_after(self, after: datetime) -> datetime | None:
+        run_at = _naive_utc(self.run_at, "run_at")
+        return _aware(run_at) if run_at > _naive_utc(after, "after") else None
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        run_at = _naive_utc(self.run_at, "run_at")
+        return _aware(run_at) if run_at <= _naive_utc(moment, "moment") else None
+
+
+@dataclass(frozen=True)
+class BoundedTrigger(Trigger):
+    """The fires of `trigger` with start_at <= fire <= end_at (either bound optional)."""
+
+    trigger: Trigger
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trigger, Trigger):
+            raise InvalidTrigger(f"trigger must be a Trigger, got {type(self.trigger).__name__}.")
+        start = None if self.start_at is None else _naive_utc(self.start_at, "start_at")
+        end = None if self.end_at is None else _naive_utc(self.end_at, "end_at")
+        if start is not None and end is not None and end < start:
+            raise InvalidTrigger(f"end_at {self.end_at} is before start_at {self.start_at}.")
+
+    def next_after(self, after: datetime) -> datetime | None:
+        _naive_utc(after, "after")
+        if self.start_at is not None and after < self.start_at:
+            # Datetimes have microsecond resolution, so this makes start_at itself eligible.
+            after = self.start_at - timedelta(microseconds=1)
+        fire = self.trigger.next_after(after)
+        if fire is None or (self.end_at is not None and fire > self.end_at):
+            return None
+        return fire
+
+    def latest_at_or_before(self, moment: datetime) -> datetime | None:
+        _naive_utc(moment, "moment")
+        if self.end_at is not None and moment > self.end_at:
+            moment = self.end_at
+        fire = self.trigger.latest_at_or_before(moment)
+        if fire is None or (self.start_at is not None and fire < self.start_at):
+            return None
+        return fire
+
+
+def fire_times(trigger: Trigger, n: int, after: datetime) -> list[datetime]:
+    """The next `n` fires of `trigger` strictly after `after`; fewer if it runs out."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n}.")
+    fires: list[datetime] = []
+    while len(fires) < n and (fire := trigger.next_after(after)) is not None:
+        fires.append(fire)
+        after = fire
+    return fires

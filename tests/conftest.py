@@ -1,0 +1,23 @@
+import pytest
+from django.db import connection
+
+from django_periodic import clock
+from django_periodic.models import SchedulerProcess
+
+
+@pytest.fixture
+def now(db):
+    return clock.now()
+
+
+@pytest.fixture
+def process(db, now):
+    return SchedulerProcess.objects.create(host="test", pid=1, started_at=now, heartbeat_at=now)
+
+
+@pytest.fixture
+def postgres(db):
+    """Skip unless the test database is PostgreSQL (concurrency and SQL tests)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("needs PostgreSQL (PERIODIC_TEST_DB=postgres)")
+

@@ -1,0 +1,84 @@
+"""Settings for the test suite: SQLite or PostgreSQL, chosen by PERIODIC_TEST_DB.
+
+PERIODIC_TEST_DB=sqlite (default) or postgres (with PERIODIC_TEST_POSTGRES_URL).
+Child processes started by tests (real run_scheduler processes) get PERIODIC_TEST_DB_NAME,
+the name of the test database the parent created, so they use the same data.
+"""
+
+import os
+import tempfile
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_periodic",
+    "tests",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "tests.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+ENGINE = os.environ.get("PERIODIC_TEST_DB", "sqlite")
+CHILD_DB_NAME = os.environ.get("PERIODIC_TEST_DB_NAME")
+
+if ENGINE == "postgres":
+    url = os.environ.get("PERIODIC_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/periodic")
+    default = environ.Env.db_url_config(url)
+    default["TEST"] = {"NAME": "test_periodic"}
+elif ENGINE == "sqlite":
+    # A file, not :memory:, so worker threads and child processes share the test database.
+    path = Path(tempfile.gettempdir()) / f"periodic-tests-{os.getuid()}.sqlite3"
+    default = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "TEST": {"NAME": str(path)},
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+    }
+else:
+    raise RuntimeError(f"PERIODIC_TEST_DB must be sqlite or postgres, not {ENGINE!r}")
+
+if CHILD_DB_NAME:
+    default["NAME"] = CHILD_DB_NAME
+DATABASES = {"default": default}
+
+DJANGO_PERIODIC = {"POLL_INTERVAL": 1}
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_periodic": {"handlers": ["console"], "level": "INFO"}},
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,178 @@
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+
+from django_periodic import leases
+from django_periodic.models import Lease, Run, SchedulerProcess
+from tests.factories import RunFactory, ScheduleFactory
+
+
+def claim_one(process, now, **schedule_fields) -> leases.Claim:
+    RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
+    (claim,) = leases.claim(process, now, 1)
+    return claim
+
+
+def failure(retryable=True) -> leases.Failure:
+    return leases.Failure("ValueError", "bad value", "Traceback ...", retryable)
+
+
+@pytest.mark.django_db
+def test_a_claim_sets_the_run_running_under_a_new_lease(process, now):
+    claim = claim_one(process, now, lease_timeout=timedelta(seconds=30))
+    run = Run.objects.get(pk=claim.run.pk)
+    lease = Lease.objects.get(token=claim.token)
+    assert (run.status, run.attempt, run.started_at) == ("running", 1, now)
+    assert (lease.attempt, lease.holder, lease.process_id) == (1, "test:1", process.pk)
+    assert lease.expires_at == now + timedelta(seconds=30)
+
+
+@pytest.mark.django_db
+def test_claim_takes_at_most_the_limit_oldest_first(process, now):
+    runs = [RunFactory(plan_time=now - timedelta(seconds=s)) for s in (1, 3, 2)]
+    claims = leases.claim(process, now, 2)
+    assert [c.run.pk for c in claims] == [runs[1].pk, runs[2].pk]
+
+
+@pytest.mark.django_db
+def test_retries_are_claimable_only_once_their_delay_has_passed(process, now):
+    RunFactory(status="retrying", next_retry_at=now + timedelta(seconds=5))
+    assert leases.claim(process, now, 10) == []
+    assert len(leases.claim(process, now + timedelta(seconds=5), 10)) == 1
+
+
+@pytest.mark.django_db
+def test_success_records_the_result_and_releases_the_lease(process, now):
+    claim = claim_one(process, now)
+    assert leases.succeed(claim, now + timedelta(seconds=2), {"ok": True})
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.result, run.duration) == ("succeeded", {"ok": True}, timedelta(seconds=2))
+    assert Lease.objects.get(token=claim.token).outcome == "succeeded"
+
+
+@pytest.mark.django_db
+def test_a_failure_with_attempts_left_retries_after_a_backoff(process, now):
+    claim = claim_one(process, now, max_attempts=3, retry_backoff=timedelta(seconds=10))
+    assert leases.fail(claim, now, failure()) == "retrying"
+    run = Run.objects.get(pk=claim.run.pk)
+    assert run.status == "retrying"
+    assert now + timedelta(seconds=5) <= run.next_retry_at <= now + timedelta(seconds=10)
+    assert (run.error_code, run.error_message) == ("ValueError", "bad value")
+
+
+@pytest.mark.django_db
+def test_the_last_attempt_fails_the_run(process, now):
+    claim = claim_one(process, now, max_attempts=1)
+    assert leases.fail(claim, now, failure()) == "failed"
+    assert Run.objects.get(pk=claim.run.pk).status == "failed"
+
+
+@pytest.mark.django_db
+def test_a_failure_that_is_not_retryable_fails_at_once(process, now):
+    claim = claim_one(process, now, max_attempts=5)
+    assert leases.fail(claim, now, failure(retryable=False)) == "failed"
+
+
+def test_backoff_doubles_with_jitter_and_is_capped():
+    base = timedelta(seconds=10)
+    for attempt, nominal in ((1, 10), (2, 20), (3, 40)):
+        delay = leases.retry_delay(base, attempt).total_seconds()
+        assert nominal / 2 <= delay <= nominal
+    assert leases.retry_delay(base, 200) <= leases.MAX_RETRY_DELAY
+
+
+@pytest.mark.django_db
+def test_a_lost_lease_cannot_overwrite_a_newer_attempt(process, now):
+    claim = claim_one(process, now, allow_stale_reentry=True, lease_timeout=timedelta(seconds=5))
+    later = now + timedelta(seconds=6)
+    assert leases.sweep(later).reentered == 1
+    (newer,) = leases.claim(process, later, 1)
+    assert newer.run.attempt == 2
+    assert not leases.succeed(claim, later, "stale result")
+    assert leases.fail(claim, later, failure()) is None
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.attempt, run.result) == ("running", 2, None)
+    assert leases.succeed(newer, later, "fresh")
+    assert Run.objects.get(pk=claim.run.pk).result == "fresh"
+
+
+@pytest.mark.django_db
+def test_an_expired_lease_fails_the_run_without_stale_reentry(process, now):
+    claim = claim_one(process, now, lease_timeout=timedelta(seconds=5))
+    assert leases.sweep(now + timedelta(seconds=5)).failed == 0  # not yet expired
+    assert leases.sweep(now + timedelta(seconds=6)).failed == 1
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.error_code, run.interruptions) == ("failed", "lease_expired", 1)
+    assert Lease.objects.get(token=claim.token).outcome == "expired"
+
+
+@pytest.mark.django_db
+def test_stale_reentry_is_bounded(process, now, settings):
+    settings.DJANGO_PERIODIC = {"STALE_REENTRY_LIMIT": 2}
+    claim_one(process, now, allow_stale_reentry=True, lease_timeout=timedelta(seconds=1))
+    moment = now
+    for expected in ("pending", "pending", "failed"):
+        moment += timedelta(seconds=2)
+        leases.sweep(moment)
+        assert Run.objects.get().status == expected
+        leases.claim(process, moment, 1)
+
+
+@pytest.mark.django_db
+def test_one_heartbeat_extends_every_lease_of_the_process_by_its_own_length(process, now):
+    short = claim_one(process, now, lease_timeout=timedelta(seconds=10))
+    long = claim_one(process, now, lease_timeout=timedelta(seconds=60))
+    later = now + timedelta(seconds=8)
+    assert leases.heartbeat(process, later) == 2
+    expiries = {lease.token: lease.expires_at for lease in Lease.objects.all()}
+    assert expiries[short.token] == later + timedelta(seconds=10)
+    assert expiries[long.token] == later + timedelta(seconds=60)
+    assert SchedulerProcess.objects.get().heartbeat_at == later
+
+
+@pytest.mark.django_db
+def test_release_gives_the_run_back_for_another_process(process, now):
+    claim = claim_one(process, now)
+    assert leases.release(claim, now)
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.interruptions) == ("pending", 1)
+    (again,) = leases.claim(process, now, 1)
+    assert again.run.attempt == 2
+
+
+@pytest.mark.django_db
+def test_finishing_a_run_promotes_the_next_queued_one(process, now):
+    claim = claim_one(process, now, overlap="queue")
+    queued = RunFactory(schedule=claim.run.schedule, plan_time=now + timedelta(1), status="queued")
+    leases.succeed(claim, now, None)
+    queued.refresh_from_db()
+    assert queued.status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
+    RunFactory.create_batch(60, plan_time=now)
+    processes = [
+        SchedulerProcess.objects.create(host="h", pid=i, started_at=now, heartbeat_at=now)
+        for i in range(4)
+    ]
+    claimed: list[int] = []
+    barrier = threading.Barrier(len(processes))
+
+    def claim_all(process):
+        try:
+            barrier.wait()
+            while batch := leases.claim(process, now, 5):
+                claimed.extend(claim.run.pk for claim in batch)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claim_all, args=(p,)) for p in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(claimed) == sorted(Run.objects.values_list("pk", flat=True))
+    assert Lease.objects.count() == 60

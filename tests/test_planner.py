@@ -1,0 +1,240 @@
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, connections
+
+from django_periodic import planner
+from django_periodic.models import Run, Schedule
+from tests.factories import RunFactory, ScheduleFactory
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+EVERY = timedelta(seconds=10)
+
+
+def due_schedule(cursor=T0, **fields) -> Schedule:
+    """A 10-second interval schedule anchored at T0 whose cursor is at ``cursor``."""
+    fields.setdefault("interval", EVERY)
+    schedule = ScheduleFactory(start_at=T0, **fields)
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=cursor)
+    schedule.refresh_from_db()
+    return schedule
+
+
+def runs_of(schedule) -> list[tuple[datetime, str, str]]:
+    rows = Run.objects.filter(schedule=schedule).order_by("plan_time")
+    return [(r.plan_time, r.status, r.error_code) for r in rows]
+
+
+@pytest.mark.django_db
+def test_a_due_schedule_gets_one_pending_run_and_its_cursor_advances():
+    schedule = due_schedule()
+    result = planner.plan_due(T0 + timedelta(seconds=1))
+    schedule.refresh_from_db()
+    assert result.fired == 1
+    assert runs_of(schedule) == [(T0, "pending", "")]
+    assert schedule.next_fire_at == T0 + EVERY
+
+
+@pytest.mark.django_db
+def test_planning_the_same_moment_twice_creates_no_second_run():
+    schedule = due_schedule()
+    planner.plan_due(T0 + timedelta(seconds=1))
+    planner.plan_due(T0 + timedelta(seconds=1))
+    assert len(runs_of(schedule)) == 1
+
+
+@pytest.mark.django_db
+def test_a_schedule_not_yet_due_is_not_touched():
+    schedule = due_schedule(cursor=T0 + EVERY)
+    assert planner.plan_due(T0).schedules == 0
+    assert runs_of(schedule) == []
+
+
+@pytest.mark.django_db
+def test_a_disabled_schedule_is_not_planned():
+    schedule = due_schedule()
+    Schedule.objects.filter(pk=schedule.pk).update(enabled=False)
+    assert planner.plan_due(T0 + EVERY).schedules == 0
+
+
+@pytest.mark.django_db
+def test_fires_late_within_the_grace_all_run():
+    schedule = due_schedule(misfire_grace=timedelta(minutes=1), overlap="concurrent")
+    planner.plan_due(T0 + timedelta(seconds=25))
+    assert [status for _, status, _ in runs_of(schedule)] == ["pending"] * 3
+
+
+@pytest.mark.django_db
+def test_misfire_latest_fires_the_most_recent_missed_time_and_records_the_others():
+    schedule = due_schedule(misfire_grace=timedelta(seconds=5))
+    now = T0 + timedelta(seconds=42)
+    planner.plan_due(now)
+    schedule.refresh_from_db()
+    assert runs_of(schedule) == [
+        (T0, "skipped", "missed"),
+        (T0 + EVERY, "skipped", "missed"),
+        (T0 + 2 * EVERY, "skipped", "missed"),
+        (T0 + 3 * EVERY, "skipped", "missed"),
+        (T0 + 4 * EVERY, "pending", ""),
+    ]
+    assert schedule.next_fire_at == T0 + 5 * EVERY
+
+
+@pytest.mark.django_db
+def test_misfire_skip_fires_none_of_the_missed_times():
+    schedule = due_schedule(misfire="skip", misfire_grace=timedelta(seconds=5))
+    planner.plan_due(T0 + timedelta(seconds=22))
+    assert runs_of(schedule) == [
+        (T0, "skipped", "missed"),
+        (T0 + EVERY, "skipped", "missed"),
+        (T0 + 2 * EVERY, "pending", ""),
+    ]
+
+
+@pytest.mark.django_db
+def test_misfire_all_fires_every_missed_time_in_order():
+    schedule = due_schedule(
+        misfire="all", misfire_grace=timedelta(seconds=5), overlap="concurrent"
+    )
+    planner.plan_due(T0 + timedelta(seconds=22))
+    assert runs_of(schedule) == [(T0 + i * EVERY, "pending", "") for i in range(3)]
+
+
+@pytest.mark.django_db
+def test_a_long_downtime_is_bounded_by_the_catchup_limit(settings):
+    settings.DJANGO_PERIODIC = {"CATCHUP_LIMIT": 5}
+    schedule = due_schedule(misfire_grace=timedelta(seconds=5))
+    now = T0 + timedelta(days=1, seconds=3)
+    planner.plan_due(now)
+    runs = runs_of(schedule)
+    schedule.refresh_from_db()
+    assert len(runs) == 7  # the first CATCHUP_LIMIT + 1 missed times, then the latest
+    assert runs[-1] == (T0 + timedelta(days=1), "pending", "")
+    assert all(status == "skipped" for _, status, _ in runs[:-1])
+    assert schedule.next_fire_at == T0 + timedelta(days=1) + EVERY
+
+
+@pytest.mark.django_db
+def test_overlap_skip_records_a_skipped_run_while_one_is_active():
+    schedule = due_schedule()
+    RunFactory(schedule=schedule, plan_time=T0 - EVERY, status="running")
+    planner.plan_due(T0)
+    assert runs_of(schedule)[-1] == (T0, "skipped", "overlap")
+
+
+@pytest.mark.django_db
+def test_an_unknown_overlap_value_behaves_as_skip():
+    schedule = due_schedule()
+    Schedule.objects.filter(pk=schedule.pk).update(overlap="sometimes")
+    RunFactory(schedule=schedule, plan_time=T0 - EVERY, status="pending")
+    planner.plan_due(T0)
+    assert runs_of(schedule)[-1] == (T0, "skipped", "overlap")
+
+
+@pytest.mark.django_db
+def test_overlap_concurrent_fires_alongside_an_active_run():
+    schedule = due_schedule(overlap="concurrent")
+    RunFactory(schedule=schedule, plan_time=T0 - EVERY, status="running")
+    planner.plan_due(T0)
+    assert runs_of(schedule)[-1] == (T0, "pending", "")
+
+
+@pytest.mark.django_db
+def test_overlap_queue_queues_one_and_skips_beyond():
+    schedule = due_schedule(overlap="queue", misfire_grace=timedelta(minutes=5))
+    RunFactory(schedule=schedule, plan_time=T0 - EVERY, status="running")
+    planner.plan_due(T0 + EVERY)
+    assert runs_of(schedule)[1:] == [(T0, "queued", ""), (T0 + EVERY, "skipped", "queue_full")]
+
+
+@pytest.mark.django_db
+def test_a_new_fire_supersedes_a_run_waiting_to_retry():
+    schedule = due_schedule()
+    waiting = RunFactory(schedule=schedule, plan_time=T0 - EVERY, status="retrying")
+    planner.plan_due(T0)
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.error_code) == ("failed", "superseded")
+    assert runs_of(schedule)[-1] == (T0, "pending", "")
+
+
+@pytest.mark.django_db
+def test_a_one_shot_fires_once_then_has_no_next_fire():
+    schedule = ScheduleFactory(interval=None, run_at=T0)
+    assert schedule.next_fire_at == T0
+    planner.plan_due(T0 + timedelta(seconds=1))
+    planner.plan_due(T0 + timedelta(days=1))
+    schedule.refresh_from_db()
+    assert [status for _, status, _ in runs_of(schedule)] == ["pending"]
+    assert schedule.next_fire_at is None
+
+
+@pytest.mark.django_db
+def test_a_bad_row_disables_that_schedule_and_the_others_still_fire():
+    bad = due_schedule(interval=None, cron="0 3 * * *")
+    Schedule.objects.filter(pk=bad.pk).update(cron="61 * * * *")
+    gone = due_schedule()
+    Schedule.objects.filter(pk=gone.pk).update(job="tests.jobs.removed_from_code")
+    good = due_schedule()
+    planner.plan_due(T0 + timedelta(seconds=1))
+    bad.refresh_from_db()
+    gone.refresh_from_db()
+    assert not bad.enabled and "minute" in bad.last_error
+    assert not gone.enabled and "removed_from_code" in gone.last_error
+    assert runs_of(good) == [(T0, "pending", "")]
+
+
+@pytest.mark.django_db
+def test_planning_costs_a_constant_number_of_queries(postgres):
+    # SQLite caps query parameters at 999, so Django splits its bulk statements there.
+    def plan(count):
+        for _ in range(count):
+            due_schedule()
+        with connection.execute_wrapper(counter):
+            planner.plan_due(T0 + timedelta(seconds=1))
+        Schedule.objects.all().delete()
+
+    queries = []
+
+    def counter(execute, sql, params, many, context):
+        queries.append(sql)
+        return execute(sql, params, many, context)
+
+    plan(5)
+    few = len(queries)
+    queries.clear()
+    plan(60)
+    assert len(queries) == few
+    assert few <= 8
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_planners_never_fire_a_plan_time_twice(postgres):
+    schedules = [due_schedule(overlap="concurrent", misfire="all") for _ in range(50)]
+    barrier = threading.Barrier(4)
+    now = T0 + timedelta(seconds=55)
+
+    def plan():
+        try:
+            barrier.wait()
+            while planner.plan_due(now, batch_size=7).schedules:
+                pass
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=plan) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for schedule in schedules:
+        plan_times = [plan_time for plan_time, _, _ in runs_of(schedule)]
+        assert plan_times == [T0 + i * EVERY for i in range(6)]
+
+
+@pytest.mark.django_db
+def test_run_now_records_a_pending_manual_run(now):
+    schedule = ScheduleFactory()
+    run = schedule.run_now()
+    assert (run.trigger, run.status, run.schedule_id) == ("manual", "pending", schedule.pk)
+    assert abs(run.plan_time - now) < timedelta(seconds=5)
