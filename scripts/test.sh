@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# The test command: bash scripts/test.sh [pytest args...]
+#
+# Builds the support-matrix virtualenvs under .venv/, starts a throwaway PostgreSQL, lints, checks
+# for missing migrations, then runs pytest on every (environment, database) pair. All runs happen
+# even if one fails; the exit status is non-zero if anything failed. The last line of output is
+# "N passed, M failed" (counting pytest runs), for CI to read.
+#
+# Optional environment:
+#   PERIODIC_TEST_ENVS="py311-django52 py312-django6"   which environments to run (default: all)
+#   PERIODIC_TEST_DBS="sqlite postgres"                 which databases to run (default: both)
+#   PERIODIC_SKIP_LINT=1                                skip ruff (handy with -k while iterating)
+#   PERIODIC_BROWSER_TESTS=1                            install chromium for browser tests
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# shellcheck source=scripts/lib/venv.sh
+source scripts/lib/venv.sh
+# shellcheck source=scripts/lib/postgres.sh
+source scripts/lib/postgres.sh
+
+# The support matrix: name, Python version, Django requirement.
+MATRIX=(
+    "py311-django52 3.11 django>=5.2,<6"
+    "py312-django6 3.12 django>=6.0,<7"
+)
+SELECTED_ENVS=${PERIODIC_TEST_ENVS:-py311-django52 py312-django6}
+SELECTED_DBS=${PERIODIC_TEST_DBS:-sqlite postgres}
+
+# Results, in run order: labels, pytest exit codes, check names/results.
+RUN_LABELS=()
+RUN_CODES=()
+CHECK_LABELS=()
+CHECK_CODES=()
+
+banner() { printf '\n== %s ==\n' "$*"; }
+
+selected() { [[ " $2 " == *" $1 "* ]]; }
+
+# ---------------------------------------------------------------------------------------------
+# Browser tests (not enabled yet): they need Debian's chromium. Called only with
+# PERIODIC_BROWSER_TESTS=1; the Python side finds the binary through PERIODIC_CHROMIUM.
+ensure_chromium() {
+    if [[ ! -x /usr/bin/chromium ]]; then
+        echo "installing chromium for browser tests" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+    fi
+    export PERIODIC_CHROMIUM=/usr/bin/chromium
+}
+# ---------------------------------------------------------------------------------------------
+
+setup_envs() {
+    local spec name pyver django
+    for spec in "${MATRIX[@]}"; do
+        read -r name pyver django <<<"$spec"
+        selected "$name" "$SELECTED_ENVS" || continue
+        venv_ensure "$name" "$pyver" -e '.[postgres]' --group test ruff "$django"
+    done
+}
+
+# Runs a check command, recording (not propagating) its exit code.
+run_check() {
+    local label=$1 rc=0
+    shift
+    banner "$label"
+    "$@" || rc=$?
+    CHECK_LABELS+=("$label")
+    CHECK_CODES+=("$rc")
+}
+
+# Runs a command with a venv's bin first on PATH, so subprocesses the tests start (e.g.
+# `python manage.py run_scheduler`) use the same interpreter.
+in_venv() {
+    local dir=$PWD/$VENV_ROOT/$1
+    shift
+    local cmd=$1
+    shift
+    [[ -x $dir/bin/$cmd ]] && cmd=$dir/bin/$cmd
+    VIRTUAL_ENV=$dir PATH=$dir/bin:$PATH "$cmd" "$@"
+}
+
+lint() {
+    in_venv py311-django52 ruff check . && in_venv py311-django52 ruff format --check .
+}
+
+check_migrations() {
+    DJANGO_SETTINGS_MODULE=tests.settings PYTHONPATH=. PERIODIC_TEST_DB=sqlite \
+        in_venv "$1" python -m django makemigrations --check --dry-run django_periodic tests
+}
+
+# "py3.11 / Django 5.2.8" for banners and the summary.
+env_label() {
+    in_venv "$1" python -c 'import sys, django; print("py%d.%d / Django %s" % (*sys.version_info[:2], django.__version__))'
+}
+
+run_pytest() {
+    local name=$1 db=$2 label rc=0
+    shift 2
+    label="$(env_label "$name") / $db"
+    banner "$label"
+    PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest -p no:cacheprovider "$@" || rc=$?
+    RUN_LABELS+=("$label")
+    RUN_CODES+=("$rc")
+}
+
+describe_code() {
+    case $1 in
+        0) echo "passed" ;;
+        1) echo "FAILED (tests failed)" ;;
+        2) echo "FAILED (interrupted or collection error)" ;;
+        5) echo "no tests collected" ;;
+        *) echo "FAILED (exit $1)" ;;
+    esac
+}
+
+# Prints the summary table and the final "N passed, M failed" line; returns non-zero on failure.
+summarize() {
+    local i rc passed=0 failed=0 empty=0 checks_failed=0
+    for rc in "${RUN_CODES[@]}"; do
+        if ((rc == 5)); then empty=$((empty + 1)); fi
+    done
+
+    banner "summary"
+    for i in "${!CHECK_LABELS[@]}"; do
+        rc=${CHECK_CODES[$i]}
+        if ((rc != 0)); then checks_failed=$((checks_failed + 1)); fi
+        printf '  %-45s %s\n' "${CHECK_LABELS[$i]}" "$( ((rc == 0)) && echo ok || echo "FAILED (exit $rc)")"
+    done
+    for i in "${!RUN_LABELS[@]}"; do
+        rc=${RUN_CODES[$i]}
+        # "No tests collected" is fine for one run (e.g. -k matching only some files), but if no
+        # run collected anything, the selection or the collection is broken.
+        if ((rc == 0)) || { ((rc == 5)) && ((empty < ${#RUN_CODES[@]})); }; then
+            passed=$((passed + 1))
+        else
+            failed=$((failed + 1))
+        fi
+        printf '  %-45s %s%s\n' "${RUN_LABELS[$i]}" "$(describe_code "$rc")" \
+            "$( ((rc == 5 && empty == ${#RUN_CODES[@]})) && echo " in any run: FAILED")"
+    done
+    if ((checks_failed > 0)); then
+        echo "  ($checks_failed check(s) failed: the script fails even if every pytest run passed)"
+    fi
+    echo "$passed passed, $failed failed"
+    ((failed == 0 && checks_failed == 0 && ${#RUN_CODES[@]} > 0))
+}
+
+main() {
+    # Ctrl-C: stop after the current step instead of carrying on with the next run.
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap pg_stop EXIT
+
+    if [[ ${PERIODIC_BROWSER_TESTS:-0} == 1 ]]; then ensure_chromium; fi
+
+    setup_envs
+
+    if selected postgres "$SELECTED_DBS"; then
+        pg_start
+        export PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME"
+    fi
+
+    if [[ ${PERIODIC_SKIP_LINT:-0} != 1 ]] && selected py311-django52 "$SELECTED_ENVS"; then
+        run_check "lint (ruff check, ruff format --check)" lint
+    fi
+
+    local spec name _pyver _django db
+    for spec in "${MATRIX[@]}"; do
+        read -r name _pyver _django <<<"$spec"
+        selected "$name" "$SELECTED_ENVS" || continue
+        run_check "migrations up to date ($name)" check_migrations "$name"
+        for db in sqlite postgres; do
+            selected "$db" "$SELECTED_DBS" || continue
+            run_pytest "$name" "$db" "$@"
+        done
+    done
+
+    summarize
+}
+
+main "$@"
