@@ -203,4 +203,3 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
 
 def _reenters(run: Run, limit: int) -> bool:
     return run.schedule.allow_stale_reentry and run.interruptions < limit
-

@@ -39,7 +39,7 @@ class ScheduleQuerySet(models.QuerySet):
 
 
 class Schedule(models.Model):
-    """When and how a registered job runs. Exactly one trigger: ``cron``, ``interval`` or ``run_at``."""
+    """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
 
     class Overlap(models.TextChoices):
         SKIP = "skip", _("skip the new fire")
@@ -99,6 +99,19 @@ class Schedule(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def save(self, *args, **kwargs) -> None:
+        update_fields = kwargs.get("update_fields")
+        touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
+        if touches_trigger and self._trigger_changed():
+            self.next_fire_at = self.first_fire_time(clock.now(kwargs.get("using") or "default"))
+            if update_fields is not None:
+                kwargs["update_fields"] = {*update_fields, "next_fire_at"}
+        super().save(*args, **kwargs)
+        self._loaded_trigger = self._trigger_state()
+
+    def _trigger_changed(self) -> bool:
+        return self._state.adding or getattr(self, "_loaded_trigger", None) != self._trigger_state()
+
     @classmethod
     def from_db(cls, db, field_names, values):
         instance = super().from_db(db, field_names, values)
@@ -157,19 +170,6 @@ class Schedule(models.Model):
 
         return planner.plan_manual_run(self, clock.now(self._state.db or "default"))
 
-    def save(self, *args, **kwargs) -> None:
-        update_fields = kwargs.get("update_fields")
-        touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
-        if touches_trigger and self._trigger_changed():
-            self.next_fire_at = self.first_fire_time(clock.now(kwargs.get("using") or "default"))
-            if update_fields is not None:
-                kwargs["update_fields"] = {*update_fields, "next_fire_at"}
-        super().save(*args, **kwargs)
-        self._loaded_trigger = self._trigger_state()
-
-    def _trigger_changed(self) -> bool:
-        return self._state.adding or getattr(self, "_loaded_trigger", None) != self._trigger_state()
-
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
         for field, message in self._trigger_errors() + self._job_errors():
@@ -178,7 +178,8 @@ class Schedule(models.Model):
             raise ValidationError(errors)
 
     def _trigger_errors(self) -> list[tuple[str, str]]:
-        kinds = [k for k, v in (("cron", self.cron), ("interval", self.interval)) if v]
+        kinds = ["cron"] if self.cron else []
+        kinds += ["interval"] if self.interval is not None else []
         kinds += ["run_at"] if self.run_at is not None else []
         if len(kinds) != 1:
             which = " and ".join(kinds) if kinds else "none"
@@ -216,9 +217,9 @@ class Schedule(models.Model):
 
         errors = []
         if not isinstance(self.args, list):
-            errors.append(("args", "args must be a JSON list, e.g. [1, \"two\"]."))
+            errors.append(("args", 'args must be a JSON list, e.g. [1, "two"].'))
         if not isinstance(self.kwargs, dict):
-            errors.append(("kwargs", "kwargs must be a JSON object, e.g. {\"key\": \"value\"}."))
+            errors.append(("kwargs", 'kwargs must be a JSON object, e.g. {"key": "value"}.'))
         try:
             registered = registry.get_job(self.job)
         except registry.UnknownJob as exc:
@@ -365,7 +366,9 @@ class Lease(models.Model):
     class Meta:
         ordering = ["run", "attempt"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "attempt"], name="periodic_lease_one_per_attempt"),
+            models.UniqueConstraint(
+                fields=["run", "attempt"], name="periodic_lease_one_per_attempt"
+            ),
         ]
         indexes = [
             models.Index(
@@ -377,4 +380,3 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return f"lease {self.attempt} of run {self.run_id} by {self.holder}"
-

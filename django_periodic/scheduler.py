@@ -59,23 +59,31 @@ class WorkerPool:
             for cancel in self._in_flight.values():
                 cancel.set()
 
+    def stop(self) -> None:
+        """Let each idle thread exit; a thread still running a job exits after it."""
+        for _ in range(self.size):
+            self._queue.put(None)
+
     def _work(self) -> None:
-        while True:
-            claim = self._queue.get()
+        while (claim := self._queue.get()) is not None:
+            self._execute(claim)
+        connections.close_all()  # this thread's own connections
+
+    def _execute(self, claim: leases.Claim) -> None:
+        with self._lock:
+            cancel = self._in_flight[claim]
+        try:
+            close_old_connections()
+            executor.execute(claim, cancel)
+        except Exception:
+            # The run keeps its lease until it expires; the sweeper then settles it.
+            logger.exception("Could not record the outcome of run %s.", claim.run.pk)
+        finally:
+            close_old_connections()
             with self._lock:
-                cancel = self._in_flight[claim]
-            try:
-                close_old_connections()
-                executor.execute(claim, cancel)
-            except Exception:
-                # The run keeps its lease until it expires; the sweeper then settles it.
-                logger.exception("Could not record the outcome of run %s.", claim.run.pk)
-            finally:
-                close_old_connections()
-                with self._lock:
-                    del self._in_flight[claim]
-                    self._lock.notify_all()
-                self._on_done()
+                del self._in_flight[claim]
+                self._lock.notify_all()
+            self._on_done()
 
 
 class Scheduler:
@@ -194,6 +202,7 @@ class Scheduler:
         """Let running jobs finish within the grace, release what is left, unregister."""
         if self.pool:
             self._drain()
+            self.pool.stop()
         if self.process:
             SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk).delete()
             logger.info("Scheduler %s stopped.", self.process)

@@ -4,7 +4,6 @@ import os
 import time
 
 from django_periodic import job
-
 from tests.models import Execution
 
 

@@ -9,3 +9,6 @@ class Execution(models.Model):
     attempt = models.PositiveIntegerField()
     pid = models.PositiveIntegerField()
     executed_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.schedule} @ {self.plan_time} by {self.pid}"

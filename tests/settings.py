@@ -5,6 +5,7 @@ Child processes started by tests (real run_scheduler processes) get PERIODIC_TES
 the name of the test database the parent created, so they use the same data.
 """
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -51,7 +52,9 @@ ENGINE = os.environ.get("PERIODIC_TEST_DB", "sqlite")
 CHILD_DB_NAME = os.environ.get("PERIODIC_TEST_DB_NAME")
 
 if ENGINE == "postgres":
-    url = os.environ.get("PERIODIC_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/periodic")
+    url = os.environ.get(
+        "PERIODIC_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/periodic"
+    )
     default = environ.Env.db_url_config(url)
     default["TEST"] = {"NAME": "test_periodic"}
 elif ENGINE == "sqlite":
@@ -82,3 +85,9 @@ LOGGING = {
     "loggers": {"django_periodic": {"handlers": ["console"], "level": "INFO"}},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
+DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))
+if ENGINE == "postgres":
+    # Workers reuse their connection between runs, as a production scheduler should.
+    DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)

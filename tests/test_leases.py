@@ -48,7 +48,11 @@ def test_success_records_the_result_and_releases_the_lease(process, now):
     claim = claim_one(process, now)
     assert leases.succeed(claim, now + timedelta(seconds=2), {"ok": True})
     run = Run.objects.get(pk=claim.run.pk)
-    assert (run.status, run.result, run.duration) == ("succeeded", {"ok": True}, timedelta(seconds=2))
+    assert (run.status, run.result, run.duration) == (
+        "succeeded",
+        {"ok": True},
+        timedelta(seconds=2),
+    )
     assert Lease.objects.get(token=claim.token).outcome == "succeeded"
 
 

@@ -94,9 +94,7 @@ def test_misfire_skip_fires_none_of_the_missed_times():
 
 @pytest.mark.django_db
 def test_misfire_all_fires_every_missed_time_in_order():
-    schedule = due_schedule(
-        misfire="all", misfire_grace=timedelta(seconds=5), overlap="concurrent"
-    )
+    schedule = due_schedule(misfire="all", misfire_grace=timedelta(seconds=5), overlap="concurrent")
     planner.plan_due(T0 + timedelta(seconds=22))
     assert runs_of(schedule) == [(T0 + i * EVERY, "pending", "") for i in range(3)]
 

@@ -35,9 +35,15 @@ class Command(BaseCommand):
         if workers < 1 and not plan_only:
             raise CommandError("--workers must be at least 1 (or use --plan-only).")
         scheduler = Scheduler(workers=0 if plan_only else workers, using=database)
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        stop_signals = (signal.SIGTERM, signal.SIGINT)
+        previous = {signum: signal.getsignal(signum) for signum in stop_signals}
+        for signum in stop_signals:
             signal.signal(signum, lambda *_: scheduler.request_stop())
-        scheduler.run(once=once)
+        try:
+            scheduler.run(once=once)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
 
     def _configure_logging(self, verbosity: int) -> None:
         logger = logging.getLogger("django_periodic")

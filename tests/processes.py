@@ -1,0 +1,79 @@
+"""Real ``run_scheduler`` processes for tests, and waiting on database states."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class SchedulerProcess:
+    """A ``manage.py run_scheduler`` child process using the test database."""
+
+    def __init__(self, *args: str, settings: dict | None = None) -> None:
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"],
+            "PERIODIC_TEST_SETTINGS": json.dumps(settings or {}),
+            "PYTHONPATH": str(ROOT),
+        }
+        command = [sys.executable, "-m", "django", "run_scheduler", *args]
+        self.popen = subprocess.Popen(
+            command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM, then wait for the exit code."""
+        self.popen.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def wait(self, timeout: float = 60) -> int:
+        self.popen.wait(timeout)
+        return self.popen.returncode
+
+    def output(self) -> str:
+        return self.popen.stdout.read() if self.popen.poll() is not None else ""
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def wait_for(predicate, timeout: float, message: str = "condition", poll: float = 0.05):
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Timed out after {timeout} s waiting for {message}.")
+        time.sleep(poll)
+
+
+def wait_for_children_to_disconnect(timeout: float = 10) -> None:
+    """PostgreSQL ends a backend a moment after its client exits; wait, so teardown can drop."""
+    if connection.vendor != "postgresql":
+        return
+
+    def alone() -> bool:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0] == 0
+
+    wait_for(alone, timeout, "child processes' database sessions to end")

@@ -1,0 +1,40 @@
+from datetime import timedelta
+
+import pytest
+
+from django_periodic.checks import check_settings
+from django_periodic.conf import get_settings
+
+
+def ids(settings_value, settings):
+    settings.DJANGO_PERIODIC = settings_value
+    return [error.id for error in check_settings()]
+
+
+def test_no_setting_and_good_settings_pass(settings):
+    assert ids({}, settings) == []
+    assert ids({"WORKERS": 8, "POLL_INTERVAL": 2.5, "SHUTDOWN_GRACE": timedelta(1)}, settings) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ([1, 2], ["django_periodic.E001"]),
+        ({"WORKRES": 4}, ["django_periodic.E002"]),
+        ({"WORKERS": "4"}, ["django_periodic.E003"]),
+        ({"WORKERS": 0}, ["django_periodic.E003"]),
+        ({"POLL_INTERVAL": -1}, ["django_periodic.E003"]),
+        ({"POLL_INTERVAL": "5s"}, ["django_periodic.E003"]),
+        ({"HEARTBEAT_INTERVAL": True}, ["django_periodic.E003"]),
+    ],
+)
+def test_bad_settings_are_reported_with_stable_ids(settings, value, expected):
+    assert ids(value, settings) == expected
+
+
+def test_durations_accept_seconds_or_timedelta(settings):
+    settings.DJANGO_PERIODIC = {"POLL_INTERVAL": 3, "SWEEP_INTERVAL": timedelta(minutes=1)}
+    effective = get_settings()
+    assert timedelta(seconds=3) == effective.POLL_INTERVAL
+    assert timedelta(minutes=1) == effective.SWEEP_INTERVAL
+    assert effective.WORKERS == 4

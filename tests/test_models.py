@@ -1,0 +1,137 @@
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from django_periodic.models import Run, Schedule
+from tests.factories import RunFactory, ScheduleFactory
+
+T0 = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def errors_of(**fields) -> dict[str, list[str]]:
+    values = {"name": "s", "job": "tests.jobs.noop", "interval": timedelta(minutes=1)}
+    values.update(fields)
+    with pytest.raises(ValidationError) as caught:
+        Schedule(**values).full_clean()
+    return caught.value.message_dict
+
+
+@pytest.mark.django_db
+def test_a_valid_schedule_passes_full_clean():
+    Schedule(name="s", job="tests.jobs.add", args=[1, 2], cron="0 3 * * *").full_clean()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("fields", "field", "fragment"),
+    [
+        ({"interval": None, "cron": "61 * * * *"}, "cron", "minute"),
+        ({"interval": None, "cron": "* * * * * *"}, "cron", "5 fields"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "Mars/Olympus"),
+        ({"interval": timedelta(0)}, "interval", "positive"),
+        ({"interval": None}, "cron", "exactly one trigger"),
+        ({"cron": "* * * * *"}, "cron", "exactly one trigger"),
+        ({"start_at": T0, "end_at": T0}, "end_at", "after start_at"),
+        ({"args": {"a": 1}}, "args", "JSON list"),
+        ({"kwargs": [1]}, "kwargs", "JSON object"),
+        ({"job": "nowhere.job"}, "job", "nowhere.job"),
+        ({"job": "tests.jobs.add", "args": [1]}, "args", "do not fit"),
+        ({"lease_timeout": timedelta(0)}, "lease_timeout", "positive"),
+        ({"misfire_grace": timedelta(seconds=-1)}, "misfire_grace", "negative"),
+        ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
+    ],
+)
+def test_full_clean_rejects_bad_input_on_the_right_field(fields, field, fragment):
+    messages = errors_of(**fields)
+    assert field in messages, messages
+    assert fragment in " ".join(messages[field])
+
+
+@pytest.mark.django_db
+def test_saving_a_new_schedule_sets_its_cursor_to_the_first_fire(now):
+    schedule = ScheduleFactory(interval=None, cron="0 3 * * *", timezone="Europe/Berlin")
+    assert schedule.next_fire_at == schedule.next_fire_times(1, after=now)[0]
+
+
+@pytest.mark.django_db
+def test_an_interval_without_start_fires_one_interval_after_creation():
+    schedule = ScheduleFactory(interval=timedelta(minutes=5))
+    assert schedule.next_fire_at == schedule.created_at + timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+def test_an_interval_is_anchored_at_start_at(now):
+    start = now + timedelta(hours=1)
+    schedule = ScheduleFactory(interval=timedelta(minutes=5), start_at=start)
+    assert schedule.next_fire_at == start
+    assert schedule.next_fire_times(3, after=start) == [
+        start + timedelta(minutes=m) for m in (5, 10, 15)
+    ]
+
+
+@pytest.mark.django_db
+def test_a_past_one_shot_stays_due_rather_than_vanishing():
+    schedule = ScheduleFactory(interval=None, run_at=datetime(2020, 1, 1, tzinfo=UTC))
+    assert schedule.next_fire_at == datetime(2020, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+def test_changing_the_trigger_moves_the_cursor_but_other_edits_do_not(now):
+    schedule = ScheduleFactory(interval=timedelta(minutes=5))
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0)
+    schedule.refresh_from_db()
+    schedule.max_attempts = 3
+    schedule.save()
+    assert schedule.next_fire_at == T0
+    schedule.interval = timedelta(hours=1)
+    schedule.save()
+    assert now < schedule.next_fire_at <= now + timedelta(hours=1, seconds=5)
+
+
+@pytest.mark.django_db
+def test_disabling_clears_the_cursor_and_enabling_restarts_from_now(now):
+    schedule = ScheduleFactory(interval=None, cron="*/5 * * * *")
+    schedule.enabled = False
+    schedule.save()
+    assert schedule.next_fire_at is None
+    schedule.enabled = True
+    schedule.save()
+    assert now < schedule.next_fire_at <= now + timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+def test_reschedule_recomputes_cursors_after_a_bulk_update(now):
+    schedule = ScheduleFactory(interval=None, cron="0 3 * * *")
+    Schedule.objects.filter(pk=schedule.pk).update(cron="0 4 * * *")
+    Schedule.objects.filter(pk=schedule.pk).reschedule()
+    schedule.refresh_from_db()
+    assert schedule.next_fire_at.hour == 4
+
+
+@pytest.mark.django_db
+def test_next_fire_times_are_aware_utc_and_increasing():
+    schedule = ScheduleFactory(interval=None, cron="30 2 * * *", timezone="Europe/Berlin")
+    times = schedule.next_fire_times(5, after=datetime(2026, 10, 23, tzinfo=UTC))
+    assert all(t.tzinfo == UTC for t in times)
+    assert times == sorted(set(times))
+    assert times[2] == datetime(2026, 10, 25, 0, 30, tzinfo=UTC)  # 02:30 CEST, once
+    assert times[3] == datetime(2026, 10, 26, 1, 30, tzinfo=UTC)  # 02:30 CET
+
+
+@pytest.mark.django_db
+def test_run_now_respects_the_overlap_policy():
+    schedule = ScheduleFactory()
+    RunFactory(schedule=schedule, status="running")
+    run = schedule.run_now()
+    assert (run.status, run.error_code) == ("skipped", "overlap")
+
+
+@pytest.mark.django_db
+def test_run_querysets_are_named_after_states():
+    RunFactory(status="failed")
+    RunFactory(status="running")
+    RunFactory(status="succeeded")
+    assert Run.objects.failed().count() == 1
+    assert Run.objects.running().count() == 1
+    assert Run.objects.active().count() == 1

@@ -1,0 +1,96 @@
+from datetime import timedelta
+
+import pytest
+
+from django_periodic import job, registry
+from django_periodic.models import Run, Schedule
+
+
+@pytest.fixture
+def clean_registry():
+    saved = registry.registered_jobs()
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
+
+
+def test_jobs_are_registered_by_module_and_qualname():
+    found = registry.get_job("tests.jobs.add")
+    assert found.description == "Adds two numbers."
+    assert found.func(1, 2) == 3
+
+
+def test_an_unknown_job_name_raises_a_clear_error():
+    with pytest.raises(registry.UnknownJob, match="nope"):
+        registry.get_job("nope")
+
+
+def test_decorating_returns_the_function_unchanged(clean_registry):
+    def hello():
+        return "hi"
+
+    assert job(name="hello")(hello) is hello
+    assert registry.get_job("hello").func is hello
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "* * * * *", "interval": timedelta(1)}, "exactly one"),
+        ({"max_attempts": 3}, "exactly one"),
+        ({"colour": "blue"}, "unknown options: colour"),
+        ({"interval": 5}, "timedelta"),
+    ],
+)
+def test_bad_code_schedules_fail_at_import(clean_registry, options, message):
+    with pytest.raises(TypeError, match=message):
+        job(name="bad", **options)(lambda: None)
+
+
+def test_a_bad_cron_in_code_fails_at_import(clean_registry):
+    with pytest.raises(ValueError, match="minute"):
+        job(name="bad", cron="99 * * * *")(lambda: None)
+
+
+def test_the_same_name_twice_is_refused(clean_registry):
+    job(name="twice")(lambda: None)
+    with pytest.raises(ValueError, match="already registered"):
+        job(name="twice")(lambda: 1)
+
+
+@pytest.mark.django_db
+def test_sync_creates_updates_and_disables_code_schedules(clean_registry):
+    def nightly():
+        return None
+
+    job(name="nightly", cron="0 3 * * *", max_attempts=2)(nightly)
+    report = registry.sync_code_schedules()
+    schedule = Schedule.objects.get(name="nightly")
+    assert report.created == ["nightly"]
+    assert (schedule.cron, schedule.max_attempts, schedule.enabled) == ("0 3 * * *", 2, True)
+    assert schedule.defined_in.startswith("tests.test_registry:")
+
+    assert registry.sync_code_schedules().updated == []
+
+    registry._registry.pop("nightly")
+    job(name="nightly", cron="0 4 * * *")(nightly)
+    assert registry.sync_code_schedules().updated == ["nightly"]
+    schedule.refresh_from_db()
+    assert (schedule.cron, schedule.max_attempts) == ("0 4 * * *", 1)
+
+    Run.objects.create(schedule=schedule, plan_time=schedule.next_fire_at, job_name="nightly")
+    registry._registry.pop("nightly")
+    assert registry.sync_code_schedules().disabled == ["nightly"]
+    schedule.refresh_from_db()
+    assert not schedule.enabled
+    assert "No longer defined in code" in schedule.last_error
+    assert schedule.runs.count() == 1  # history stays
+
+
+@pytest.mark.django_db
+def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
+    job(name="hourly", cron="@hourly")(lambda: None)
+    registry.sync_code_schedules()
+    Schedule.objects.filter(name="hourly").update(enabled=False)
+    registry.sync_code_schedules()
+    assert not Schedule.objects.get(name="hourly").enabled

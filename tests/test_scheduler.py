@@ -1,0 +1,121 @@
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db.models import Count
+
+from django_periodic import clock
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from tests.factories import RunFactory, ScheduleFactory
+from tests.models import Execution
+from tests.processes import wait_for
+
+
+def due_now(**fields) -> Schedule:
+    schedule = ScheduleFactory(**fields)
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=clock.now())
+    return schedule
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_plans_runs_and_waits_for_what_is_due():
+    add = due_now(job="tests.jobs.add", args=[1, 2])
+    broken = due_now(job="tests.jobs.explode")
+    call_command("run_scheduler", "--once", workers=2, verbosity=0)
+    assert Run.objects.get(schedule=add).status == "succeeded"
+    assert Run.objects.get(schedule=add).result == 3
+    assert Run.objects.get(schedule=broken).status == "failed"
+    assert not SchedulerProcess.objects.exists()
+    assert not Lease.objects.held().exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plan_only_records_runs_without_executing_them():
+    schedule = due_now()
+    call_command("run_scheduler", "--once", "--plan-only", verbosity=0)
+    assert Run.objects.get(schedule=schedule).status == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_boot_sweeps_runs_left_behind_by_a_dead_process():
+    now = clock.now()
+    dead = SchedulerProcess.objects.create(host="gone", pid=9, started_at=now, heartbeat_at=now)
+    run = RunFactory(status="running", attempt=1, started_at=now - timedelta(minutes=5))
+    Lease.objects.create(
+        run=run,
+        attempt=1,
+        holder=str(dead),
+        process=dead,
+        acquired_at=now - timedelta(minutes=5),
+        heartbeat_at=now - timedelta(minutes=5),
+        expires_at=now - timedelta(minutes=4),
+    )
+    call_command("run_scheduler", "--once", "--plan-only", verbosity=0)
+    run.refresh_from_db()
+    assert (run.status, run.error_code) == ("failed", "lease_expired")
+
+
+def test_sigterm_stops_a_scheduler_cleanly(children):
+    child = children.start("--workers", "2")
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    assert child.terminate() == 0
+    assert not SchedulerProcess.objects.exists()
+
+
+def test_sigterm_past_the_grace_releases_an_unfinished_run(children):
+    schedule = due_now(job="tests.jobs.record", kwargs={"seconds": 120})
+    child = children.start("--workers", "1", settings={"SHUTDOWN_GRACE": 0.5})
+    wait_for(Run.objects.running().exists, 30, "the slow run to start")
+    assert child.terminate() == 0
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.interruptions) == ("pending", 1)
+    assert Lease.objects.get(run=run).outcome == "released"
+
+
+def test_a_schedule_created_while_running_fires_and_succeeds(children):
+    child = children.start("--workers", "2")
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    start = clock.now() + timedelta(seconds=1)
+    schedule = ScheduleFactory(
+        job="tests.jobs.record",
+        interval=timedelta(seconds=1),
+        start_at=start,
+        end_at=start + timedelta(seconds=2),
+    )
+    done = Run.objects.filter(schedule=schedule, status="succeeded")
+    wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
+    assert child.terminate() == 0
+    plan_times = sorted(Execution.objects.values_list("plan_time", flat=True))
+    assert plan_times == [start + timedelta(seconds=s) for s in range(3)]
+
+
+@pytest.mark.processes
+def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
+    """Two processes, 100 schedules firing every second for 30 s: one run per plan time."""
+    seconds = 30
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=3)
+    end = start + timedelta(seconds=seconds - 1)
+    schedules = ScheduleFactory.create_batch(
+        100,
+        job="tests.jobs.record",
+        interval=timedelta(seconds=1),
+        start_at=start,
+        end_at=end,
+        # Concurrency is what this test is about; overlap policies have their own tests.
+        overlap="concurrent",
+    )
+    schedulers = [children.start("--workers", "4") for _ in range(2)]
+    expected = len(schedules) * seconds
+    finished = Run.objects.filter(status__in=["succeeded", "failed"])
+    wait_for(lambda: finished.count() >= expected, seconds + 60, f"{expected} finished runs")
+    assert [scheduler.terminate() for scheduler in schedulers] == [0, 0]
+    wanted = [start + timedelta(seconds=s) for s in range(seconds)]
+    for schedule in schedules:
+        runs = Run.objects.filter(schedule=schedule).order_by("plan_time")
+        assert [run.plan_time for run in runs] == wanted, schedule.name
+    assert set(Run.objects.values_list("status", flat=True)) == {"succeeded"}
+    executions = Execution.objects.values("schedule", "plan_time").annotate(n=Count("pk"))
+    assert executions.count() == expected
+    assert {row["n"] for row in executions} == {1}
+    pids = set(Execution.objects.values_list("pid", flat=True))
+    assert pids == {scheduler.pid for scheduler in schedulers}
