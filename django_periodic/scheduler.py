@@ -96,6 +96,7 @@ class Scheduler:
         self.process: SchedulerProcess | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._failures = 0
         self.pool = WorkerPool(workers, on_done=self._wake.set) if workers else None
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
 
@@ -106,7 +107,10 @@ class Scheduler:
 
     def run(self, *, once: bool = False) -> None:
         """Boot, loop until stopped (or, with ``once``, until what is due now is done), stop."""
-        self.boot()
+        while not self._stop.is_set() and not self._guarded(self.boot):
+            pass  # the database is unreachable at start: keep trying until stopped
+        if self.process is None:
+            return
         try:
             self._run_once() if once else self._run_forever()
         finally:
@@ -115,10 +119,11 @@ class Scheduler:
     def boot(self) -> None:
         """Recovery before the first tick: register, sync code schedules, sweep expired leases."""
         now = clock.now(self.using)
-        self.process = SchedulerProcess.objects.using(self.using).create(
-            host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
-        )
-        logger.info("Scheduler %s starting.", self.process)
+        if self.process is None:  # boot is retried when the database was away
+            self.process = SchedulerProcess.objects.using(self.using).create(
+                host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
+            )
+            logger.info("Scheduler %s starting.", self.process)
         registry.sync_code_schedules(self.using)
         self._sweep(now)
         self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
@@ -171,20 +176,28 @@ class Scheduler:
         return min(at for at in candidates if at is not None)
 
     def _run_forever(self) -> None:
-        failures = 0
         while not self._stop.is_set():
-            self._wake.clear()
-            try:
-                close_old_connections()
-                now, wake_at = self.tick()
-                failures = 0
-                delay = (wake_at - now).total_seconds()
-            except (DatabaseError, InterfaceError) as exc:
-                failures += 1
-                delay = min(2.0 ** (failures - 1), MAX_ERROR_BACKOFF)
-                logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
-                connections.close_all()
-            self._wake.wait(max(delay, 0.001))
+            self._guarded(self._tick_and_sleep)
+
+    def _tick_and_sleep(self) -> None:
+        self._wake.clear()
+        close_old_connections()
+        now, wake_at = self.tick()
+        self._wake.wait(max((wake_at - now).total_seconds(), 0.001))
+
+    def _guarded(self, step) -> bool:
+        """Run a step; on a database error log it, reconnect later, back off 1, 2, 4... 30 s."""
+        try:
+            step()
+        except (DatabaseError, InterfaceError) as exc:
+            self._failures += 1
+            delay = min(2.0 ** (self._failures - 1), MAX_ERROR_BACKOFF)
+            logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
+            connections.close_all()
+            self._stop.wait(delay)
+            return False
+        self._failures = 0
+        return True
 
     def _run_once(self) -> None:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""

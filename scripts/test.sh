@@ -4,7 +4,7 @@
 # Builds the support-matrix virtualenvs under .venv/, starts a throwaway PostgreSQL, lints, checks
 # for missing migrations, then runs pytest on every (environment, database) pair. All runs happen
 # even if one fails; the exit status is non-zero if anything failed. The last line of output is
-# "N passed, M failed" (counting pytest runs), for CI to read.
+# "N passed, M failed" (tests over all pytest runs), for CI to read.
 #
 # Optional environment:
 #   PERIODIC_TEST_ENVS="py311-django52 py312-django6"   which environments to run (default: all)
@@ -94,12 +94,34 @@ env_label() {
     in_venv "$1" python -c 'import sys, django; print("py%d.%d / Django %s" % (*sys.version_info[:2], django.__version__))'
 }
 
+# Test counts over all runs, read from pytest's closing line, for the final summary line.
+TESTS_PASSED=0
+TESTS_FAILED=0
+
+count_tests() {
+    local line n word
+    line=$(grep -E '^=+ .*[0-9]+ (passed|failed|error)' "$1" | tail -n 1 || true)
+    for word in passed failed errors error; do
+        n=$(grep -Eo "[0-9]+ $word\b" <<<"$line" | grep -Eo '[0-9]+' || true)
+        [[ -n $n ]] || continue
+        if [[ $word == passed ]]; then
+            TESTS_PASSED=$((TESTS_PASSED + n))
+        else
+            TESTS_FAILED=$((TESTS_FAILED + n))
+        fi
+    done
+}
+
 run_pytest() {
-    local name=$1 db=$2 label rc=0
+    local name=$1 db=$2 label rc=0 log
     shift 2
     label="$(env_label "$name") / $db"
     banner "$label"
-    PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest -p no:cacheprovider "$@" || rc=$?
+    log=$(mktemp)
+    PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest -p no:cacheprovider "$@" 2>&1 |
+        tee "$log" || rc=${PIPESTATUS[0]}
+    count_tests "$log"
+    rm -f "$log"
     RUN_LABELS+=("$label")
     RUN_CODES+=("$rc")
 }
@@ -114,7 +136,8 @@ describe_code() {
     esac
 }
 
-# Prints the summary table and the final "N passed, M failed" line; returns non-zero on failure.
+# Prints the summary table and the final "N passed, M failed" line (tests over all runs);
+# returns non-zero on failure.
 summarize() {
     local i rc passed=0 failed=0 empty=0 checks_failed=0
     for rc in "${RUN_CODES[@]}"; do
@@ -142,7 +165,8 @@ summarize() {
     if ((checks_failed > 0)); then
         echo "  ($checks_failed check(s) failed: the script fails even if every pytest run passed)"
     fi
-    echo "$passed passed, $failed failed"
+    echo "  pytest runs: $passed passed, $failed failed"
+    echo "$TESTS_PASSED passed, $TESTS_FAILED failed"
     ((failed == 0 && checks_failed == 0 && ${#RUN_CODES[@]} > 0))
 }
 

@@ -2,6 +2,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.db.models import Count
 
 from django_periodic import clock
@@ -119,3 +120,18 @@ def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
     assert {row["n"] for row in executions} == {1}
     pids = set(Execution.objects.values_list("pid", flat=True))
     assert pids == {scheduler.pid for scheduler in schedulers}
+
+
+def test_a_scheduler_survives_its_database_connections_being_killed(postgres, children):
+    child = children.start("--workers", "2")
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.rowcount >= 1
+    schedule = due_now(job="tests.jobs.add", args=[2, 2])
+    run = Run.objects.filter(schedule=schedule, status="succeeded")
+    wait_for(run.exists, 30, "a run after the connections were killed")
+    assert child.terminate() == 0

@@ -71,16 +71,18 @@ pg_start() {
     local attempt
     for attempt in 1 2 3; do
         port=$(_pg_free_port) || { pg_stop; return 1; }
-        # Test-only settings: durability off for speed, local TCP only, socket in our temp dir.
+        # Local TCP only, socket in our temp dir; for tests durability off for speed
+        # (PG_DURABLE=1 keeps the defaults, for benchmarks that must match production).
         cat >"$PG_DIR/data/postgresql.auto.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $port
 unix_socket_directories = '$PG_DIR'
 max_connections = 200
-fsync = off
-synchronous_commit = off
-full_page_writes = off
 EOF
+        if [[ ${PG_DURABLE:-0} != 1 ]]; then
+            printf '%s\n' "fsync = off" "synchronous_commit = off" "full_page_writes = off" \
+                >>"$PG_DIR/data/postgresql.auto.conf"
+        fi
         if _pg_as_owner "$bindir/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" \
             -w -t 60 start >/dev/null; then
             PG_PORT=$port

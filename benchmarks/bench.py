@@ -1,0 +1,145 @@
+"""Measure the scheduler's hot paths against a real database and print a table.
+
+    bash benchmarks/run.sh            # PostgreSQL started for the run, then SQLite
+    bash benchmarks/run.sh --quick    # smaller sizes
+
+Figures: planning throughput (fires turned into runs per second, queries per tick),
+claim + finish throughput (runs per second through leases, one connection), and the
+idle cost of a scheduler (queries per tick and ticks per minute with nothing due).
+"""
+
+import argparse
+import os
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+# The test settings poll every second; measure the shipped default instead.
+os.environ.setdefault("PERIODIC_TEST_SETTINGS", '{"POLL_INTERVAL": 5}')
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.core.management import call_command  # noqa: E402
+from django.db import connection  # noqa: E402
+
+from django_periodic import clock, leases, planner  # noqa: E402
+from django_periodic.conf import get_settings  # noqa: E402
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
+from django_periodic.scheduler import Scheduler  # noqa: E402
+
+
+class QueryCounter:
+    def __init__(self):
+        self.count = 0
+
+    def __call__(self, execute, sql, params, many, context):
+        self.count += 1
+        return execute(sql, params, many, context)
+
+
+def reset() -> None:
+    Lease.objects.all().delete()
+    Run.objects.all().delete()
+    Schedule.objects.all().delete()
+    SchedulerProcess.objects.all().delete()
+
+
+def make_due_schedules(n: int) -> None:
+    now = clock.now()
+    Schedule.objects.bulk_create(
+        Schedule(
+            name=f"bench-{i}",
+            job="tests.jobs.noop",
+            interval=timedelta(minutes=1),
+            start_at=now - timedelta(seconds=30),
+            next_fire_at=now - timedelta(seconds=30),
+        )
+        for i in range(n)
+    )
+
+
+def bench_planning(n: int) -> dict:
+    reset()
+    make_due_schedules(n)
+    now = clock.now()
+    counter = QueryCounter()
+    batch = get_settings().PLAN_BATCH_SIZE
+    ticks = 0
+    started = time.perf_counter()
+    with connection.execute_wrapper(counter):
+        while planner.plan_due(now, batch_size=batch).schedules:
+            ticks += 1
+    elapsed = time.perf_counter() - started
+    assert Run.objects.count() == n
+    return {
+        "what": f"plan {n} due schedules (batches of {batch})",
+        "result": f"{n / elapsed:,.0f} fires/s",
+        "detail": f"{elapsed:.2f} s, {counter.count / max(ticks, 1):.1f} queries per batch",
+    }
+
+
+def bench_claim_finish(n: int, batch: int) -> dict:
+    reset()
+    make_due_schedules(n)
+    now = clock.now()
+    while planner.plan_due(now).schedules:
+        pass
+    process = SchedulerProcess.objects.create(host="bench", pid=0, started_at=now, heartbeat_at=now)
+    started = time.perf_counter()
+    done = 0
+    while claims := leases.claim(process, now, batch):
+        for claim in claims:
+            leases.succeed(claim, now, None)
+        done += len(claims)
+    elapsed = time.perf_counter() - started
+    assert done == n
+    return {
+        "what": f"claim + finish {n} runs (claims of {batch}, one connection)",
+        "result": f"{n / elapsed:,.0f} runs/s",
+        "detail": f"{elapsed:.2f} s",
+    }
+
+
+def bench_idle(schedules: int) -> dict:
+    reset()
+    make_due_schedules(schedules)
+    Schedule.objects.update(next_fire_at=clock.now() + timedelta(hours=1))
+    scheduler = Scheduler(workers=1)
+    scheduler.boot()
+    scheduler.tick()  # the first tick sweeps and heartbeats; measure a steady one
+    counter = QueryCounter()
+    with connection.execute_wrapper(counter):
+        now, wake_at = scheduler.tick()
+    scheduler.shutdown()
+    sleep = (wake_at - now).total_seconds()
+    return {
+        "what": f"idle scheduler, {schedules} schedules none due",
+        "result": f"{counter.count} queries per tick",
+        "detail": f"sleeps {sleep:.1f} s between ticks ({60 / sleep:.0f} ticks/min)",
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    quick = parser.parse_args().quick
+    call_command("migrate", verbosity=0)
+    sizes = [1_000] if quick else [1_000, 10_000, 50_000]
+    rows = [bench_planning(n) for n in sizes]
+    rows += [bench_claim_finish(2_000 if quick else 10_000, 100)]
+    rows += [bench_idle(1_000)]
+    reset()
+    engine = f"{connection.vendor} {connection.Database.__name__}"
+    print(f"\n## {engine}, Django {django.get_version()}, Python {sys.version.split()[0]}\n")
+    print("| measured | result | detail |\n|---|---|---|")
+    for row in rows:
+        print(f"| {row['what']} | {row['result']} | {row['detail']} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run benchmarks/bench.py on a throwaway PostgreSQL and on SQLite, with the test venv.
+#   bash benchmarks/run.sh [--quick]
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=scripts/lib/venv.sh
+source scripts/lib/venv.sh
+# shellcheck source=scripts/lib/postgres.sh
+source scripts/lib/postgres.sh
+
+venv_ensure py311-django52 3.11 -e '.[postgres]' --group test ruff 'django>=5.2,<6'
+python=$PWD/.venv/py311-django52/bin/python
+trap pg_stop EXIT
+# Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
+PG_DURABLE=1 pg_start
+PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
+    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
+    "$python" benchmarks/bench.py "$@"
+rm -f /tmp/periodic-bench.sqlite3*
+PERIODIC_TEST_DB=sqlite PERIODIC_TEST_DB_NAME=/tmp/periodic-bench.sqlite3 "$python" benchmarks/bench.py "$@"
+rm -f /tmp/periodic-bench.sqlite3*
