@@ -20,7 +20,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 # The test settings poll every second; measure the shipped default instead.
 os.environ.setdefault("PERIODIC_TEST_SETTINGS", '{"POLL_INTERVAL": 5}')
 
-import django  # noqa: E402
+import django
 
 django.setup()
 

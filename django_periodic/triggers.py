@@ -199,10 +199,15 @@ def _compact(values: frozenset[int], low: int, high: int) -> str:
 def _croniter_args(spec: _CronSpec) -> tuple[str, bool]:
     """Plain numeric expression plus day_or flag, so croniter's own parsing quirks never matter."""
     dom, dow = _compact(spec.days, 1, 31), _compact(spec.weekdays, 0, 6)
-    if not spec.days_and and "*" in (dom, dow):
+    day_or = not spec.days_and
+    if day_or and "*" in (dom, dow):
         dom = dow = "*"  # OR with a field that covers every day
+    elif day_or and min(spec.days) > max(_MONTH_LENGTHS[m - 1] for m in spec.months):
+        # e.g. '31 2 mon': the day-of-month side never occurs; croniter would search 50 years
+        # for it on every call before settling for the weekdays.
+        dom, day_or = "*", False
     fields = (_compact(spec.minutes, 0, 59), _compact(spec.hours, 0, 23), dom)
-    return " ".join((*fields, _compact(spec.months, 1, 12), dow)), not spec.days_and
+    return " ".join((*fields, _compact(spec.months, 1, 12), dow)), day_or
 
 
 # --- datetimes ------------------------------------------------------------------------------
@@ -284,13 +289,13 @@ class CronTrigger(Trigger):
 
     def _local(self, naive_utc: datetime) -> tuple[datetime, timedelta]:
         """Local wall time of an instant and how long that wall time is repeated (0 if not)."""
-        wall = naive_utc.replace(tzinfo=UTC).astimezone(self._tz).replace(tzinfo=None)
+        wall = naive_utc.replace(tzinfo=UTC).astimezone(self._tz).replace(tzinfo=None, fold=0)
         offsets = self._offsets(wall)
         return wall, max(offsets[0] - offsets[1], _ZERO)
 
     def _offsets(self, wall: datetime) -> tuple[timedelta, timedelta]:
         """UTC offsets of a wall time for fold=0 and fold=1; they differ only at a transition."""
-        first = wall.replace(tzinfo=self._tz).utcoffset()
+        first = wall.replace(tzinfo=self._tz, fold=0).utcoffset()
         second = wall.replace(tzinfo=self._tz, fold=1).utcoffset()
         assert first is not None and second is not None
         return first, second
