@@ -2,15 +2,40 @@
 
 from django.contrib import admin
 
+from django_periodic.forms import ScheduleForm
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+    fieldsets = [
+        (None, {"fields": ["name", "job", "args", "kwargs", "enabled"]}),
+        (
+            "Trigger (set one of cron, interval or run at)",
+            {"fields": ["cron", "timezone", "interval", "run_at", "start_at", "end_at"]},
+        ),
+        (
+            "Policies",
+            {
+                "fields": [
+                    "overlap",
+                    "misfire",
+                    "misfire_grace",
+                    "max_attempts",
+                    "retry_backoff",
+                    "timeout",
+                    "lease_timeout",
+                    "allow_stale_reentry",
+                ]
+            },
+        ),
+        ("State", {"fields": ["next_fire_at", "last_error", "defined_in", "created_at"]}),
+    ]
     list_display = ["name", "job", "trigger_text", "timezone", "enabled", "next_fire_at"]
     list_filter = ["enabled", "job", "overlap", "misfire"]
     search_fields = ["name", "job"]
-    readonly_fields = ["next_fire_at", "last_error", "defined_in", "created_at", "updated_at"]
+    readonly_fields = ["next_fire_at", "last_error", "defined_in", "created_at"]
     actions = ["run_now"]
 
     @admin.display(description="trigger")

@@ -4,9 +4,32 @@ from datetime import timedelta
 from numbers import Real
 
 from django.conf import settings
-from django.core.checks import Error, Tags, register
+from django.core.checks import Error, Tags, Warning, register
 
 from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, SETTING_NAME
+
+
+@register(Tags.database)
+def check_sqlite_transactions(app_configs=None, databases=None, **kwargs) -> list[Warning]:
+    """SQLite must start write transactions at once, or planners can plan the same fire."""
+    return sqlite_warnings(settings.DATABASES)
+
+
+def sqlite_warnings(databases: dict) -> list[Warning]:
+    warnings = []
+    for alias, config in databases.items():
+        is_sqlite = config.get("ENGINE", "").endswith("sqlite3")
+        mode = config.get("OPTIONS", {}).get("transaction_mode", "")
+        if is_sqlite and str(mode).upper() != "IMMEDIATE":
+            warnings.append(
+                Warning(
+                    f"Database {alias!r} is SQLite without transaction_mode 'IMMEDIATE'.",
+                    hint="Set DATABASES[...]['OPTIONS']['transaction_mode'] = 'IMMEDIATE', so "
+                    "that a scheduler and the web process never plan or write over each other.",
+                    id="django_periodic.W001",
+                )
+            )
+    return warnings
 
 
 @register(Tags.compatibility)

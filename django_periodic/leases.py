@@ -121,15 +121,30 @@ def fail(claim: Claim, now: datetime, failure: Failure) -> str | None:
 
 
 def release(claim: Claim, now: datetime) -> bool:
-    """Give the run back unfinished (shutting down) so another process starts it at once."""
+    """Give up an unfinished run at shutdown.
+
+    With ``allow_stale_reentry`` it goes back to pending so another process starts it at
+    once; without, it may have had effects already, so it fails with ``interrupted``.
+    """
+    interrupted = {"interruptions": F("interruptions") + 1}
+    if claim.run.schedule.allow_stale_reentry:
+        return _finish(
+            claim,
+            now,
+            "released",
+            status=Run.Status.PENDING,
+            finished_at=None,
+            duration=None,
+            **interrupted,
+        )
     return _finish(
         claim,
         now,
-        "released",
-        status=Run.Status.PENDING,
-        interruptions=F("interruptions") + 1,
-        finished_at=None,
-        duration=None,
+        "interrupted",
+        status=Run.Status.FAILED,
+        error_code="interrupted",
+        error_message="Its scheduler stopped before the job finished; not run again.",
+        **interrupted,
     )
 
 
@@ -149,16 +164,18 @@ def _finish(claim: Claim, now: datetime, outcome: str, **run_fields: Any) -> boo
             return False
         fields = {"finished_at": now, "duration": now - run.started_at, **run_fields}
         Run.objects.using(claim.using).filter(pk=run.pk).update(**fields)
-        if run.schedule.overlap == Schedule.Overlap.QUEUE:
-            promote_queued(run.schedule_id, claim.using)
+        if run_fields["status"] in Run.FINAL_STATUSES:
+            promote_queued(run.schedule, claim.using)
     return True
 
 
-def promote_queued(schedule_id: int, using: str = "default") -> int:
-    """Start the oldest queued run of a schedule whose active run has ended."""
+def promote_queued(schedule: Schedule, using: str = "default") -> int:
+    """Start the oldest queued run of a ``queue`` schedule whose active run has ended."""
+    if schedule.overlap != Schedule.Overlap.QUEUE:
+        return 0
     oldest = (
         Run.objects.using(using)
-        .filter(schedule_id=schedule_id, status=Run.Status.QUEUED)
+        .filter(schedule=schedule, status=Run.Status.QUEUED)
         .order_by("plan_time", "pk")
         .values("pk")[:1]
     )
@@ -198,6 +215,8 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
             error_code="lease_expired",
             error_message="The process running it stopped heartbeating; its lease expired.",
         )
+        for schedule in {lease.run.schedule for lease in lost}:
+            promote_queued(schedule, using)
     return SweepResult(reentered, failed)
 
 

@@ -10,6 +10,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import clock, triggers
+from django_periodic.conf import get_settings
 
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
 TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at", "enabled")
@@ -102,15 +103,32 @@ class Schedule(models.Model):
     def save(self, *args, **kwargs) -> None:
         update_fields = kwargs.get("update_fields")
         touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
-        if touches_trigger and self._trigger_changed():
-            self.next_fire_at = self.first_fire_time(clock.now(kwargs.get("using") or "default"))
+        if touches_trigger and self._move_cursor(kwargs.get("using") or "default"):
             if update_fields is not None:
                 kwargs["update_fields"] = {*update_fields, "next_fire_at"}
         super().save(*args, **kwargs)
         self._loaded_trigger = self._trigger_state()
 
-    def _trigger_changed(self) -> bool:
-        return self._state.adding or getattr(self, "_loaded_trigger", None) != self._trigger_state()
+    def _move_cursor(self, using: str) -> bool:
+        """Set ``next_fire_at`` after a change that affects it; return whether it moved.
+
+        A new schedule, an edited trigger and a resumed schedule restart from now (time
+        spent paused is not a misfire). Pausing keeps the cursor, and a one-shot keeps it
+        unless ``run_at`` changed, so that a fired one-shot can never fire again.
+        """
+        loaded = getattr(self, "_loaded_trigger", None) or {}
+        current = self._trigger_state()
+        changed = {name for name in TRIGGER_FIELDS if loaded.get(name) != current[name]}
+        if not self._state.adding:
+            if not changed or changed == {"enabled"} and not self.enabled:
+                return False
+            if self.trigger_kind == "once" and "run_at" not in changed:
+                return False
+        now = clock.now(using)
+        if self._state.adding:
+            self.created_at = now  # an interval's anchor: the database's clock, like all times
+        self.next_fire_at = self.first_fire_time(now)
+        return True
 
     @classmethod
     def from_db(cls, db, field_names, values):
@@ -118,8 +136,8 @@ class Schedule(models.Model):
         instance._loaded_trigger = instance._trigger_state()
         return instance
 
-    def _trigger_state(self) -> tuple:
-        return tuple(getattr(self, name, None) for name in TRIGGER_FIELDS)
+    def _trigger_state(self) -> dict:
+        return {name: getattr(self, name, None) for name in TRIGGER_FIELDS}
 
     @property
     def trigger_kind(self) -> str:
@@ -153,8 +171,6 @@ class Schedule(models.Model):
         A one-shot keeps its ``run_at`` even when it has passed: firing late or not
         is the misfire policy's decision, and it must not vanish silently.
         """
-        if not self.enabled:
-            return None
         trigger = self.trigger
         if self.trigger_kind == "once":
             return trigger.next_after(self.run_at - timedelta(microseconds=1))
@@ -210,6 +226,13 @@ class Schedule(models.Model):
         for name in ("misfire_grace", "retry_backoff"):
             if getattr(self, name) < timedelta(0):
                 errors.append((name, f"{name} must not be negative."))
+        heartbeat = get_settings().HEARTBEAT_INTERVAL
+        if timedelta(0) < self.lease_timeout < 2 * heartbeat:
+            message = (
+                f"lease_timeout must be at least twice the heartbeat interval ({heartbeat}), "
+                "or a live process could lose its lease."
+            )
+            errors.append(("lease_timeout", message))
         return errors
 
     def _job_errors(self) -> list[tuple[str, str]]:
@@ -267,6 +290,7 @@ class Run(models.Model):
         RETRY = "retry", _("retry")
 
     ACTIVE_STATUSES = (Status.PENDING, Status.QUEUED, Status.RUNNING, Status.RETRYING)
+    FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.CANCELLED)
 
     schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))

@@ -68,35 +68,54 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
     """The runs a due schedule records at ``now`` and its next cursor (no database access)."""
     try:
         registry.get_job(schedule.job)
-        trigger = schedule.trigger
-        due, cursor = _due_times(trigger, schedule.next_fire_at, now)
+        due = _due_times(schedule.trigger, schedule.next_fire_at, now)
     except (triggers.InvalidTrigger, registry.UnknownJob, ValueError, TypeError) as exc:
         return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
-    decision = Decision(schedule, cursor)
-    for plan_time, missed in _apply_misfire(schedule, due, now):
+    decision = Decision(schedule, due.cursor)
+    for plan_time, missed in _apply_misfire(schedule, due.times, now):
         if missed:
             status, reason = Run.Status.SKIPPED, SKIPPED_MISSED
         else:
             status, reason = _apply_overlap(schedule, occupancy)
         decision.runs.append(new_run(schedule, plan_time, status=status, error_code=reason))
+    if due.unlisted:
+        message = (
+            f"Missed, as was every plan time after it up to {due.times[-1]:%Y-%m-%d %H:%M:%S}."
+        )
+        decision.runs.append(
+            new_run(
+                schedule,
+                due.unlisted,
+                status=Run.Status.SKIPPED,
+                error_code=SKIPPED_MISSED,
+                error_message=message,
+            )
+        )
     return decision
 
 
-def _due_times(trigger, cursor: datetime, now: datetime) -> tuple[list[datetime], datetime | None]:
-    """Fire times from the cursor up to ``now`` (capped), and the first fire after ``now``."""
+@dataclass
+class DueTimes:
+    times: list[datetime]  # plan times up to now, in order: at most CATCHUP_LIMIT + 2
+    cursor: datetime | None  # the first fire after now
+    unlisted: datetime | None = None  # the first of the missed times not listed one by one
+
+
+def _due_times(trigger: triggers.Trigger, cursor: datetime, now: datetime) -> DueTimes:
     limit = get_settings().CATCHUP_LIMIT
     due = []
     fire = cursor
     while fire is not None and fire <= now and len(due) <= limit:
         due.append(fire)
         fire = trigger.next_after(fire)
-    if fire is not None and fire <= now:
-        # More missed times than we list one by one: jump to the most recent.
-        latest = trigger.latest_at_or_before(now)
-        if latest is not None and latest > due[-1]:
-            due.append(latest)
-        fire = trigger.next_after(now)
-    return due, fire
+    if fire is None or fire > now:
+        return DueTimes(due, fire)
+    # More missed times than we list one by one: one row stands for those in between,
+    # and the most recent is listed so that the misfire policy can fire it.
+    latest = trigger.latest_at_or_before(now)
+    if latest == fire:
+        return DueTimes([*due, latest], trigger.next_after(now))
+    return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)
 
 
 def _apply_misfire(schedule: Schedule, due: list[datetime], now: datetime):

@@ -135,6 +135,7 @@ class SyncReport:
     created: list[str] = field(default_factory=list)
     updated: list[str] = field(default_factory=list)
     disabled: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
 
 
 def sync_code_schedules(using: str = "default") -> SyncReport:
@@ -143,6 +144,7 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
     Created if missing, updated where the code changed, disabled when gone from code.
     A schedule paused in the admin stays paused.
     """
+    from django.core.exceptions import ValidationError
     from django.db import transaction
 
     from django_periodic.models import Schedule
@@ -153,7 +155,13 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
         existing = Schedule.objects.using(using).select_for_update()
         stored = {s.name: s for s in existing.filter(name__in=wanted)}
         for name, registered in wanted.items():
-            _sync_one(registered, stored.get(name), report, using)
+            try:
+                with transaction.atomic(using=using):
+                    _sync_one(registered, stored.get(name), report, using)
+            except ValidationError as exc:
+                # One bad definition must not keep the scheduler from starting.
+                logger.error("Code-defined schedule %r not synced: %s", name, exc)
+                report.invalid.append(name)
         gone = existing.exclude(defined_in="").exclude(name__in=wanted)
         for schedule in gone:
             schedule.last_error = f"No longer defined in code (was at {schedule.defined_in})."
@@ -161,7 +169,7 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
             schedule.save(using=using)
             report.disabled.append(schedule.name)
     for verb, names in vars(report).items():
-        if names:
+        if names and verb != "invalid":
             logger.info("Code-defined schedules %s: %s", verb, ", ".join(names))
     return report
 

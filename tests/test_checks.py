@@ -2,7 +2,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_periodic.checks import check_settings
+from django_periodic.checks import check_settings, sqlite_warnings
 from django_periodic.conf import get_settings
 
 
@@ -38,3 +38,12 @@ def test_durations_accept_seconds_or_timedelta(settings):
     assert timedelta(seconds=3) == effective.POLL_INTERVAL
     assert timedelta(minutes=1) == effective.SWEEP_INTERVAL
     assert effective.WORKERS == 4
+
+
+def test_sqlite_without_immediate_transactions_is_warned_about():
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}
+    warnings = sqlite_warnings(
+        {"default": sqlite, "other": {**sqlite, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}}
+    )
+    assert [w.id for w in warnings] == ["django_periodic.W001"]
+    assert "'default'" in warnings[0].msg

@@ -137,13 +137,22 @@ def test_one_heartbeat_extends_every_lease_of_the_process_by_its_own_length(proc
 
 
 @pytest.mark.django_db
-def test_release_gives_the_run_back_for_another_process(process, now):
-    claim = claim_one(process, now)
+def test_release_gives_a_reentrant_run_back_for_another_process(process, now):
+    claim = claim_one(process, now, allow_stale_reentry=True)
     assert leases.release(claim, now)
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.interruptions) == ("pending", 1)
     (again,) = leases.claim(process, now, 1)
     assert again.run.attempt == 2
+
+
+@pytest.mark.django_db
+def test_release_fails_an_at_most_once_run_rather_than_run_it_twice(process, now):
+    claim = claim_one(process, now, allow_stale_reentry=False)
+    assert leases.release(claim, now)
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.error_code) == ("failed", "interrupted")
+    assert leases.claim(process, now, 1) == []
 
 
 @pytest.mark.django_db
@@ -180,3 +189,21 @@ def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
         thread.join()
     assert sorted(claimed) == sorted(Run.objects.values_list("pk", flat=True))
     assert Lease.objects.count() == 60
+
+
+@pytest.mark.django_db
+def test_a_retry_does_not_promote_a_queued_run(process, now):
+    claim = claim_one(process, now, overlap="queue", max_attempts=2)
+    queued = RunFactory(schedule=claim.run.schedule, plan_time=now + timedelta(1), status="queued")
+    leases.fail(claim, now, failure())
+    queued.refresh_from_db()
+    assert queued.status == "queued"
+
+
+@pytest.mark.django_db
+def test_a_sweep_that_fails_a_run_promotes_the_next_queued_one(process, now):
+    claim = claim_one(process, now, overlap="queue", lease_timeout=timedelta(seconds=1))
+    queued = RunFactory(schedule=claim.run.schedule, plan_time=now + timedelta(1), status="queued")
+    leases.sweep(now + timedelta(seconds=2))
+    queued.refresh_from_db()
+    assert queued.status == "pending"

@@ -38,6 +38,7 @@ def test_a_valid_schedule_passes_full_clean():
         ({"job": "nowhere.job"}, "job", "nowhere.job"),
         ({"job": "tests.jobs.add", "args": [1]}, "args", "do not fit"),
         ({"lease_timeout": timedelta(0)}, "lease_timeout", "positive"),
+        ({"lease_timeout": timedelta(seconds=15)}, "lease_timeout", "twice the heartbeat"),
         ({"misfire_grace": timedelta(seconds=-1)}, "misfire_grace", "negative"),
         ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
     ],
@@ -90,14 +91,30 @@ def test_changing_the_trigger_moves_the_cursor_but_other_edits_do_not(now):
 
 
 @pytest.mark.django_db
-def test_disabling_clears_the_cursor_and_enabling_restarts_from_now(now):
+def test_pausing_keeps_the_cursor_and_resuming_restarts_from_now(now):
     schedule = ScheduleFactory(interval=None, cron="*/5 * * * *")
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0)
+    schedule.refresh_from_db()
     schedule.enabled = False
     schedule.save()
-    assert schedule.next_fire_at is None
+    assert schedule.next_fire_at == T0
     schedule.enabled = True
     schedule.save()
     assert now < schedule.next_fire_at <= now + timedelta(minutes=5)
+
+
+@pytest.mark.django_db
+def test_a_fired_one_shot_does_not_fire_again_when_paused_and_resumed():
+    schedule = ScheduleFactory(interval=None, run_at=T0)
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=None)  # it has fired
+    schedule.refresh_from_db()
+    for enabled in (False, True):
+        schedule.enabled = enabled
+        schedule.save()
+        assert schedule.next_fire_at is None
+    schedule.run_at = T0 + timedelta(days=1)
+    schedule.save()
+    assert schedule.next_fire_at == T0 + timedelta(days=1)
 
 
 @pytest.mark.django_db

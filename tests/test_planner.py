@@ -107,10 +107,14 @@ def test_a_long_downtime_is_bounded_by_the_catchup_limit(settings):
     planner.plan_due(now)
     runs = runs_of(schedule)
     schedule.refresh_from_db()
-    assert len(runs) == 7  # the first CATCHUP_LIMIT + 1 missed times, then the latest
-    assert runs[-1] == (T0 + timedelta(days=1), "pending", "")
-    assert all(status == "skipped" for _, status, _ in runs[:-1])
-    assert schedule.next_fire_at == T0 + timedelta(days=1) + EVERY
+    latest = T0 + timedelta(days=1)
+    assert runs[:6] == [(T0 + i * EVERY, "skipped", "missed") for i in range(6)]
+    assert runs[6] == (T0 + 6 * EVERY, "skipped", "missed")  # stands for the unlisted ones
+    assert (
+        f"up to {latest:%Y-%m-%d %H:%M:%S}" in Run.objects.get(plan_time=runs[6][0]).error_message
+    )
+    assert runs[7:] == [(latest, "pending", "")]
+    assert schedule.next_fire_at == latest + EVERY
 
 
 @pytest.mark.django_db

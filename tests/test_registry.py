@@ -94,3 +94,12 @@ def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
     Schedule.objects.filter(name="hourly").update(enabled=False)
     registry.sync_code_schedules()
     assert not Schedule.objects.get(name="hourly").enabled
+
+
+@pytest.mark.django_db
+def test_a_code_schedule_that_does_not_validate_is_reported_and_the_rest_sync(clean_registry):
+    job(name="needs_args", cron="@daily")(lambda a: a)  # no args given: cannot be called
+    job(name="fine", cron="@daily")(lambda: None)
+    report = registry.sync_code_schedules()
+    assert report.invalid == ["needs_args"]
+    assert report.created == ["fine"]

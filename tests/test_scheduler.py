@@ -63,14 +63,20 @@ def test_sigterm_stops_a_scheduler_cleanly(children):
     assert not SchedulerProcess.objects.exists()
 
 
-def test_sigterm_past_the_grace_releases_an_unfinished_run(children):
-    schedule = due_now(job="tests.jobs.record", kwargs={"seconds": 120})
+@pytest.mark.parametrize(
+    ("reentry", "status", "outcome"),
+    [(True, "pending", "released"), (False, "failed", "interrupted")],
+)
+def test_sigterm_past_the_grace_gives_up_an_unfinished_run(children, reentry, status, outcome):
+    schedule = due_now(
+        job="tests.jobs.record", kwargs={"seconds": 120}, allow_stale_reentry=reentry
+    )
     child = children.start("--workers", "1", settings={"SHUTDOWN_GRACE": 0.5})
     wait_for(Run.objects.running().exists, 30, "the slow run to start")
     assert child.terminate() == 0
     run = Run.objects.get(schedule=schedule)
-    assert (run.status, run.interruptions) == ("pending", 1)
-    assert Lease.objects.get(run=run).outcome == "released"
+    assert (run.status, run.interruptions) == (status, 1)
+    assert Lease.objects.get(run=run).outcome == outcome
 
 
 def test_a_schedule_created_while_running_fires_and_succeeds(children):
