@@ -18,4 +18,24 @@ class ScheduleForm(forms.ModelForm):
 
     class Meta:
         model = Schedule
-        fields = "__all__"
+        fields = [
+            "name",
+            "job",
+            "args",
+            "kwargs",
+            "enabled",
+            "cron",
+            "timezone",
+            "interval",
+            "run_at",
+            "start_at",
+            "end_at",
+            "overlap",
+            "misfire",
+            "misfire_grace",
+            "max_attempts",
+            "retry_backoff",
+            "timeout",
+            "lease_timeout",
+            "allow_stale_reentry",
+        ]

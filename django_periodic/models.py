@@ -103,9 +103,9 @@ class Schedule(models.Model):
     def save(self, *args, **kwargs) -> None:
         update_fields = kwargs.get("update_fields")
         touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
-        if touches_trigger and self._move_cursor(kwargs.get("using") or "default"):
-            if update_fields is not None:
-                kwargs["update_fields"] = {*update_fields, "next_fire_at"}
+        moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
+        if moved and update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "next_fire_at"}
         super().save(*args, **kwargs)
         self._loaded_trigger = self._trigger_state()
 
@@ -120,7 +120,7 @@ class Schedule(models.Model):
         current = self._trigger_state()
         changed = {name for name in TRIGGER_FIELDS if loaded.get(name) != current[name]}
         if not self._state.adding:
-            if not changed or changed == {"enabled"} and not self.enabled:
+            if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
             if self.trigger_kind == "once" and "run_at" not in changed:
                 return False

@@ -13,32 +13,16 @@ import re
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from croniter import CroniterError, croniter
 
-__all__ = [
-    "BoundedTrigger",
-    "CronTrigger",
-    "IntervalTrigger",
-    "InvalidTrigger",
-    "OnceTrigger",
-    "Trigger",
-    "fire_times",
-    "parse_timezone",
-    "validate_cron",
-]
-
-UTC = timezone.utc
 _ZERO = timedelta(0)
 _MINUTE = timedelta(minutes=1)
 
 
 class InvalidTrigger(ValueError):
     """A trigger definition (cron expression, time zone, interval, datetime) is not valid."""
-
-
-# --- time zones -----------------------------------------------------------------------------
 
 
 def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
@@ -52,8 +36,6 @@ def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
         raise InvalidTrigger(f"Unknown time zone {name!r}.") from exc
 
 
-# --- cron parsing ---------------------------------------------------------------------------
-
 _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -63,8 +45,8 @@ _MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-_MONTHS = "jan feb mar apr may jun jul aug sep oct nov dec".split()
-_WEEKDAYS = "sun mon tue wed thu fri sat".split()
+_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+_WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 # (name, low, high, names); day-of-week allows 7 for Sunday, as in Vixie cron.
 _FIELDS = (
     ("minute", 0, 59, {}),
@@ -74,8 +56,13 @@ _FIELDS = (
     ("day-of-week", 0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}),
 )
 _MONTH_LENGTHS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # Feb 29 exists sometimes
-_UNSUPPORTED = (("?", "'?' is not supported; use '*'"), ("#", "'#' (nth weekday) is not supported"))
-_UNSUPPORTED_LETTERS = {"l": "'L' (last)", "w": "'W' (nearest weekday)", "h": "'H' (hashed)"}
+_UNSUPPORTED = {  # croniter extensions, refused so that schedules stay portable cron
+    "?": "'?' is not supported; use '*'",
+    "#": "'#' (nth weekday) is not supported",
+    "l": "'L' (last) is not supported",
+    "w": "'W' (nearest weekday) is not supported",
+    "h": "'H' (hashed) is not supported",
+}
 _DIGITS = re.compile(r"[0-9]+")
 
 
@@ -99,14 +86,11 @@ def _value(text: str, item: str, low: int, high: int, names: dict[str, int]) -> 
         if not low <= int(text) <= high:
             raise _FieldError(f"{int(text)} is out of range {low}-{high}")
         return int(text)
-    for char, reason in _UNSUPPORTED:
-        if char in item:
-            raise _FieldError(reason)
     if text.lower() in names:
         return names[text.lower()]
-    letter = next((c for c in item.lower() if c in _UNSUPPORTED_LETTERS), None)
-    if letter:
-        raise _FieldError(f"{_UNSUPPORTED_LETTERS[letter]} is not supported")
+    for char, reason in _UNSUPPORTED.items():
+        if char in item.lower():
+            raise _FieldError(reason)
     if not text:
         raise _FieldError(f"'{item}' is malformed")
     raise _FieldError(f"unknown name '{text}'" if names else f"'{text}' is not a number")
@@ -168,15 +152,9 @@ def _parse_cron(expression: str) -> _CronSpec:
     # Debian cron(8): a job is "fixed-time" unless its minute or hour field is a wildcard;
     # an hour wildcard with a step over one hour still names specific hours.
     hour_star = any("*" in i and int(i.partition("/")[2] or 1) < 2 for i in parts[1].split(","))
-    return _CronSpec(
-        minutes,
-        hours,
-        days,
-        months,
-        frozenset(d % 7 for d in weekdays),
-        days_and,
-        fixed_time="*" not in parts[0] and not hour_star,
-    )
+    fixed_time = "*" not in parts[0] and not hour_star
+    weekdays = frozenset(d % 7 for d in weekdays)  # 7 is Sunday too
+    return _CronSpec(minutes, hours, days, months, weekdays, days_and, fixed_time)
 
 
 def validate_cron(expression: str) -> None:
@@ -185,15 +163,7 @@ def validate_cron(expression: str) -> None:
 
 
 def _compact(values: frozenset[int], low: int, high: int) -> str:
-    if len(values) == high - low + 1:
-        return "*"
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and runs[-1][1] == v - 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+    return "*" if len(values) == high - low + 1 else ",".join(map(str, sorted(values)))
 
 
 def _croniter_args(spec: _CronSpec) -> tuple[str, bool]:
@@ -208,9 +178,6 @@ def _croniter_args(spec: _CronSpec) -> tuple[str, bool]:
         dom, day_or = "*", False
     fields = (_compact(spec.minutes, 0, 59), _compact(spec.hours, 0, 23), dom)
     return " ".join((*fields, _compact(spec.months, 1, 12), dow)), day_or
-
-
-# --- datetimes ------------------------------------------------------------------------------
 
 
 def _naive_utc(value: datetime, what: str) -> datetime:
@@ -236,9 +203,6 @@ class Trigger(abc.ABC):
     @abc.abstractmethod
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         """Last fire at or before `moment` (aware), as aware UTC, or None."""
-
-
-# --- cron -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -334,9 +298,6 @@ class CronTrigger(Trigger):
 
     def _utc_offset(self, naive_utc: datetime) -> timedelta | None:
         return self._tz.fromutc(naive_utc.replace(tzinfo=self._tz)).utcoffset()
-
-
-# --- interval, once, bounds -----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
