@@ -156,7 +156,7 @@ class Schedule(models.Model):
         """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
         kind = self.trigger_kind
         if kind == "cron":
-            inner = triggers.CronTrigger(self.cron, self.timezone)
+            inner = triggers.cron(self.cron, self.timezone)
         elif kind == "interval":
             inner = triggers.IntervalTrigger(self.interval, self.start_at or self.created_at)
         elif kind == "once":

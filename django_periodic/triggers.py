@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import copy
+import functools
 import re
 import zoneinfo
 from collections.abc import Iterator
@@ -382,6 +383,12 @@ class BoundedTrigger(Trigger):
         if fire is None or (self.start_at is not None and fire < self.start_at):
             return None
         return fire
+
+
+@functools.lru_cache(maxsize=4096)
+def cron(expression: str, timezone: str = "UTC") -> CronTrigger:
+    """A CronTrigger, shared: parsing costs more than a next fire, and triggers are immutable."""
+    return CronTrigger(expression, timezone)
 
 
 def fire_times(trigger: Trigger, n: int, after: datetime) -> list[datetime]:

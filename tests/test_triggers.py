@@ -23,6 +23,7 @@ from django_periodic.triggers import (
     Trigger,
     _CronSpec,
     _parse_cron,
+    cron,
     fire_times,
     parse_timezone,
     validate_cron,
@@ -793,3 +794,10 @@ def test_bounded_cron_is_the_inner_fires_within_bounds(case, length):
     assert trigger.latest_at_or_before(end + timedelta(days=1)) == (
         expected[-1] if expected else None
     )
+
+
+def test_cron_triggers_are_shared_between_schedules_with_the_same_expression():
+    assert cron("0 3 * * *", "Europe/Berlin") is cron("0 3 * * *", "Europe/Berlin")
+    assert cron("0 3 * * *", "Europe/Berlin") == CronTrigger("0 3 * * *", "Europe/Berlin")
+    with pytest.raises(InvalidTrigger, match="minute"):
+        cron("61 * * * *")
