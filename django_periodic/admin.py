@@ -4,32 +4,16 @@ from django.contrib import admin
 
 from django_periodic.forms import ScheduleForm
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     form = ScheduleForm
     fieldsets = [
-        (None, {"fields": ["name", "job", "args", "kwargs", "enabled"]}),
-        (
-            "Trigger (set one of cron, interval or run at)",
-            {"fields": ["cron", "timezone", "interval", "run_at", "start_at", "end_at"]},
-        ),
-        (
-            "Policies",
-            {
-                "fields": [
-                    "overlap",
-                    "misfire",
-                    "misfire_grace",
-                    "max_attempts",
-                    "retry_backoff",
-                    "timeout",
-                    "lease_timeout",
-                    "allow_stale_reentry",
-                ]
-            },
-        ),
+        (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
+        ("Trigger (set one of cron, interval or run at)", {"fields": TRIGGER_FIELDS}),
+        ("Policies", {"fields": POLICY_FIELDS}),
         ("State", {"fields": ["next_fire_at", "last_error", "defined_in", "created_at"]}),
     ]
     list_display = ["name", "job", "trigger_text", "timezone", "enabled", "next_fire_at"]

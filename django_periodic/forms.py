@@ -4,6 +4,7 @@ from django import forms
 
 from django_periodic import registry
 from django_periodic.models import Schedule
+from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
 
 
 def job_choices() -> list[tuple[str, str]]:
@@ -18,24 +19,4 @@ class ScheduleForm(forms.ModelForm):
 
     class Meta:
         model = Schedule
-        fields = [
-            "name",
-            "job",
-            "args",
-            "kwargs",
-            "enabled",
-            "cron",
-            "timezone",
-            "interval",
-            "run_at",
-            "start_at",
-            "end_at",
-            "overlap",
-            "misfire",
-            "misfire_grace",
-            "max_attempts",
-            "retry_backoff",
-            "timeout",
-            "lease_timeout",
-            "allow_stale_reentry",
-        ]
+        fields = ["name", "job", *JOB_FIELDS, "enabled", *TRIGGER_FIELDS, *POLICY_FIELDS]

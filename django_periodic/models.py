@@ -9,11 +9,11 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import clock, triggers
+from django_periodic import clock, registry, triggers
 from django_periodic.conf import get_settings
 
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
-TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at", "enabled")
+CURSOR_FIELDS = (*registry.TRIGGER_FIELDS, "enabled")
 
 
 def default_timezone() -> str:
@@ -34,6 +34,8 @@ class ScheduleQuerySet(models.QuerySet):
         """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
         changed = []
         for schedule in self.iterator():
+            if schedule.trigger_kind == "once" and schedule.next_fire_at is None:
+                continue  # a fired one-shot stays fired
             schedule.next_fire_at = schedule.first_fire_time(now or clock.now(self.db))
             changed.append(schedule)
         return self.model.objects.bulk_update(changed, ["next_fire_at"])
@@ -102,7 +104,7 @@ class Schedule(models.Model):
 
     def save(self, *args, **kwargs) -> None:
         update_fields = kwargs.get("update_fields")
-        touches_trigger = update_fields is None or set(update_fields) & set(TRIGGER_FIELDS)
+        touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
         moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
         if moved and update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "next_fire_at"}
@@ -118,7 +120,7 @@ class Schedule(models.Model):
         """
         loaded = getattr(self, "_loaded_trigger", None) or {}
         current = self._trigger_state()
-        changed = {name for name in TRIGGER_FIELDS if loaded.get(name) != current[name]}
+        changed = {name for name in CURSOR_FIELDS if loaded.get(name) != current[name]}
         if not self._state.adding:
             if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
@@ -137,7 +139,7 @@ class Schedule(models.Model):
         return instance
 
     def _trigger_state(self) -> dict:
-        return {name: getattr(self, name, None) for name in TRIGGER_FIELDS}
+        return {name: getattr(self, name, None) for name in CURSOR_FIELDS}
 
     @property
     def trigger_kind(self) -> str:
@@ -236,8 +238,6 @@ class Schedule(models.Model):
         return errors
 
     def _job_errors(self) -> list[tuple[str, str]]:
-        from django_periodic import registry
-
         errors = []
         if not isinstance(self.args, list):
             errors.append(("args", 'args must be a JSON list, e.g. [1, "two"].'))

@@ -11,24 +11,22 @@ from django_periodic import triggers
 
 logger = logging.getLogger("django_periodic")
 
-TRIGGER_OPTIONS = frozenset({"cron", "interval", "run_at"})
-SCHEDULE_OPTIONS = frozenset(
-    {
-        "timezone",
-        "start_at",
-        "end_at",
-        "args",
-        "kwargs",
-        "overlap",
-        "misfire",
-        "misfire_grace",
-        "max_attempts",
-        "retry_backoff",
-        "timeout",
-        "lease_timeout",
-        "allow_stale_reentry",
-    }
+# Schedule fields by role; the admin's form and fieldsets are laid out from these too.
+JOB_FIELDS = ("args", "kwargs")
+TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
+POLICY_FIELDS = (
+    "overlap",
+    "misfire",
+    "misfire_grace",
+    "max_attempts",
+    "retry_backoff",
+    "timeout",
+    "lease_timeout",
+    "allow_stale_reentry",
 )
+TRIGGER_OPTIONS = frozenset({"cron", "interval", "run_at"})
+# What @job(...) accepts besides the trigger: every field the code may define.
+SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS) - TRIGGER_OPTIONS
 
 
 class UnknownJob(LookupError):

@@ -232,4 +232,4 @@ class Scheduler:
         self.pool.cancel_all()
         for claim in self.pool.in_flight():
             leases.release(claim, clock.now(self.using))
-            logger.warning("Released run %s unfinished at shutdown.", claim.run.pk)
+            logger.warning("Gave up run %s unfinished at shutdown.", claim.run.pk)

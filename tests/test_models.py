@@ -112,6 +112,9 @@ def test_a_fired_one_shot_does_not_fire_again_when_paused_and_resumed():
         schedule.enabled = enabled
         schedule.save()
         assert schedule.next_fire_at is None
+    Schedule.objects.filter(pk=schedule.pk).reschedule()
+    schedule.refresh_from_db()
+    assert schedule.next_fire_at is None
     schedule.run_at = T0 + timedelta(days=1)
     schedule.save()
     assert schedule.next_fire_at == T0 + timedelta(days=1)
