@@ -133,8 +133,8 @@ class Schedule(models.Model):
         return True
 
     @classmethod
-    def from_db(cls, db, field_names, values):
-        instance = super().from_db(db, field_names, values)
+    def from_db(cls, db, field_names, values, *args, **kwargs):
+        instance = super().from_db(db, field_names, values, *args, **kwargs)
         instance._loaded_trigger = instance._trigger_state()
         return instance
 
