@@ -292,7 +292,10 @@ class Run(models.Model):
     ACTIVE_STATUSES = (Status.PENDING, Status.QUEUED, Status.RUNNING, Status.RETRYING)
     FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.CANCELLED)
 
-    schedule = models.ForeignKey(Schedule, on_delete=models.CASCADE, related_name="runs")
+    # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
     trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
     status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
@@ -372,7 +375,8 @@ class LeaseQuerySet(models.QuerySet):
 class Lease(models.Model):
     """One execution attempt of a run. Only the holder of ``token`` may change the run."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases")
+    # Indexed by the (run, attempt) unique constraint.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases", db_index=False)
     attempt = models.PositiveIntegerField()
     token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     holder = models.CharField(max_length=300, help_text=_("host:pid of the process."))

@@ -31,6 +31,17 @@ class Occupancy:
 
     busy: bool = False  # a run pending or running
     queued: int = 0
+    retrying: bool = False
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A run to record for a plan time: pending, queued or skipped (with why)."""
+
+    plan_time: datetime
+    status: str
+    error_code: str = ""
+    error_message: str = ""
 
 
 @dataclass
@@ -39,7 +50,8 @@ class Decision:
 
     schedule: Schedule
     cursor: datetime | None
-    runs: list[Run] = field(default_factory=list)
+    fires: list[Fire] = field(default_factory=list)
+    supersedes_retry: bool = False
     error: str = ""
 
 
@@ -77,20 +89,13 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
             status, reason = Run.Status.SKIPPED, SKIPPED_MISSED
         else:
             status, reason = _apply_overlap(schedule, occupancy)
-        decision.runs.append(new_run(schedule, plan_time, status=status, error_code=reason))
+        decision.fires.append(Fire(plan_time, status, reason))
     if due.unlisted:
-        message = (
-            f"Missed, as was every plan time after it up to {due.times[-1]:%Y-%m-%d %H:%M:%S}."
-        )
-        decision.runs.append(
-            new_run(
-                schedule,
-                due.unlisted,
-                status=Run.Status.SKIPPED,
-                error_code=SKIPPED_MISSED,
-                error_message=message,
-            )
-        )
+        latest = due.times[-1]
+        message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
+        decision.fires.append(Fire(due.unlisted, Run.Status.SKIPPED, SKIPPED_MISSED, message))
+    fired = any(fire.status != Run.Status.SKIPPED for fire in decision.fires)
+    decision.supersedes_retry = occupancy.retrying and fired
     return decision
 
 
@@ -165,25 +170,31 @@ def _occupancy(schedule_ids: list[int], using: str) -> dict[int, Occupancy]:
         Run.objects.using(using)
         .filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
         .values("schedule_id")
-        .annotate(busy=Count("pk", filter=busy), queued=Count("pk", filter=Q(status="queued")))
+        .annotate(
+            busy=Count("pk", filter=busy),
+            queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
+            retrying=Count("pk", filter=Q(status=Run.Status.RETRYING)),
+        )
     )
-    return {row["schedule_id"]: Occupancy(row["busy"] > 0, row["queued"]) for row in rows}
+    return {
+        row["schedule_id"]: Occupancy(row["busy"] > 0, row["queued"], row["retrying"] > 0)
+        for row in rows
+    }
 
 
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
-    bad = [d for d in decisions if d.error]
-    for decision in bad:
-        _disable(decision.schedule, decision.error, using)
-        result.disabled.append(decision.schedule.name)
-    good = [d for d in decisions if not d.error]
-    advanced = _advance_cursors(good, using)
-    runs = [run for d in good if d.schedule.pk in advanced for run in d.runs]
-    fired_ids = {run.schedule_id for run in runs if run.status != Run.Status.SKIPPED}
-    _supersede_retries(fired_ids, now, using)
-    Run.objects.using(using).bulk_create(runs, ignore_conflicts=True)
-    result.skipped = sum(run.status == Run.Status.SKIPPED for run in runs)
-    result.fired = len(runs) - result.skipped
+    for decision in decisions:
+        if decision.error:
+            _disable(decision.schedule, decision.error, using)
+            result.disabled.append(decision.schedule.name)
+    advanced = _advance_cursors([d for d in decisions if not d.error], using)
+    planned = [d for d in decisions if d.schedule.pk in advanced]
+    _supersede_retries({d.schedule.pk for d in planned if d.supersedes_retry}, now, using)
+    _insert_runs(planned, now, using)
+    fires = [fire for d in planned for fire in d.fires]
+    result.skipped = sum(fire.status == Run.Status.SKIPPED for fire in fires)
+    result.fired = len(fires) - result.skipped
     return result
 
 
@@ -243,6 +254,58 @@ def _advance_cursors_postgresql(decisions: list[Decision], using: str) -> set[in
     with connection.cursor() as cursor:
         cursor.execute(ADVANCE_CURSORS_SQL.format(table=table, values=values), params)
         return {row[0] for row in cursor.fetchall()}
+
+
+def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
+    """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
+    if connections[using].vendor == "postgresql":
+        return _insert_runs_postgresql(decisions, now, using)
+    runs = [
+        new_run(
+            d.schedule,
+            fire.plan_time,
+            status=fire.status,
+            error_code=fire.error_code,
+            error_message=fire.error_message,
+            created_at=now,
+        )
+        for d in decisions
+        for fire in d.fires
+    ]
+    Run.objects.using(using).bulk_create(runs, ignore_conflicts=True)
+
+
+# One statement for the whole batch; the snapshot of job and arguments is taken from the
+# schedule rows this transaction has locked.
+INSERT_RUNS_SQL = """
+INSERT INTO {run} (
+    schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
+    error_code, error_message, traceback, job_name, args, kwargs, created_at
+)
+SELECT f.schedule_id, f.plan_time, 'schedule', f.status, 0, s.max_attempts, 0,
+       f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %s
+FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[], %s::text[])
+     AS f (schedule_id, plan_time, status, error_code, error_message)
+JOIN {schedule} AS s ON s.id = f.schedule_id
+ON CONFLICT DO NOTHING
+"""
+
+
+def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str) -> None:
+    rows = [
+        (d.schedule.pk, fire.plan_time, fire.status, fire.error_code, fire.error_message)
+        for d in decisions
+        for fire in d.fires
+    ]
+    if not rows:
+        return
+    connection = connections[using]
+    sql = INSERT_RUNS_SQL.format(
+        run=connection.ops.quote_name(Run._meta.db_table),
+        schedule=connection.ops.quote_name(Schedule._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [now, *map(list, zip(*rows, strict=True))])
 
 
 def plan_manual_run(schedule: Schedule, now: datetime) -> Run:
