@@ -4,12 +4,15 @@
     bash benchmarks/run.sh --quick    # smaller sizes
 
 Figures: planning throughput (fires turned into runs per second, queries per tick),
-claim + finish throughput (runs per second through leases, one connection), and the
-idle cost of a scheduler (queries per tick and ticks per minute with nothing due).
+claim + finish throughput (runs per second through leases, one connection), the idle
+cost of a scheduler (queries per tick and ticks per minute with nothing due), and the
+fire lag (plan time to start) of a real run_scheduler process.
 """
 
 import argparse
 import os
+import signal
+import subprocess
 import sys
 import time
 from datetime import timedelta
@@ -124,6 +127,45 @@ def bench_idle(schedules: int) -> dict:
     }
 
 
+def bench_fire_lag(schedules: int, seconds: int) -> dict:
+    """Lag from plan time to start, with a real run_scheduler process (4 workers)."""
+    reset()
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=3)
+    Schedule.objects.bulk_create(
+        Schedule(
+            name=f"lag-{i}",
+            job="tests.jobs.noop",
+            interval=timedelta(seconds=1),
+            start_at=start,
+            end_at=start + timedelta(seconds=seconds - 1),
+            next_fire_at=start,
+            overlap="concurrent",
+        )
+        for i in range(schedules)
+    )
+    env = {**os.environ, "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"]}
+    command = [sys.executable, "-m", "django", "run_scheduler", "--workers", "4", "-v", "0"]
+    child = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent)
+    expected = schedules * seconds
+    deadline = time.monotonic() + seconds + 60
+    while Run.objects.filter(status="succeeded").count() < expected:
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    child.send_signal(signal.SIGTERM)
+    child.wait(60)
+    lags = sorted(
+        (run.started_at - run.plan_time).total_seconds() * 1000
+        for run in Run.objects.filter(status="succeeded").only("plan_time", "started_at")
+    )
+    done = len(lags)
+    return {
+        "what": f"fire lag, {schedules} schedule(s) every 1 s for {seconds} s, one process",
+        "result": f"p50 {lags[done // 2]:.0f} ms, p99 {lags[int(done * 0.99)]:.0f} ms",
+        "detail": f"max {lags[-1]:.0f} ms; {done} of {expected} runs succeeded",
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -133,6 +175,7 @@ def main() -> None:
     rows = [bench_planning(n) for n in sizes]
     rows += [bench_claim_finish(2_000 if quick else 10_000, 100)]
     rows += [bench_idle(1_000)]
+    rows += [bench_fire_lag(1, 10), bench_fire_lag(50 if quick else 100, 10 if quick else 20)]
     reset()
     engine = f"{connection.vendor} {connection.Database.__name__}"
     print(f"\n## {engine}, Django {django.get_version()}, Python {sys.version.split()[0]}\n")
