@@ -10,6 +10,7 @@
 #   PERIODIC_TEST_ENVS="py311-django52 py312-django6"   which environments to run (default: all)
 #   PERIODIC_TEST_DBS="sqlite postgres"                 which databases to run (default: both)
 #   PERIODIC_SKIP_LINT=1                                skip ruff (handy with -k while iterating)
+#   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=1                            install chromium for browser tests
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -82,6 +83,16 @@ in_venv() {
 
 lint() {
     in_venv py311-django52 ruff check . && in_venv py311-django52 ruff format --check .
+}
+
+# The README's first command, end to end but without starting the servers: a fresh venv,
+# migrate, the admin user, one `run_scheduler --once` and `manage.py check`, on a temp SQLite.
+check_example() {
+    local db rc=0
+    db=$(mktemp -d)
+    DATABASE_URL="sqlite:///$db/example.sqlite3" bash scripts/run-example.sh --check || rc=$?
+    rm -rf "$db"
+    return "$rc"
 }
 
 check_migrations() {
@@ -187,6 +198,10 @@ main() {
 
     if [[ ${PERIODIC_SKIP_LINT:-0} != 1 ]] && selected py311-django52 "$SELECTED_ENVS"; then
         run_check "lint (ruff check, ruff format --check)" lint
+    fi
+
+    if [[ ${PERIODIC_SKIP_EXAMPLE:-0} != 1 ]]; then
+        run_check "example project (scripts/run-example.sh --check)" check_example
     fi
 
     local spec name _pyver _django db
