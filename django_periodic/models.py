@@ -32,13 +32,14 @@ class ScheduleQuerySet(models.QuerySet):
 
     def reschedule(self, now: datetime | None = None) -> int:
         """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
+        now = now or clock.now(self.db)
         changed = []
         for schedule in self.iterator():
             if schedule.trigger_kind == "once" and schedule.next_fire_at is None:
                 continue  # a fired one-shot stays fired
-            schedule.next_fire_at = schedule.first_fire_time(now or clock.now(self.db))
+            schedule.next_fire_at = schedule.first_fire_time(now)
             changed.append(schedule)
-        return self.model.objects.bulk_update(changed, ["next_fire_at"])
+        return self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
 
 
 class Schedule(models.Model):
