@@ -58,6 +58,7 @@ def claim(
 
 
 def _new_lease(run: Run, process: SchedulerProcess, now: datetime) -> Lease:
+    """The lease for the run's next attempt; also mirrors the claim's UPDATE on ``run``."""
     run.attempt += 1
     run.status, run.started_at = Run.Status.RUNNING, now
     return Lease(

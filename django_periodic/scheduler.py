@@ -221,8 +221,8 @@ class Scheduler:
             logger.info("Scheduler %s stopped.", self.process)
 
     def _drain(self) -> None:
-        deadline = clock.now(self.using) + self.settings.SHUTDOWN_GRACE
         now = clock.now(self.using)
+        deadline = now + self.settings.SHUTDOWN_GRACE
         while now < deadline:
             wait = min(self.settings.HEARTBEAT_INTERVAL, deadline - now)
             if self.pool.wait_idle(wait.total_seconds()):
@@ -230,6 +230,7 @@ class Scheduler:
             now = clock.now(self.using)
             leases.heartbeat(self.process, now, self.using)
         self.pool.cancel_all()
+        now = clock.now(self.using)
         for claim in self.pool.in_flight():
-            leases.release(claim, clock.now(self.using))
+            leases.release(claim, now)
             logger.warning("Gave up run %s unfinished at shutdown.", claim.run.pk)
