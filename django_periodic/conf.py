@@ -18,9 +18,11 @@ class PeriodicSettings:
     HEARTBEAT_INTERVAL: timedelta = timedelta(seconds=10)
     SWEEP_INTERVAL: timedelta = timedelta(seconds=10)
     SHUTDOWN_GRACE: timedelta = timedelta(seconds=30)
+    TIMEOUT_GRACE: timedelta = timedelta(seconds=10)
     PLAN_BATCH_SIZE: int = 500
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
+    PLANNING_FAILURE_LIMIT: int = 3
     RESULT_MAX_BYTES: int = 64 * 1024
     ERROR_MAX_CHARS: int = 16 * 1024
 

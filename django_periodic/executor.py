@@ -3,18 +3,46 @@
 import json
 import logging
 import threading
+import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import InterfaceError, OperationalError, connections
 
 from django_periodic import clock, leases, registry
 from django_periodic.conf import get_settings
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
+
+
+# How long a worker keeps trying to record an outcome while the database is away.
+RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
+
+
+class StopRequest:
+    """Why a running job should stop, set by its scheduler and read through its context."""
+
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+    TIMEOUT = "timeout"
+    CANCEL = "cancel"
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        if not self._event.is_set():
+            self.reason = reason
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
 
 
 @dataclass
@@ -25,42 +53,70 @@ class JobContext:
     plan_time: datetime
     attempt: int
     _claim: leases.Claim = field(repr=False)
-    _cancel: threading.Event = field(default_factory=threading.Event, repr=False)
+    _stop: StopRequest = field(default_factory=StopRequest, repr=False)
 
     @property
     def cancelled(self) -> bool:
-        """True once the job should stop: its lease was lost or its scheduler is stopping."""
-        return self._cancel.is_set()
+        """True once the job should stop: it was cancelled or timed out, its lease was
+        lost, or its scheduler is shutting down. A long job should check it and return."""
+        return self._stop.is_set()
 
     def heartbeat(self) -> bool:
-        """Extend this run's lease now; returns False (and sets ``cancelled``) if it was lost."""
+        """Extend this run's lease now; returns False once the job should stop."""
         if not leases.extend(self._claim, clock.now(self._claim.using)):
-            self._cancel.set()
+            self._stop.set(StopRequest.LEASE_LOST)
         return not self.cancelled
 
 
-def execute(claim: leases.Claim, cancel: threading.Event | None = None) -> str:
+def execute(claim: leases.Claim, stop: StopRequest | None = None) -> str:
     """Run the claimed job to completion and record the outcome; return the run's status."""
     run = claim.run
+    stop = stop or StopRequest()
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
         return _record_failure(claim, leases.Failure("unknown_job", str(exc), retryable=False))
-    context = JobContext(run, run.plan_time, run.attempt, claim, cancel or threading.Event())
+    context = JobContext(run, run.plan_time, run.attempt, claim, stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
     try:
         result = job.func(*args, **run.kwargs)
     except Exception as exc:
+        if stop.reason == StopRequest.CANCEL:
+            return _record_cancel(claim)
         return _record_failure(claim, _failure_of(exc))
-    if not leases.succeed(claim, clock.now(claim.using), capped_result(result)):
+    if stop.reason == StopRequest.CANCEL:
+        return _record_cancel(claim)
+    if not _recorded(leases.succeed, claim, capped_result(result)):
         logger.warning("Run %s finished after losing its lease; result dropped.", run.pk)
         return "lost"
     return Run.Status.SUCCEEDED
 
 
+def _recorded(record: Callable, claim: leases.Claim, *args) -> Any:
+    """Call ``record(claim, now, *args)``, retrying while the database is unreachable.
+
+    The token guard makes a repeat harmless if the first try did commit. Giving up leaves
+    the run to its lease: the sweeper settles it once the lease expires.
+    """
+    for delay in RECORD_RETRY_DELAYS:
+        try:
+            return record(claim, clock.now(claim.using), *args)
+        except (OperationalError, InterfaceError) as exc:
+            logger.warning("Could not record run %s (%s); retry in %s s.", claim.run.pk, exc, delay)
+            connections[claim.using].close()
+            time.sleep(delay)
+    return record(claim, clock.now(claim.using), *args)
+
+
+def _record_cancel(claim: leases.Claim) -> str:
+    if not _recorded(leases.cancelled, claim):
+        return "lost"
+    return Run.Status.CANCELLED
+
+
 def _record_failure(claim: leases.Claim, failure: leases.Failure) -> str:
     run = claim.run
-    status = leases.fail(claim, clock.now(claim.using), failure)
+    status = _recorded(leases.fail, claim, failure)
     if status is None:
         logger.warning("Run %s failed after losing its lease; error dropped.", run.pk)
         return "lost"

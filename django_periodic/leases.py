@@ -6,17 +6,19 @@ A process that lost its lease to the sweeper therefore can never overwrite a new
 """
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django.db import transaction
-from django.db.models import ExpressionWrapper, F, Subquery, Value
+from django.db import IntegrityError, transaction
+from django.db.models import Exists, ExpressionWrapper, F, OuterRef, Subquery, Value
 from django.db.models.fields import DateTimeField
 
+from django_periodic import wakeups
 from django_periodic.conf import get_settings
-from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
 
 MAX_RETRY_DELAY = timedelta(days=1)
 
@@ -42,6 +44,7 @@ def claim(
     process: SchedulerProcess, now: datetime, limit: int, using: str = "default"
 ) -> list[Claim]:
     """Claim up to ``limit`` runs that may start now, skipping rows other processes hold."""
+    skip_late(now, using)
     if limit <= 0:
         return []
     with transaction.atomic(using=using):
@@ -166,21 +169,119 @@ def _finish(claim: Claim, now: datetime, outcome: str, **run_fields: Any) -> boo
         fields = {"finished_at": now, "duration": now - run.started_at, **run_fields}
         Run.objects.using(claim.using).filter(pk=run.pk).update(**fields)
         if run_fields["status"] in Run.FINAL_STATUSES:
-            promote_queued(run.schedule, claim.using)
+            promote_queued([run.schedule_id], claim.using)
     return True
 
 
-def promote_queued(schedule: Schedule, using: str = "default") -> int:
-    """Start the oldest queued run of a ``queue`` schedule whose active run has ended."""
-    if schedule.overlap != Schedule.Overlap.QUEUE:
-        return 0
-    oldest = (
-        Run.objects.using(using)
-        .filter(schedule=schedule, status=Run.Status.QUEUED)
-        .order_by("plan_time", "pk")
-        .values("pk")[:1]
+def timed_out(claim: Claim, now: datetime) -> bool:
+    """Fail a run that overran its timeout and grace; its job's late finish will be ignored."""
+    timeout = claim.run.schedule.timeout
+    return _finish(
+        claim,
+        now,
+        "timeout",
+        status=Run.Status.FAILED,
+        error_code="timeout",
+        error_message=f"Still running {timeout} after it started (its timeout) plus a grace.",
     )
-    return Run.objects.using(using).filter(pk=Subquery(oldest)).update(status=Run.Status.PENDING)
+
+
+def cancelled(claim: Claim, now: datetime) -> bool:
+    """Record that a running job stopped because someone asked it to."""
+    return _finish(
+        claim,
+        now,
+        "cancelled",
+        status=Run.Status.CANCELLED,
+        error_code="cancelled",
+        error_message="Cancelled while running.",
+    )
+
+
+def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
+    """Cancel runs that have not started; ask running ones to stop. Returns (cancelled, asked).
+
+    A waiting run (pending, queued or retrying) ends ``cancelled`` at once. A running job
+    is told through its context (``cancelled`` turns true); it ends ``cancelled`` when it
+    returns, or by its timeout.
+    """
+    waiting = runs.filter(status__in=[Run.Status.PENDING, Run.Status.QUEUED, Run.Status.RETRYING])
+    with transaction.atomic(using=runs.db):
+        schedule_ids = set(waiting.values_list("schedule_id", flat=True))
+        done = waiting.update(
+            status=Run.Status.CANCELLED,
+            error_code="cancelled",
+            error_message="Cancelled before it started.",
+            next_retry_at=None,
+            finished_at=now,
+        )
+        running = runs.filter(status=Run.Status.RUNNING, cancel_requested_at__isnull=True)
+        asked = running.update(cancel_requested_at=now)
+        promote_queued(schedule_ids, runs.db)
+        if asked:
+            wakeups.notify(runs.db)  # the holder checks at its next tick
+    return done, asked
+
+
+def cancel_requested(claims: Iterable[Claim], using: str = "default") -> set[int]:
+    """Of these claimed runs, those someone asked to stop."""
+    ids = [claim.run.pk for claim in claims]
+    if not ids:
+        return set()
+    asked = Run.objects.using(using).filter(pk__in=ids, cancel_requested_at__isnull=False)
+    return set(asked.values_list("pk", flat=True))
+
+
+def skip_late(now: datetime, using: str = "default") -> int:
+    """Skip pending fires no worker started before their start deadline (all were busy)."""
+    late = Run.objects.using(using).filter(
+        status=Run.Status.PENDING, attempt=0, start_deadline__lt=now
+    )
+    with transaction.atomic(using=using):
+        rows = list(late.select_for_update(skip_locked=True).values_list("pk", "schedule_id"))
+        if not rows:
+            return 0
+        skipped = Run.objects.using(using).filter(
+            pk__in=[pk for pk, _ in rows], status=Run.Status.PENDING
+        )
+        count = skipped.update(
+            status=Run.Status.SKIPPED,
+            error_code="start_deadline",
+            error_message="No worker could start it within its misfire grace.",
+            finished_at=now,
+        )
+        promote_queued({schedule_id for _, schedule_id in rows}, using)
+    return count
+
+
+def promote_queued(schedule_ids: Iterable[int] | None, using: str = "default") -> int:
+    """Make the oldest queued run of each schedule pending once it has no active run.
+
+    ``None`` means every schedule: the sweeper's pass for runs a crash left queued.
+    """
+    runs = Run.objects.using(using)
+    oldest = runs.filter(schedule_id=OuterRef("schedule_id"), status=Run.Status.QUEUED)
+    active = runs.filter(
+        schedule_id=OuterRef("schedule_id"),
+        exclusive=True,
+        status__in=[Run.Status.PENDING, Run.Status.RUNNING, Run.Status.RETRYING],
+    )
+    candidates = runs.filter(
+        status=Run.Status.QUEUED, pk=Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
+    ).filter(~Exists(active))
+    if schedule_ids is not None:
+        schedule_ids = list(schedule_ids)
+        if not schedule_ids:
+            return 0
+        candidates = candidates.filter(schedule_id__in=schedule_ids)
+    try:
+        with transaction.atomic(using=using):
+            promoted = candidates.update(status=Run.Status.PENDING)
+    except IntegrityError:
+        return 0  # another process promoted a run of the same schedule first: it starts
+    if promoted:
+        wakeups.notify(using)
+    return promoted
 
 
 @dataclass
@@ -216,8 +317,7 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
             error_code="lease_expired",
             error_message="The process running it stopped heartbeating; its lease expired.",
         )
-        for schedule in {lease.run.schedule for lease in lost}:
-            promote_queued(schedule, using)
+        promote_queued({lease.run.schedule_id for lease in lost}, using)
     return SweepResult(reentered, failed)
 
 

@@ -9,7 +9,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import clock, registry, triggers
+from django_periodic import clock, registry, triggers, wakeups
 from django_periodic.conf import get_settings
 
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
@@ -69,6 +69,15 @@ class Schedule(models.Model):
 
     enabled = models.BooleanField(default=True)
     overlap = models.CharField(max_length=16, choices=Overlap, default=Overlap.SKIP)
+    max_queued = models.PositiveIntegerField(
+        default=1, help_text=_("With overlap “queue”: fires that may wait; more are skipped.")
+    )
+    max_concurrent = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
+    )
     misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
     misfire_grace = models.DurationField(default=timedelta(minutes=1))
     max_attempts = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
@@ -84,6 +93,9 @@ class Schedule(models.Model):
 
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
+    planning_failures = models.PositiveIntegerField(
+        default=0, editable=False, help_text=_("Consecutive ticks that could not plan it.")
+    )
     defined_in = models.CharField(
         max_length=300, blank=True, editable=False, help_text=_("Code location of a @job schedule.")
     )
@@ -111,6 +123,8 @@ class Schedule(models.Model):
             kwargs["update_fields"] = {*update_fields, "next_fire_at"}
         super().save(*args, **kwargs)
         self._loaded_trigger = self._trigger_state()
+        if moved:
+            wakeups.notify(self._state.db)  # sleeping schedulers look at the new cursor
 
     def _move_cursor(self, using: str) -> bool:
         """Set ``next_fire_at`` after a change that affects it; return whether it moved.
@@ -305,6 +319,15 @@ class Run(models.Model):
     interruptions = models.PositiveIntegerField(
         default=0, help_text=_("Attempts cut short because their process died or stopped.")
     )
+    exclusive = models.BooleanField(
+        default=True,
+        editable=False,
+        help_text=_("Counts as its schedule's one active run (overlap is not “concurrent”)."),
+    )
+    start_deadline = models.DateTimeField(
+        null=True, blank=True, help_text=_("Skipped if not started by then.")
+    )
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
     next_retry_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -329,6 +352,12 @@ class Run(models.Model):
                 fields=["schedule", "plan_time"],
                 condition=Q(trigger="schedule"),
                 name="periodic_run_once_per_plan_time",
+            ),
+            # The database, not only the planner, keeps a second exclusive run from starting.
+            models.UniqueConstraint(
+                fields=["schedule"],
+                condition=Q(exclusive=True, status__in=["pending", "running", "retrying"]),
+                name="periodic_run_one_active",
             ),
         ]
         indexes = [

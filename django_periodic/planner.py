@@ -9,10 +9,10 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Count, Q
 
-from django_periodic import registry, triggers
+from django_periodic import registry, triggers, wakeups
 from django_periodic.conf import get_settings
 from django_periodic.models import Run, Schedule
 
@@ -22,14 +22,13 @@ SKIPPED_MISSED = "missed"
 SKIPPED_OVERLAP = "overlap"
 SKIPPED_QUEUE_FULL = "queue_full"
 FAILED_SUPERSEDED = "superseded"
-MAX_QUEUED = 1
 
 
 @dataclass
 class Occupancy:
     """What a schedule already has in flight when new fires arrive."""
 
-    busy: bool = False  # a run pending or running
+    active: int = 0  # runs pending or running
     queued: int = 0
     retrying: bool = False
 
@@ -59,8 +58,10 @@ class Decision:
 class PlanResult:
     schedules: int = 0
     fired: int = 0
+    late: int = 0  # of the fired, those past their misfire grace (fired by policy)
     skipped: int = 0
-    disabled: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # schedules that could not be planned
+    disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
 
 
 def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = None) -> PlanResult:
@@ -81,7 +82,7 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
     try:
         registry.get_job(schedule.job)
         due = _due_times(schedule.trigger, schedule.next_fire_at, now)
-    except (triggers.InvalidTrigger, registry.UnknownJob, ValueError, TypeError) as exc:
+    except Exception as exc:  # any bad row: one schedule fails, never the tick
         return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
     decision = Decision(schedule, due.cursor)
     for plan_time, missed in _apply_misfire(schedule, due.times, now):
@@ -140,11 +141,15 @@ def _apply_misfire(schedule: Schedule, due: list[datetime], now: datetime):
 def _apply_overlap(schedule: Schedule, occupancy: Occupancy) -> tuple[str, str]:
     """The status of a new fire given what the schedule has in flight; updates ``occupancy``."""
     policy = schedule.overlap
-    if policy == Schedule.Overlap.CONCURRENT or not occupancy.busy:
-        occupancy.busy = True
+    if policy == Schedule.Overlap.CONCURRENT:
+        free = schedule.max_concurrent is None or occupancy.active < schedule.max_concurrent
+    else:
+        free = not occupancy.active
+    if free:
+        occupancy.active += 1
         return Run.Status.PENDING, ""
     if policy == Schedule.Overlap.QUEUE:
-        if occupancy.queued < MAX_QUEUED:
+        if occupancy.queued < schedule.max_queued:
             occupancy.queued += 1
             return Run.Status.QUEUED, ""
         return Run.Status.SKIPPED, SKIPPED_QUEUE_FULL
@@ -153,56 +158,103 @@ def _apply_overlap(schedule: Schedule, occupancy: Occupancy) -> tuple[str, str]:
 
 def new_run(schedule: Schedule, plan_time: datetime, **fields) -> Run:
     """An unsaved run of ``schedule`` with a snapshot of what it will call."""
+    snapshot = {"job_name": schedule.job, "args": schedule.args, "kwargs": schedule.kwargs}
     return Run(
         schedule=schedule,
         plan_time=plan_time,
-        job_name=schedule.job,
-        args=schedule.args,
-        kwargs=schedule.kwargs,
         max_attempts=schedule.max_attempts,
-        **fields,
+        exclusive=schedule.overlap != Schedule.Overlap.CONCURRENT,
+        **{**snapshot, **fields},
     )
 
 
+def start_deadline(schedule: Schedule, plan_time: datetime, now: datetime) -> datetime:
+    """When a pending fire is skipped if no worker has started it: a grace after it is due."""
+    return max(plan_time, now) + schedule.misfire_grace
+
+
 def _occupancy(schedule_ids: list[int], using: str) -> dict[int, Occupancy]:
-    busy = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
+    active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
     rows = (
         Run.objects.using(using)
         .filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
         .values("schedule_id")
         .annotate(
-            busy=Count("pk", filter=busy),
+            active=Count("pk", filter=active),
             queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
             retrying=Count("pk", filter=Q(status=Run.Status.RETRYING)),
         )
     )
     return {
-        row["schedule_id"]: Occupancy(row["busy"] > 0, row["queued"], row["retrying"] > 0)
+        row["schedule_id"]: Occupancy(row["active"], row["queued"], row["retrying"] > 0)
         for row in rows
     }
 
 
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
-    for decision in decisions:
-        if decision.error:
-            _disable(decision.schedule, decision.error, using)
+    failed = [d for d in decisions if d.error]
+    planned = [d for d in decisions if not d.error]
+    try:
+        with transaction.atomic(using=using):
+            planned = _record(planned, now, using)
+    except DatabaseError:
+        # One row the database refuses must not stop the others: retry one by one.
+        logger.exception("Planning a batch failed; planning its schedules one at a time.")
+        planned, failed = _record_one_by_one(planned, now, using, failed)
+    for decision in failed:
+        if _record_failure(decision.schedule, decision.error, using):
             result.disabled.append(decision.schedule.name)
-    advanced = _advance_cursors([d for d in decisions if not d.error], using)
-    planned = [d for d in decisions if d.schedule.pk in advanced]
-    _supersede_retries({d.schedule.pk for d in planned if d.supersedes_retry}, now, using)
-    _insert_runs(planned, now, using)
-    fires = [fire for d in planned for fire in d.fires]
-    result.skipped = sum(fire.status == Run.Status.SKIPPED for fire in fires)
+        result.failed.append(decision.schedule.name)
+    fires = [(d.schedule, fire) for d in planned for fire in d.fires]
+    result.skipped = sum(fire.status == Run.Status.SKIPPED for _, fire in fires)
     result.fired = len(fires) - result.skipped
+    result.late = sum(
+        fire.status != Run.Status.SKIPPED and fire.plan_time < now - schedule.misfire_grace
+        for schedule, fire in fires
+    )
     return result
 
 
-def _disable(schedule: Schedule, error: str, using: str) -> None:
-    logger.error("Disabled schedule %r: %s", schedule.name, error)
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(
-        enabled=False, next_fire_at=None, last_error=error
-    )
+def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+    """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
+    advanced = _advance_cursors(decisions, using)
+    planned = [d for d in decisions if d.schedule.pk in advanced]
+    _supersede_retries({d.schedule.pk for d in planned if d.supersedes_retry}, now, using)
+    _insert_runs(planned, now, using)
+    return planned
+
+
+def _record_one_by_one(
+    decisions: list[Decision], now: datetime, using: str, failed: list[Decision]
+) -> tuple[list[Decision], list[Decision]]:
+    planned = []
+    for decision in decisions:
+        try:
+            with transaction.atomic(using=using):
+                planned += _record([decision], now, using)
+        except DatabaseError as exc:
+            decision.error = f"Cannot plan: {exc}"
+            failed = [*failed, decision]
+    return planned, failed
+
+
+def _record_failure(schedule: Schedule, error: str, using: str) -> bool:
+    """Note why a schedule could not be planned; disable it after repeated failures.
+
+    Returns whether it was disabled. The cursor stays, so a fixed row fires from where it
+    stopped (its misfire policy decides about the times missed meanwhile).
+    """
+    failures = schedule.planning_failures + 1
+    disable = failures >= get_settings().PLANNING_FAILURE_LIMIT
+    fields = {"planning_failures": failures, "last_error": error}
+    if disable:
+        fields["enabled"] = False
+        logger.error("Disabled schedule %r after %d failures: %s", schedule.name, failures, error)
+    else:
+        logger.error("Could not plan schedule %r: %s", schedule.name, error)
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(**fields)
+    return disable
 
 
 def _supersede_retries(schedule_ids: set[int], now: datetime, using: str) -> None:
@@ -210,7 +262,13 @@ def _supersede_retries(schedule_ids: set[int], now: datetime, using: str) -> Non
     if schedule_ids:
         Run.objects.using(using).filter(
             schedule_id__in=schedule_ids, status=Run.Status.RETRYING
-        ).update(status=Run.Status.FAILED, error_code=FAILED_SUPERSEDED, finished_at=now)
+        ).update(
+            status=Run.Status.FAILED,
+            error_code=FAILED_SUPERSEDED,
+            error_message="A newer fire of its schedule replaced it before it was retried.",
+            next_retry_at=None,
+            finished_at=now,
+        )
 
 
 def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
@@ -223,7 +281,7 @@ def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
 
 
 ADVANCE_CURSORS_SQL = """
-UPDATE {table} AS s SET next_fire_at = v.new_cursor, last_error = ''
+UPDATE {table} AS s SET next_fire_at = v.new_cursor, last_error = '', planning_failures = 0
 FROM (VALUES {values}) AS v (id, old_cursor, new_cursor)
 WHERE s.id = v.id AND s.next_fire_at = v.old_cursor
 RETURNING s.id
@@ -235,7 +293,10 @@ def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[in
     # cannot have changed under us; executemany of a prepared UPDATE is its fastest form.
     connection = connections[using]
     table = connection.ops.quote_name(Schedule._meta.db_table)
-    sql = f"UPDATE {table} SET next_fire_at = %s, last_error = '' WHERE id = %s"
+    sql = (
+        f"UPDATE {table} SET next_fire_at = %s, last_error = '', planning_failures = 0"
+        " WHERE id = %s"
+    )
     params = [(_db_datetime(d.cursor, connection), d.schedule.pk) for d in decisions]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
@@ -260,35 +321,61 @@ def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
     """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
     if connections[using].vendor == "postgresql":
         return _insert_runs_postgresql(decisions, now, using)
-    runs = [
-        new_run(
-            d.schedule,
-            fire.plan_time,
-            status=fire.status,
-            error_code=fire.error_code,
-            error_message=fire.error_message,
-            created_at=now,
-        )
-        for d in decisions
-        for fire in d.fires
-    ]
-    Run.objects.using(using).bulk_create(runs, ignore_conflicts=True)
+    runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
+    recorded = _recorded_plan_times(runs, using)
+    new = [run for run in runs if (run.schedule_id, run.plan_time) not in recorded]
+    # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
+    Run.objects.using(using).bulk_create(new)
+
+
+def _fire_run(schedule: Schedule, fire: Fire, now: datetime) -> Run:
+    skipped = fire.status == Run.Status.SKIPPED
+    pending = fire.status == Run.Status.PENDING
+    return new_run(
+        schedule,
+        fire.plan_time,
+        status=fire.status,
+        error_code=fire.error_code,
+        error_message=fire.error_message,
+        start_deadline=start_deadline(schedule, fire.plan_time, now) if pending else None,
+        finished_at=now if skipped else None,
+        created_at=now,
+    )
+
+
+def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime]]:
+    if not runs:
+        return set()
+    recorded = Run.objects.using(using).filter(
+        trigger=Run.Trigger.SCHEDULE,
+        schedule_id__in={run.schedule_id for run in runs},
+        plan_time__in={run.plan_time for run in runs},
+    )
+    return set(recorded.values_list("schedule_id", "plan_time"))
 
 
 # One statement for the whole batch; the snapshot of job and arguments is taken from the
-# schedule rows this transaction has locked.
+# schedule rows this transaction has locked. Only a plan time already recorded is ignored:
+# any other conflict (a second active run) is an error that rolls the batch back.
 INSERT_RUNS_SQL = """
 INSERT INTO {run} (
     schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
+    exclusive, start_deadline, finished_at,
     error_code, error_message, traceback, job_name, args, kwargs, created_at
 )
 SELECT f.schedule_id, f.plan_time, 'schedule', f.status, 0, s.max_attempts, 0,
-       f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %s
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::text[], %s::text[], %s::text[])
-     AS f (schedule_id, plan_time, status, error_code, error_message)
+       s.overlap <> 'concurrent',
+       CASE WHEN f.status = 'pending' THEN GREATEST(f.plan_time, %(now)s) + s.misfire_grace END,
+       CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
+       f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %(now)s
+FROM unnest(
+    %(schedule_id)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
+    %(error_code)s::text[], %(error_message)s::text[]
+) AS f (schedule_id, plan_time, status, error_code, error_message)
 JOIN {schedule} AS s ON s.id = f.schedule_id
-ON CONFLICT DO NOTHING
+ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
 """
+INSERT_COLUMNS = ("schedule_id", "plan_time", "status", "error_code", "error_message")
 
 
 def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str) -> None:
@@ -304,15 +391,39 @@ def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str
         run=connection.ops.quote_name(Run._meta.db_table),
         schedule=connection.ops.quote_name(Schedule._meta.db_table),
     )
+    columns = dict(zip(INSERT_COLUMNS, map(list, zip(*rows, strict=True)), strict=True))
     with connection.cursor() as cursor:
-        cursor.execute(sql, [now, *map(list, zip(*rows, strict=True))])
+        cursor.execute(sql, {"now": now, **columns})
 
 
 def plan_manual_run(schedule: Schedule, now: datetime) -> Run:
     """Record a run of ``schedule`` requested by a person (the admin or ``run_now()``)."""
+    return _plan_extra_run(schedule, now, trigger=Run.Trigger.MANUAL, plan_time=now)
+
+
+def plan_retry(failed: Run, now: datetime) -> Run:
+    """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
+    snapshot = {"job_name": failed.job_name, "args": failed.args, "kwargs": failed.kwargs}
+    schedule = failed.schedule
+    return _plan_extra_run(
+        schedule, now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, **snapshot
+    )
+
+
+def _plan_extra_run(schedule: Schedule, now: datetime, **fields) -> Run:
+    """A run outside the trigger's plan times, under the overlap policy like any fire."""
     using = schedule._state.db or "default"
-    occupancy = _occupancy([schedule.pk], using).get(schedule.pk, Occupancy())
-    status, reason = _apply_overlap(schedule, occupancy)
-    run = new_run(schedule, now, trigger=Run.Trigger.MANUAL, status=status, error_code=reason)
-    run.save(using=using)
+    with transaction.atomic(using=using):
+        # The planner holds this lock while it decides: both see the same runs in flight.
+        Schedule.objects.using(using).select_for_update().filter(pk=schedule.pk).exists()
+        occupancy = _occupancy([schedule.pk], using).get(schedule.pk, Occupancy())
+        status, reason = _apply_overlap(schedule, occupancy)
+        if occupancy.retrying and status != Run.Status.SKIPPED:
+            _supersede_retries({schedule.pk}, now, using)
+        run = new_run(schedule, status=status, error_code=reason, created_at=now, **fields)
+        if status == Run.Status.SKIPPED:
+            run.finished_at = now
+        run.save(using=using)
+        if status == Run.Status.PENDING:
+            wakeups.notify(using)
     return run

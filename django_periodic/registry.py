@@ -16,6 +16,8 @@ JOB_FIELDS = ("args", "kwargs")
 TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
 POLICY_FIELDS = (
     "overlap",
+    "max_queued",
+    "max_concurrent",
     "misfire",
     "misfire_grace",
     "max_attempts",

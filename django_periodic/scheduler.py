@@ -9,12 +9,13 @@ import os
 import queue
 import socket
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 from django.db.models import Min
 
-from django_periodic import clock, executor, leases, planner, registry
+from django_periodic import clock, executor, leases, planner, registry, wakeups
 from django_periodic.conf import get_settings
 from django_periodic.models import Run, Schedule, SchedulerProcess
 
@@ -32,10 +33,16 @@ class WorkerPool:
         self._on_done = on_done
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Condition()
-        self._in_flight: dict[leases.Claim, threading.Event] = {}
-        for index in range(size):
-            name = f"periodic-worker-{index}"
-            threading.Thread(target=self._work, name=name, daemon=True).start()
+        self._in_flight: dict[leases.Claim, executor.StopRequest] = {}
+        self._abandoned: set[leases.Claim] = set()
+        self._threads = 0
+        for _ in range(size):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._threads += 1
+        name = f"periodic-worker-{self._threads}"
+        threading.Thread(target=self._work, name=name, daemon=True).start()
 
     def free(self) -> int:
         with self._lock:
@@ -43,21 +50,34 @@ class WorkerPool:
 
     def submit(self, claim: leases.Claim) -> None:
         with self._lock:
-            self._in_flight[claim] = threading.Event()
+            self._in_flight[claim] = executor.StopRequest()
         self._queue.put(claim)
 
-    def in_flight(self) -> list[leases.Claim]:
+    def in_flight(self) -> dict[leases.Claim, executor.StopRequest]:
         with self._lock:
-            return list(self._in_flight)
+            return dict(self._in_flight)
 
     def wait_idle(self, timeout: float) -> bool:
         with self._lock:
             return self._lock.wait_for(lambda: not self._in_flight, timeout)
 
-    def cancel_all(self) -> None:
+    def stop_all(self, reason: str) -> None:
         with self._lock:
-            for cancel in self._in_flight.values():
-                cancel.set()
+            for stop in self._in_flight.values():
+                stop.set(reason)
+
+    def abandon(self, claim: leases.Claim) -> None:
+        """Stop counting a run whose job overran: a new thread takes its place.
+
+        Python cannot kill a thread; the old one ends when its job returns, and its
+        late outcome is refused by the lease's token.
+        """
+        with self._lock:
+            if self._in_flight.pop(claim, None) is None:
+                return
+            self._abandoned.add(claim)
+            self._lock.notify_all()
+            self._start_thread()
 
     def stop(self) -> None:
         """Let each idle thread exit; a thread still running a job exits after it."""
@@ -67,21 +87,25 @@ class WorkerPool:
     def _work(self) -> None:
         while (claim := self._queue.get()) is not None:
             self._execute(claim)
+            with self._lock:
+                if claim in self._abandoned:
+                    self._abandoned.discard(claim)
+                    break  # its replacement already serves the queue
         connections.close_all()  # this thread's own connections
 
     def _execute(self, claim: leases.Claim) -> None:
         with self._lock:
-            cancel = self._in_flight[claim]
+            stop = self._in_flight[claim]
         try:
             close_old_connections()
-            executor.execute(claim, cancel)
+            executor.execute(claim, stop)
         except Exception:
             # The run keeps its lease until it expires; the sweeper then settles it.
             logger.exception("Could not record the outcome of run %s.", claim.run.pk)
         finally:
             close_old_connections()
             with self._lock:
-                del self._in_flight[claim]
+                self._in_flight.pop(claim, None)
                 self._lock.notify_all()
             self._on_done()
 
@@ -98,7 +122,9 @@ class Scheduler:
         self._wake = threading.Event()
         self._failures = 0
         self.pool = WorkerPool(workers, on_done=self._wake.set) if workers else None
+        self.listener = wakeups.Listener(using, self._wake)
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
+        self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
 
     def request_stop(self) -> None:
         """Stop claiming and leave the loop (safe to call from a signal handler)."""
@@ -111,68 +137,129 @@ class Scheduler:
             pass  # the database is unreachable at start: keep trying until stopped
         if self.process is None:
             return
+        if not once and not self.listener.start():
+            logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
         try:
             self._run_once() if once else self._run_forever()
         finally:
             self.shutdown()
 
+    @property
+    def poll(self) -> timedelta:
+        return self.settings.POLL_INTERVAL
+
     def boot(self) -> None:
-        """Recovery before the first tick: register, sync code schedules, sweep expired leases."""
+        """Recovery, before the first tick and logged: register, sync code schedules, settle
+        the runs of processes that died, then plan what came due while nobody was planning."""
         now = clock.now(self.using)
         if self.process is None:  # boot is retried when the database was away
             self.process = SchedulerProcess.objects.using(self.using).create(
                 host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
             )
-            logger.info("Scheduler %s starting.", self.process)
+            logger.info("Scheduler %s starting; recovery first.", self.process)
         registry.sync_code_schedules(self.using)
-        self._sweep(now)
+        swept = self._sweep(now)
+        planned = self._plan(now) if self.plan else planner.PlanResult()
+        logger.info(
+            "Recovery done: %d runs of dead processes re-entered, %d failed (lease expired); "
+            "%d runs fired (%d late, by misfire policy), %d plan times skipped; "
+            "%d schedules could not be planned.",
+            swept.reentered,
+            swept.failed,
+            planned.fired,
+            planned.late,
+            planned.skipped,
+            len(planned.failed),
+        )
         self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
 
     def tick(self) -> tuple[datetime, datetime]:
         """Do everything that is due now; return (now, when to wake up next)."""
         now = clock.now(self.using)
-        if self.plan:
-            self._plan(now)
+        self._clock_read_at = time.monotonic()
+        fired = self._plan(now).fired if self.plan else 0
         if now >= self._next_sweep:
             self._sweep(now)
         if now >= self._next_heartbeat:
             leases.heartbeat(self.process, now, self.using)
             self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
-        if self.pool and not self._stop.is_set():
-            for claim in leases.claim(self.process, now, self.pool.free(), self.using):
-                self.pool.submit(claim)
+        claimed = 0
+        if self.pool:
+            self._watch_running(now)
+            if not self._stop.is_set():
+                claimed = self._claim(now)
+        if fired > claimed:
+            wakeups.notify(self.using)  # runs are left: let other processes take them
         return now, self._next_wake(now)
 
-    def _plan(self, now: datetime) -> None:
+    def _claim(self, now: datetime) -> int:
+        claims = leases.claim(self.process, now, self.pool.free(), self.using)
+        for claim in claims:
+            self.pool.submit(claim)
+        return len(claims)
+
+    def _watch_running(self, now: datetime) -> None:
+        """Pass on cancel requests; stop runs past their timeout, fail them past its grace."""
+        in_flight = self.pool.in_flight()
+        asked = leases.cancel_requested(in_flight, self.using)
+        for claim, stop in in_flight.items():
+            if claim.run.pk in asked:
+                stop.set(executor.StopRequest.CANCEL)
+            deadline = self._timeout_at(claim)
+            if deadline is None or now < deadline:
+                continue
+            stop.set(executor.StopRequest.TIMEOUT)
+            if now >= deadline + self.settings.TIMEOUT_GRACE and leases.timed_out(claim, now):
+                logger.error("Run %s timed out; its worker thread is replaced.", claim.run.pk)
+                self.pool.abandon(claim)
+
+    @staticmethod
+    def _timeout_at(claim: leases.Claim) -> datetime | None:
+        timeout = claim.run.schedule.timeout
+        return None if timeout is None else claim.run.started_at + timeout
+
+    def _plan(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
+        total = planner.PlanResult()
         while True:
             result = planner.plan_due(now, using=self.using, batch_size=batch_size)
+            total.fired += result.fired
+            total.late += result.late
+            total.skipped += result.skipped
+            total.failed += result.failed
             if result.fired or result.skipped:
                 logger.debug("Planned %d runs, skipped %d.", result.fired, result.skipped)
             if result.schedules < batch_size:
-                return
+                return total
 
-    def _sweep(self, now: datetime) -> None:
+    def _sweep(self, now: datetime) -> leases.SweepResult:
         swept = leases.sweep(now, self.using)
         if swept.reentered or swept.failed:
             logger.warning(
                 "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
             )
+        leases.promote_queued(None, self.using)
         stale = SchedulerProcess.objects.using(self.using).filter(
             heartbeat_at__lt=now - STALE_PROCESS_AGE
         )
         stale.delete()
         self._next_sweep = now + self.settings.SWEEP_INTERVAL
+        return swept
 
     def _next_wake(self, now: datetime) -> datetime:
-        """The earliest of: next fire, next retry, next sweep, next heartbeat, the poll cap."""
-        candidates = [now + self.settings.POLL_INTERVAL, self._next_sweep, self._next_heartbeat]
+        """The earliest of: next fire, retry, sweep, heartbeat and timeout; the poll cap."""
+        candidates = [now + self.poll, self._next_sweep, self._next_heartbeat]
         if self.plan:
             fires = Schedule.objects.using(self.using).enabled()
             candidates.append(fires.aggregate(at=Min("next_fire_at"))["at"])
         if self.pool:
             retries = Run.objects.using(self.using).filter(status=Run.Status.RETRYING)
             candidates.append(retries.aggregate(at=Min("next_retry_at"))["at"])
+            for claim in self.pool.in_flight():
+                timeout_at = self._timeout_at(claim)
+                if timeout_at is not None:
+                    grace = self.settings.TIMEOUT_GRACE if timeout_at <= now else timedelta(0)
+                    candidates.append(timeout_at + grace)
         return min(at for at in candidates if at is not None)
 
     def _run_forever(self) -> None:
@@ -183,7 +270,9 @@ class Scheduler:
         self._wake.clear()
         close_old_connections()
         now, wake_at = self.tick()
-        self._wake.wait(max((wake_at - now).total_seconds(), 0.001))
+        # The clock was read at the start of the tick: the tick's own time is already spent.
+        spent = time.monotonic() - self._clock_read_at
+        self._wake.wait(max((wake_at - now).total_seconds() - spent, 0.001))
 
     def _guarded(self, step) -> bool:
         """Run a step; on a database error log it, reconnect later, back off 1, 2, 4... 30 s."""
@@ -213,6 +302,7 @@ class Scheduler:
 
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
+        self.listener.stop()
         if self.pool:
             self._drain()
             self.pool.stop()
@@ -229,7 +319,7 @@ class Scheduler:
                 break
             now = clock.now(self.using)
             leases.heartbeat(self.process, now, self.using)
-        self.pool.cancel_all()
+        self.pool.stop_all(executor.StopRequest.SHUTDOWN)
         now = clock.now(self.using)
         for claim in self.pool.in_flight():
             leases.release(claim, now)

@@ -18,6 +18,7 @@ def form_data(**overrides):
         "cron": "* * * * *",
         "timezone": "UTC",
         "overlap": "skip",
+        "max_queued": "1",
         "misfire": "latest",
         "misfire_grace": "00:01:00",
         "max_attempts": "1",

@@ -172,18 +172,36 @@ def test_a_one_shot_fires_once_then_has_no_next_fire():
 
 
 @pytest.mark.django_db
-def test_a_bad_row_disables_that_schedule_and_the_others_still_fire():
+def test_a_bad_row_is_disabled_after_repeated_failures_and_the_others_still_fire(settings):
+    settings.DJANGO_PERIODIC = {"PLANNING_FAILURE_LIMIT": 3}
     bad = due_schedule(interval=None, cron="0 3 * * *")
     Schedule.objects.filter(pk=bad.pk).update(cron="61 * * * *")
     gone = due_schedule()
     Schedule.objects.filter(pk=gone.pk).update(job="tests.jobs.removed_from_code")
-    good = due_schedule()
+    good = due_schedule(interval=timedelta(seconds=1))
+    for tick in range(1, 4):
+        result = planner.plan_due(T0 + timedelta(seconds=tick))
+        bad.refresh_from_db()
+        gone.refresh_from_db()
+        assert bad.planning_failures == gone.planning_failures == tick
+        assert bad.enabled == gone.enabled == (tick < 3)
+    assert "minute" in bad.last_error and "removed_from_code" in gone.last_error
+    assert sorted(result.disabled) == sorted([bad.name, gone.name])
+    assert [plan_time for plan_time, _, _ in runs_of(good)] == [
+        T0 + timedelta(seconds=s) for s in range(4)
+    ]
+
+
+@pytest.mark.django_db
+def test_a_schedule_that_plans_again_forgets_its_failures():
+    schedule = due_schedule()
+    Schedule.objects.filter(pk=schedule.pk).update(job="tests.jobs.removed_from_code")
     planner.plan_due(T0 + timedelta(seconds=1))
-    bad.refresh_from_db()
-    gone.refresh_from_db()
-    assert not bad.enabled and "minute" in bad.last_error
-    assert not gone.enabled and "removed_from_code" in gone.last_error
-    assert runs_of(good) == [(T0, "pending", "")]
+    Schedule.objects.filter(pk=schedule.pk).update(job="tests.jobs.noop")
+    planner.plan_due(T0 + timedelta(seconds=2))
+    schedule.refresh_from_db()
+    assert (schedule.planning_failures, schedule.last_error, schedule.enabled) == (0, "", True)
+    assert [status for _, status, _ in runs_of(schedule)] == ["pending"]
 
 
 @pytest.mark.django_db

@@ -1,0 +1,83 @@
+"""Wake-ups: NOTIFY when there is new work, LISTEN to end a sleeping scheduler's wait.
+
+Only PostgreSQL has them; elsewhere ``notify`` does nothing and schedulers poll at
+``POLL_INTERVAL``. A notification sent inside a transaction is delivered at its commit,
+so a woken scheduler always sees the rows that caused it.
+"""
+
+import logging
+import threading
+
+from django.db import connections
+
+logger = logging.getLogger("django_periodic")
+
+CHANNEL = "django_periodic"
+MAX_RECONNECT_DELAY = 30.0
+
+
+def notify(using: str = "default") -> None:
+    """Wake every listening scheduler (at commit, if inside a transaction)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+
+
+class Listener:
+    """A daemon thread on its own connection that sets ``wake`` on every notification.
+
+    It reconnects with backoff when the connection drops, and sets ``wake`` after each
+    reconnect, since notifications sent meanwhile were lost.
+    """
+
+    def __init__(self, using: str, wake: threading.Event) -> None:
+        self.using = using
+        self.wake = wake
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failures = 0
+
+    @staticmethod
+    def supported(using: str) -> bool:
+        connection = connections[using]
+        return connection.vendor == "postgresql" and getattr(connection, "is_psycopg3", False)
+
+    def start(self) -> bool:
+        """Start listening; False where the database cannot notify (the loop then polls)."""
+        if not self.supported(self.using):
+            return False
+        self._thread = threading.Thread(target=self._run, name="periodic-listener", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            wrapper = connections.create_connection(self.using)
+            try:
+                self._listen(wrapper)
+            except Exception as exc:
+                self._failures += 1
+                delay = min(2.0 ** (self._failures - 1), MAX_RECONNECT_DELAY)
+                logger.warning("Wake-up listener disconnected (%s); retry in %.0f s.", exc, delay)
+                self.wake.set()  # meanwhile the loop polls; let it look now
+                self._stop.wait(delay)
+            finally:
+                wrapper.close()
+
+    def _listen(self, wrapper) -> None:
+        wrapper.ensure_connection()
+        raw = wrapper.connection
+        raw.autocommit = True
+        raw.execute(f"LISTEN {CHANNEL}")
+        self._failures = 0
+        self.wake.set()  # whatever was notified while we were not listening
+        while not self._stop.is_set():
+            for _ in raw.notifies(timeout=1.0, stop_after=1):
+                self.wake.set()
