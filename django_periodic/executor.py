@@ -81,11 +81,9 @@ def execute(claim: leases.Claim, stop: StopRequest | None = None) -> str:
     try:
         result = job.func(*args, **run.kwargs)
     except Exception as exc:
-        if stop.reason == StopRequest.CANCEL:
-            return _record_cancel(claim)
-        return _record_failure(claim, _failure_of(exc))
-    if stop.reason == StopRequest.CANCEL:
-        return _record_cancel(claim)
+        return _record_stop(claim, stop) or _record_failure(claim, _failure_of(exc))
+    if stopped := _record_stop(claim, stop):
+        return stopped
     if not _recorded(leases.succeed, claim, capped_result(result)):
         logger.warning("Run %s finished after losing its lease; result dropped.", run.pk)
         return "lost"
@@ -108,10 +106,16 @@ def _recorded(record: Callable, claim: leases.Claim, *args) -> Any:
     return record(claim, clock.now(claim.using), *args)
 
 
-def _record_cancel(claim: leases.Claim) -> str:
-    if not _recorded(leases.cancelled, claim):
-        return "lost"
-    return Run.Status.CANCELLED
+def _record_stop(claim: leases.Claim, stop: StopRequest) -> str | None:
+    """A job that was cancelled or timed out ends so, however it returned; else None."""
+    outcomes = {
+        StopRequest.CANCEL: (leases.cancelled, Run.Status.CANCELLED),
+        StopRequest.TIMEOUT: (leases.timed_out, Run.Status.FAILED),
+    }
+    if stop.reason not in outcomes:
+        return None
+    record, status = outcomes[stop.reason]
+    return status if _recorded(record, claim) else "lost"
 
 
 def _record_failure(claim: leases.Claim, failure: leases.Failure) -> str:

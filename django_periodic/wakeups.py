@@ -41,8 +41,11 @@ class Listener:
 
     @staticmethod
     def supported(using: str) -> bool:
-        connection = connections[using]
-        return connection.vendor == "postgresql" and getattr(connection, "is_psycopg3", False)
+        if connections[using].vendor != "postgresql":
+            return False
+        from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+        return is_psycopg3  # psycopg2 has no blocking wait for notifications with a timeout
 
     def start(self) -> bool:
         """Start listening; False where the database cannot notify (the loop then polls)."""

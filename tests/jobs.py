@@ -49,3 +49,20 @@ def report_context(context):
         "heartbeat": context.heartbeat(),
         "cancelled": context.cancelled,
     }
+
+
+@job(takes_context=True)
+def linger(context, seconds: float = 30.0, cooperative: bool = True):
+    """Writes an Execution row, then waits ``seconds`` (less if cancelled and cooperative)."""
+    Execution.objects.create(
+        schedule=context.run.schedule.name,
+        plan_time=context.plan_time,
+        attempt=context.attempt,
+        pid=os.getpid(),
+    )
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cooperative and context.cancelled:
+            return "stopped"
+        time.sleep(0.05)
+    return "finished"
