@@ -22,12 +22,14 @@ def test_periodic_status_shows_schedulers_failures_and_broken_schedules(now):
     SchedulerProcess.objects.create(host="dead", pid=2, started_at=old, heartbeat_at=old)
     RunFactory(status="failed", error_code="ValueError", finished_at=now)
     broken = ScheduleFactory(name="broken")
-    Schedule.objects.filter(pk=broken.pk).update(enabled=False, last_error="Cannot plan: bad")
+    Schedule.objects.filter(pk=broken.pk).update(
+        enabled=False, last_error="Cannot plan: bad", planning_failures=3
+    )
     text = output_of("periodic_status")
     assert "alive:1  alive" in text
     assert "dead:2  STALE" in text
     assert "ValueError" in text
-    assert "broken  DISABLED  Cannot plan: bad" in text
+    assert "broken  DISABLED  3 failed ticks  Cannot plan: bad" in text
 
 
 @pytest.mark.django_db

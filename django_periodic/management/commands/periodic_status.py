@@ -34,7 +34,8 @@ class Command(BaseCommand):
         self._section("Schedules with errors")
         for schedule in schedules.exclude(last_error=""):
             state = "enabled" if schedule.enabled else "DISABLED"
-            self._line(f"{schedule.name}  {state}  {schedule.last_error}")
+            failures = f"{schedule.planning_failures} failed ticks"
+            self._line(f"{schedule.name}  {state}  {failures}  {schedule.last_error}")
         self._section("Recent failures")
         for run in runs.failed().order_by("-finished_at")[:10]:
             self._line(f"{run.job_name} @ {run.plan_time:%Y-%m-%d %H:%M:%S}  {run.error_code}")
