@@ -1,22 +1,219 @@
-"""Admin forms: the job is picked from the registry, so a typo cannot reach the database."""
+"""Admin forms: one trigger kind at a time, a registered job, an IANA time zone, JSON arguments.
+
+Every choice is validated with the same functions the model uses, so the admin shows the
+ledger's own precise messages (which cron field is wrong, which zone is unknown) on the field.
+"""
+
+import json
+import zoneinfo
+from collections.abc import Callable
+from functools import cache
 
 from django import forms
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.utils.translation import gettext_lazy as _
 
-from django_periodic import registry
+from django_periodic import registry, triggers
 from django_periodic.models import Schedule
 from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
 
+TRIGGER_KINDS = [("cron", _("cron")), ("interval", _("interval")), ("once", _("one-shot"))]
+# The field that carries each kind. On save the other kinds' fields are cleared, so a value
+# left behind in a field the page hid can never make the schedule ambiguous.
+KIND_FIELDS = {"cron": "cron", "interval": "interval", "once": "run_at"}
+KIND_LABELS = dict(TRIGGER_KINDS)
+KIND_REQUIRED = {
+    "cron": _("A cron trigger needs a cron expression."),
+    "interval": _("An interval trigger needs an interval."),
+    "once": _("A one-shot trigger needs a time to run at."),
+}
+
+
+@cache
+def timezone_names() -> tuple[str, ...]:
+    """Every IANA zone name this machine knows, sorted; "localtime" differs between hosts."""
+    return tuple(sorted(zoneinfo.available_timezones() - {"localtime"}))
+
 
 def job_choices() -> list[tuple[str, str]]:
+    """Registered jobs as (name, "name — first docstring line") pairs."""
     jobs = sorted(registry.registered_jobs().values(), key=lambda j: j.name)
     return [("", "---------")] + [
         (j.name, f"{j.name} — {j.description}" if j.description else j.name) for j in jobs
     ]
 
 
+class SearchableSelect(forms.Select):
+    """A select the admin's bundled select2 makes searchable; a plain select without JS."""
+
+    def __init__(self, attrs=None, choices=()):
+        super().__init__({"class": "periodic-searchable", **(attrs or {})}, choices)
+
+    @property
+    def media(self) -> forms.Media:
+        return forms.Media(
+            js=[
+                "admin/js/vendor/jquery/jquery.js",
+                "admin/js/vendor/select2/select2.full.js",
+                "admin/js/jquery.init.js",
+            ],
+            css={"screen": ["admin/css/vendor/select2/select2.css", "admin/css/autocomplete.css"]},
+        )
+
+
+class CheckedChoiceField(forms.ChoiceField):
+    """A choice validated by ``check`` (which raises with a precise message), not by the list.
+
+    A stored value that is no longer offered (a removed job) stays selectable, marked, so that
+    the page shows what is stored and the error says why it cannot be saved.
+    """
+
+    def __init__(self, *, check: Callable[[str], None], **kwargs):
+        self.check = check
+        super().__init__(**kwargs)
+
+    def valid_value(self, value) -> bool:
+        return True  # validate() runs the precise check instead
+
+    def validate(self, value) -> None:
+        super().validate(value)
+        if value:
+            try:
+                self.check(value)
+            except (triggers.InvalidTrigger, registry.UnknownJob) as exc:
+                raise ValidationError(str(exc), code="invalid_choice") from None
+
+    def offer(self, value: str, label: str) -> None:
+        """Add ``value`` to the choices if it is missing."""
+        if value and value not in {key for key, _ in self.choices}:
+            self.choices = [*self.choices, (value, label)]
+
+
+class JSONArgumentsField(forms.JSONField):
+    """JSON that says where it is broken; an empty box means ``empty()`` ([] or {})."""
+
+    def __init__(self, *, empty: Callable[[], list | dict], **kwargs):
+        self.empty = empty
+        kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField"}))
+        super().__init__(required=False, **kwargs)
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return self.empty()
+        try:
+            return super().to_python(value)
+        except ValidationError:
+            try:
+                json.loads(value)
+            except json.JSONDecodeError as exc:
+                message = _("Not valid JSON: %(reason)s at line %(line)d, column %(column)d.")
+                params = {"reason": exc.msg, "line": exc.lineno, "column": exc.colno}
+                raise ValidationError(message, code="invalid", params=params) from None
+            raise
+
+
 class ScheduleForm(forms.ModelForm):
-    job = forms.ChoiceField(choices=job_choices, help_text="A function registered with @job.")
+    """The schedule form of the admin: pick a trigger kind, then fill only its fields."""
+
+    # Not required: a form posted without it (a script) keeps what it fills in, and the
+    # model then insists on exactly one trigger.
+    trigger_kind = forms.ChoiceField(
+        label=_("Trigger kind"),
+        choices=TRIGGER_KINDS,
+        widget=forms.RadioSelect(attrs={"class": "radiolist inline"}),
+        initial="cron",
+        required=False,
+    )
+    job = CheckedChoiceField(
+        check=registry.get_job,
+        choices=job_choices,
+        widget=SearchableSelect(attrs={"data-placeholder": "Search registered jobs"}),
+        help_text=_("A function registered with @job (the first line of its docstring)."),
+    )
+    timezone = CheckedChoiceField(
+        check=triggers.parse_timezone,
+        choices=lambda: [(name, name) for name in timezone_names()],
+        widget=SearchableSelect(),
+        help_text=_("The wall clock the cron expression is read on; fire times are shown in it."),
+    )
+    args = JSONArgumentsField(empty=list, help_text=_('Positional arguments, e.g. [1, "two"].'))
+    kwargs = JSONArgumentsField(empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.'))
 
     class Meta:
         model = Schedule
         fields = ["name", "job", *JOB_FIELDS, "enabled", *TRIGGER_FIELDS, *POLICY_FIELDS]
+        widgets = {
+            "cron": forms.TextInput(
+                attrs={
+                    "class": "vTextField periodic-cron",
+                    "placeholder": "*/5 * * * *",
+                    "autocomplete": "off",
+                    "spellcheck": "false",
+                }
+            ),
+        }
+        help_texts = {
+            "cron": _(
+                "Five fields: minute hour day-of-month month day-of-week; "
+                "or @hourly, @daily, @weekly, @monthly, @yearly."
+            ),
+            "interval": _("e.g. 00:05:00 for five minutes, or 1 00:00:00 for a day."),
+            "run_at": _("In the site's time zone."),
+        }
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._trigger_missing = False
+        instance = self.instance
+        for name in ("job", "timezone", *JOB_FIELDS):
+            # Declared fields do not take the model's defaults ([] and TIME_ZONE) by themselves.
+            self.initial.setdefault(name, getattr(instance, name))
+        if "trigger_kind" in self.fields and instance.trigger_kind:
+            self.fields["trigger_kind"].initial = instance.trigger_kind
+        if "job" in self.fields:
+            self.fields["job"].offer(instance.job, f"{instance.job} (not registered)")
+        if "timezone" in self.fields:
+            self.fields["timezone"].offer(instance.timezone, instance.timezone)
+
+    def clean(self):
+        cleaned = super().clean()
+        kind = cleaned.get("trigger_kind")
+        if kind:
+            self._keep_one_trigger(kind, cleaned)
+        return cleaned
+
+    def _keep_one_trigger(self, kind: str, cleaned: dict) -> None:
+        """Clear the fields of the kinds not chosen; require the chosen kind's field."""
+        for other, name in KIND_FIELDS.items():
+            if other != kind and name in self.fields:
+                cleaned[name] = "" if name == "cron" else None
+        name = KIND_FIELDS[kind]
+        if name in self.fields and cleaned.get(name) in (None, "") and name not in self.errors:
+            self.add_error(name, KIND_REQUIRED[kind])
+            self._trigger_missing = True
+
+    def add_error(self, field, error) -> None:
+        if field is None and hasattr(error, "error_dict"):
+            error = self._placed(error.error_dict)
+        super().add_error(field, error)
+
+    def _placed(self, error_dict: dict) -> ValidationError:
+        """The model's errors, placed where the form can show them.
+
+        The model sees the value the form kept, not the one typed: a field that already has
+        an error keeps only the form's (more precise) message, and so does a missing trigger.
+        Errors on fields the form shows read-only (a code-defined schedule's trigger) belong
+        to the form as a whole.
+        """
+        placed: dict[str, list] = {}
+        for name, errors in error_dict.items():
+            if name != NON_FIELD_ERRORS and name in self.errors:
+                continue
+            if self._trigger_missing and name in KIND_FIELDS.values():
+                continue  # "set exactly one trigger": the chosen kind's field already says so
+            if name == NON_FIELD_ERRORS or name in self.fields:
+                placed.setdefault(name, []).extend(errors)
+            else:
+                for message in ValidationError(errors).messages:
+                    placed.setdefault(NON_FIELD_ERRORS, []).append(f"{name}: {message}")
+        return ValidationError(placed)

@@ -1,0 +1,146 @@
+"""How the console shows the ledger: status badges, run strips, times, durations and JSON."""
+
+import json
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from django.contrib import admin
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import formats, timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext as _
+
+from django_periodic.models import Run
+
+EMPTY = "—"
+
+
+def status_label(status: str) -> str:
+    try:
+        return str(Run.Status(status).label)
+    except ValueError:  # a value written by something newer, or by hand
+        return status
+
+
+def badge(tone: str, text: str, title: str = "") -> SafeString:
+    """A coloured pill; ``tone`` is a run status, whose colours admin.css takes from the
+    admin's palette (so dark mode works)."""
+    return format_html(
+        '<span class="periodic-badge periodic-status-{}" title="{}">{}</span>',
+        tone,
+        title or text,
+        text,
+    )
+
+
+def status_badge(status: str, title: str = "") -> SafeString:
+    """A run status as a badge."""
+    return badge(status, status_label(status), title)
+
+
+def run_strip(runs: Sequence, change_url: str) -> SafeString:
+    """Small squares for ``runs`` (newest first), drawn oldest to newest, each a link.
+
+    ``change_url`` is a run's change page with "0" as the id: reversing a URL per square
+    would cost more than the rest of the row.
+    """
+    prefix = change_url.removesuffix("0/change/")
+    squares = format_html_join(
+        "",
+        '<a class="periodic-square periodic-status-{}" href="{}{}/change/" title="{}"></a>',
+        (
+            (run.status, prefix, run.pk, _square_title(run))
+            for run in reversed(runs)  # oldest first, so the newest is at the right
+        ),
+    )
+    return format_html('<span class="periodic-strip">{}</span>', squares)
+
+
+def _square_title(run) -> str:
+    when = absolute(run.plan_time)
+    words = [status_label(run.status), when, str(Run.Trigger(run.trigger).label)]
+    if run.error_code:
+        words.append(run.error_code)
+    return " · ".join(words)
+
+
+def relative(value: datetime | None, now: datetime) -> str:
+    """ "in 3 minutes" / "12 seconds ago"; timesince alone says "0 minutes" under a minute."""
+    if value is None:
+        return EMPTY
+    seconds = (value - now).total_seconds()
+    if abs(seconds) < 60:
+        amount = _("%(n)d s") % {"n": round(abs(seconds))}
+    elif seconds > 0:
+        amount = timeuntil(value, now, depth=1)
+    else:
+        amount = timesince(value, now, depth=1)
+    return (
+        _("in %(amount)s") % {"amount": amount}
+        if seconds > 0
+        else _("%(amount)s ago") % {"amount": amount}
+    )
+
+
+def absolute(value: datetime | None) -> str:
+    """A time in the site's time zone, compact and unambiguous for tables."""
+    if value is None:
+        return EMPTY
+    return formats.date_format(timezone.localtime(value), "Y-m-d H:i:s T")
+
+
+def when(value: datetime | None, now: datetime) -> SafeString:
+    """Relative time over absolute time."""
+    if value is None:
+        return format_html("{}", EMPTY)
+    return format_html(
+        '<span class="periodic-when">{}</span><br><span class="periodic-quiet">{}</span>',
+        relative(value, now),
+        absolute(value),
+    )
+
+
+def duration(value: timedelta | None) -> str:
+    """A short duration: "850 ms", "12.3 s", "4 min 5 s", "2 h 3 min"; signed."""
+    if value is None:
+        return EMPTY
+    sign, seconds = ("-" if value < timedelta(0) else ""), abs(value.total_seconds())
+    if seconds < 1:
+        text = f"{seconds * 1000:.0f} ms"
+    elif seconds < 60:
+        text = f"{seconds:.1f} s"
+    elif seconds < 3600:
+        text = f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    elif seconds < 86400:
+        text = f"{int(seconds // 3600)} h {int(seconds % 3600 // 60)} min"
+    else:
+        text = f"{int(seconds // 86400)} d {int(seconds % 86400 // 3600)} h"
+    return sign + text
+
+
+def pretty_json(value) -> SafeString:
+    """JSON indented in a <pre>, in the admin's monospace."""
+    if value is None:
+        return format_html("{}", EMPTY)
+    text = json.dumps(value, indent=2, ensure_ascii=False, cls=DjangoJSONEncoder)
+    return format_html('<pre class="periodic-pre">{}</pre>', text)
+
+
+def preformatted(text: str) -> SafeString:
+    """Text whose line breaks and indentation matter (a traceback)."""
+    if not text:
+        return format_html("{}", EMPTY)
+    return format_html('<pre class="periodic-pre">{}</pre>', text)
+
+
+def timestamp(model, name: str):
+    """A read-only display of a datetime field to the second (the admin's stops at minutes)."""
+    field = model._meta.get_field(name)
+
+    @admin.display(description=field.verbose_name, ordering=name)
+    def show(self, obj):
+        return absolute(getattr(obj, name))
+
+    return show

@@ -1,0 +1,182 @@
+"""A trigger in words and its next fire times, for the schedule page and its live preview."""
+
+import functools
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from cron_descriptor import ExpressionDescriptor, FormatException, Options
+from django.template.loader import render_to_string
+from django.utils.translation import gettext as _
+
+from django_periodic import triggers
+from django_periodic.models import Schedule
+
+FIRE_TIMES = 10
+# The cron macros as five fields, so that they read like any expression.
+_MACROS = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@dataclass(frozen=True)
+class FireTime:
+    """One future fire: in UTC, on the schedule's wall clock, and any UTC offset change."""
+
+    utc: datetime
+    local: datetime
+    offset_change: str = ""
+
+
+@dataclass
+class Preview:
+    """What the trigger means, when it fires next, or why it cannot be read."""
+
+    description: str = ""
+    timezone: str = "UTC"
+    fires: list[FireTime] = field(default_factory=list)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        """(wall time, UTC time, offset change) as text; seconds only where a fire has some."""
+        seconds = any(fire.utc.second or fire.utc.microsecond for fire in self.fires)
+        clock = "%H:%M:%S" if seconds else "%H:%M"
+        return [
+            (
+                f"{fire.local.strftime(f'%a %Y-%m-%d {clock} %Z')} ({_utc_offset(fire.local)})",
+                fire.utc.strftime(f"%Y-%m-%d {clock}"),
+                fire.offset_change,
+            )
+            for fire in self.fires
+        ]
+
+    def as_json(self) -> dict:
+        return {
+            "description": self.description,
+            "timezone": self.timezone,
+            "fires": [
+                {
+                    "utc": fire.utc.isoformat(),
+                    "local": fire.local.isoformat(),
+                    "offset_change": fire.offset_change,
+                }
+                for fire in self.fires
+            ],
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+
+
+@functools.lru_cache(maxsize=1024)
+def describe_cron(expression: str) -> str:
+    """A cron expression in English words, read the way Vixie cron reads it."""
+    text = _MACROS.get(expression.strip().lower(), expression.strip())
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        words = ExpressionDescriptor(text, options).get_description()
+    except (FormatException, ValueError, KeyError, IndexError):
+        return expression
+    parts = text.split()
+    both_restricted = len(parts) == 5 and "*" not in (parts[2], parts[4])
+    if both_restricted and (parts[2].startswith("*") or parts[4].startswith("*")):
+        # Vixie cron: a day field starting with "*" makes both day fields apply, where
+        # cron-descriptor reads them as either, as it does for plain lists.
+        words = words.replace(", or on ", ", and only on ")
+    return words
+
+
+def describe_interval(interval: timedelta) -> str:
+    """ "every 1 hour 30 minutes"-style words for a positive duration."""
+    seconds = int(interval.total_seconds())
+    units = [(_("day"), _("days"), 86400), (_("hour"), _("hours"), 3600)]
+    units += [(_("minute"), _("minutes"), 60), (_("second"), _("seconds"), 1)]
+    words = []
+    for singular, plural, size in units:
+        count, seconds = divmod(seconds, size)
+        if count:
+            words.append(f"{count} {singular if count == 1 else plural}")
+    if interval.microseconds:
+        words.append(f"{interval.microseconds} µs")
+    return " ".join(words) or str(interval)
+
+
+def describe(schedule: Schedule) -> str:
+    """The schedule's trigger in words, with its bounds; empty if it has no trigger."""
+    kind = schedule.trigger_kind
+    if kind == "cron":
+        words = describe_cron(schedule.cron)
+    elif kind == "interval":
+        words = _("Every %(interval)s") % {"interval": describe_interval(schedule.interval)}
+    elif kind == "once":
+        words = _("Once, at %(when)s") % {"when": _format(schedule.run_at, schedule.timezone)}
+    else:
+        return ""
+    if schedule.start_at:
+        words += _(", from %(when)s") % {"when": _format(schedule.start_at, schedule.timezone)}
+    if schedule.end_at:
+        words += _(", until %(when)s") % {"when": _format(schedule.end_at, schedule.timezone)}
+    return words
+
+
+def preview(schedule: Schedule, now: datetime, errors: dict | None = None) -> Preview:
+    """The next fire times of ``schedule`` after ``now``; none while its trigger has errors."""
+    result = Preview(timezone=schedule.timezone or "UTC", errors=dict(errors or {}))
+    if result.errors or not schedule.trigger_kind:
+        return result
+    try:
+        zone = triggers.parse_timezone(schedule.timezone)
+        times = schedule.next_fire_times(FIRE_TIMES, after=now)
+    except triggers.InvalidTrigger as exc:
+        result.errors["__all__"] = [str(exc)]
+        return result
+    result.description = describe(schedule)
+    previous = now.astimezone(zone)
+    for utc in times:
+        local = utc.astimezone(zone)
+        result.fires.append(FireTime(utc, local, _offset_change(previous, local)))
+        previous = local
+    if not times:
+        result.notes.append(_("It has no fire after now."))
+    if not schedule.enabled:
+        result.notes.append(_("It is paused: these times fire only if it is resumed."))
+    return result
+
+
+def render(result: Preview) -> str:
+    """The preview as an HTML fragment (the page and the live JSON view both use it)."""
+    return render_to_string("django_periodic/admin/preview.html", {"preview": result})
+
+
+def _offset_change(before: datetime, after: datetime) -> str:
+    if before.utcoffset() == after.utcoffset():
+        return ""
+    starts = (after.dst() or timedelta(0)) > (before.dst() or timedelta(0))
+    what = _("daylight saving time starts") if starts else _("daylight saving time ends")
+    return _("%(what)s: %(old)s → %(new)s") % {
+        "what": what,
+        "old": _utc_offset(before),
+        "new": _utc_offset(after),
+    }
+
+
+def _utc_offset(value: datetime) -> str:
+    """ "UTC+02:00"-style offset of an aware datetime."""
+    offset = value.utcoffset() or timedelta(0)
+    sign = "-" if offset < timedelta(0) else "+"
+    minutes = abs(int(offset.total_seconds())) // 60
+    return f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _format(value: datetime, zone_name: str) -> str:
+    try:
+        zone = triggers.parse_timezone(zone_name)
+    except triggers.InvalidTrigger:
+        zone = triggers.parse_timezone("UTC")
+    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")

@@ -1,0 +1,82 @@
+"""Who holds what: leases and the scheduler processes that heartbeat them."""
+
+from django.contrib import admin
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Q
+from django.db.models.functions import Now
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from django_periodic.admin import display
+from django_periodic.conf import get_settings
+from django_periodic.models import Lease, SchedulerProcess
+
+STALE_AFTER_INTERVALS = 3  # as periodic_status: a process this late is presumed dead
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """What the schedulers write; people only look."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ["run", "attempt", "holder", "acquired", "heartbeat", "released", "outcome"]
+    list_filter = ["outcome", "process"]
+    list_select_related = ["run"]
+    search_fields = ["holder"]
+    show_full_result_count = False
+    acquired = display.timestamp(Lease, "acquired_at")
+    heartbeat = display.timestamp(Lease, "heartbeat_at")
+    released = display.timestamp(Lease, "released_at")
+
+
+@admin.register(SchedulerProcess)
+class SchedulerProcessAdmin(ReadOnlyAdmin):
+    """The "Schedulers" page: who is alive, since when, holding how many runs."""
+
+    list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held"]
+    started = display.timestamp(SchedulerProcess, "started_at")
+
+    class Media:
+        css = {"all": ["django_periodic/admin.css"]}
+
+    def changelist_view(self, request, extra_context=None):
+        return super().changelist_view(request, {"title": _("Schedulers"), **(extra_context or {})})
+
+    def get_queryset(self, request):
+        held = Count("leases", filter=Q(leases__released_at__isnull=True))
+        # The database's clock, the one heartbeats are written with.
+        silence = ExpressionWrapper(Now() - F("heartbeat_at"), output_field=DurationField())
+        return super().get_queryset(request).annotate(held=held, silence=silence)
+
+    @admin.display(description=gettext_lazy("state"))
+    def state(self, process: SchedulerProcess):
+        if process.silence > get_settings().HEARTBEAT_INTERVAL * STALE_AFTER_INTERVALS:
+            title = _("No heartbeat for %(n)d intervals.") % {"n": STALE_AFTER_INTERVALS}
+            return display.badge("failed", _("stale"), title)
+        return display.badge("succeeded", _("alive"))
+
+    @admin.display(description=gettext_lazy("last heartbeat"), ordering="heartbeat_at")
+    def last_heartbeat(self, process: SchedulerProcess):
+        ago = _("%(duration)s ago") % {"duration": display.duration(process.silence)}
+        return format_html(
+            '{}<br><span class="periodic-quiet">{}</span>',
+            ago,
+            display.absolute(process.heartbeat_at),
+        )
+
+    @admin.display(description=gettext_lazy("runs held"), ordering="held")
+    def runs_held(self, process: SchedulerProcess):
+        url = reverse(f"{self.admin_site.name}:django_periodic_lease_changelist")
+        query = f"?process__id__exact={process.pk}&released_at__isnull=True"
+        return format_html('<a href="{}{}">{}</a>', url, query, process.held)

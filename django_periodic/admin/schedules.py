@@ -1,0 +1,346 @@
+"""The schedules in the admin: a trigger editor with a live preview, a list with run history."""
+
+from collections import Counter
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q
+from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from django_periodic import clock, triggers, wakeups
+from django_periodic.admin import display, history, preview
+from django_periodic.forms import KIND_FIELDS, KIND_LABELS, ScheduleForm
+from django_periodic.models import Run, Schedule
+from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
+
+# What the code of a @job schedule defines; the admin shows it but cannot change it.
+CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIELDS, *POLICY_FIELDS)
+STATE_FIELDS = (
+    "next_fire",
+    "recent_runs",
+    "last_error",
+    "planning_failures",
+    "defined_in",
+    "created_at",
+    "updated_at",
+)
+
+
+class TriggerKindFilter(admin.SimpleListFilter):
+    title = gettext_lazy("trigger kind")
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return list(KIND_LABELS.items())
+
+    def queryset(self, request, queryset):
+        no_cron = Q(cron="")
+        kinds = {
+            "cron": ~no_cron,
+            "interval": no_cron & Q(interval__isnull=False),
+            "once": no_cron & Q(interval__isnull=True, run_at__isnull=False),
+        }
+        return queryset.filter(kinds[self.value()]) if self.value() in kinds else queryset
+
+
+class LastStatusFilter(admin.SimpleListFilter):
+    title = gettext_lazy("last run")
+    parameter_name = "last_status"
+
+    def lookups(self, request, model_admin):
+        return [*Run.Status.choices, ("none", _("never ran"))]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        if not value:
+            return queryset
+        queryset = queryset.annotate(last_status=history.last_status())
+        if value == "none":
+            return queryset.filter(last_status__isnull=True)
+        return queryset.filter(last_status=value)
+
+
+class CodeDefinedFilter(admin.SimpleListFilter):
+    title = gettext_lazy("defined in")
+    parameter_name = "defined"
+
+    def lookups(self, request, model_admin):
+        return [("code", _("code (@job)")), ("admin", _("the database (admin, ORM)"))]
+
+    def queryset(self, request, queryset):
+        if self.value() == "code":
+            return queryset.exclude(defined_in="")
+        if self.value() == "admin":
+            return queryset.filter(defined_in="")
+        return queryset
+
+
+class ScheduleChangeList(ChangeList):
+    """Loads the recent runs of every schedule on the page in one query."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        schedules = list(self.result_list)
+        runs = history.recent_runs([s.pk for s in schedules], using=self.queryset.db)
+        for schedule in schedules:
+            schedule.recent = runs.get(schedule.pk, [])
+
+
+@admin.register(Schedule)
+class ScheduleAdmin(admin.ModelAdmin):
+    form = ScheduleForm
+    list_display = [
+        "name_and_error",
+        "job",
+        "trigger_in_words",
+        "timezone",
+        "enabled",
+        "next_fire",
+        "last_status",
+        "recent_runs",
+    ]
+    list_display_links = ["name_and_error"]
+    list_filter = ["enabled", "job", TriggerKindFilter, LastStatusFilter, CodeDefinedFilter]
+    search_fields = ["name", "job"]
+    show_full_result_count = False  # a second COUNT(*) of the whole table on every page
+    actions = ["run_now", "enable", "resume_with_catch_up", "disable"]
+
+    class Media:
+        css = {"all": ["django_periodic/admin.css"]}
+        js = ["django_periodic/schedule_form.js"]
+
+    def get_changelist(self, request, **kwargs):
+        return ScheduleChangeList
+
+    def get_fieldsets(self, request, obj=None):
+        trigger = ["trigger_kind", *TRIGGER_FIELDS, "trigger_preview"]
+        if obj is not None and not self._editable_trigger(request, obj):
+            others = {name for kind, name in KIND_FIELDS.items() if kind != obj.trigger_kind}
+            trigger = [name for name in trigger if name not in others]
+        fieldsets = [
+            (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
+            (_("Trigger"), {"fields": trigger}),
+            (_("Policies"), {"fields": list(POLICY_FIELDS)}),
+        ]
+        if obj is not None:
+            fieldsets.append((_("State"), {"fields": list(STATE_FIELDS)}))
+        return fieldsets
+
+    def get_readonly_fields(self, request, obj=None):
+        fields = ["trigger_preview", *STATE_FIELDS]
+        if obj is not None and obj.is_code_defined:
+            fields += CODE_DEFINED_FIELDS
+        return fields
+
+    def _editable_trigger(self, request, obj: Schedule) -> bool:
+        return not obj.is_code_defined and self.has_change_permission(request, obj)
+
+    def get_urls(self):
+        info = self.opts.app_label, self.opts.model_name
+        wrap = self.admin_site.admin_view
+        return [
+            path("preview/", wrap(self.preview_view), name="{}_{}_preview".format(*info)),
+            path(
+                "<path:object_id>/run-now/",
+                wrap(self.run_now_view),
+                name="{}_{}_run_now".format(*info),
+            ),
+            *super().get_urls(),
+        ]
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        urls = {
+            "run_now_url": self._url("run_now", object_id),
+            "runs_url": f"{self._url('changelist', model='run')}?schedule={object_id}",
+        }
+        return super().change_view(request, object_id, form_url, {**urls, **(extra_context or {})})
+
+    def _url(self, name: str, *args, model: str = "schedule") -> str:
+        app = self.opts.app_label
+        return reverse(f"{self.admin_site.name}:{app}_{model}_{name}", args=args)
+
+    # -- columns and read-only fields ---------------------------------------------------------
+
+    @admin.display(description=gettext_lazy("name"), ordering="name")
+    def name_and_error(self, schedule: Schedule):
+        if not schedule.last_error:
+            return schedule.name
+        return format_html(
+            '{}<div class="periodic-error" title="{}">⚠ {}</div>',
+            schedule.name,
+            schedule.last_error,
+            schedule.last_error[:120],
+        )
+
+    @admin.display(description=gettext_lazy("trigger"))
+    def trigger_in_words(self, schedule: Schedule):
+        words = preview.describe(schedule) or display.EMPTY
+        raw = schedule.cron or ""
+        if not raw:
+            return words
+        return format_html('{}<br><code class="periodic-quiet">{}</code>', words, raw)
+
+    @admin.display(description=gettext_lazy("trigger kind"))
+    def trigger_kind(self, schedule: Schedule) -> str:
+        return str(KIND_LABELS.get(schedule.trigger_kind, display.EMPTY))
+
+    @admin.display(description=gettext_lazy("next fire"), ordering="next_fire_at")
+    def next_fire(self, schedule: Schedule):
+        if not schedule.enabled:
+            return format_html('<span class="periodic-quiet">{}</span>', _("paused"))
+        if schedule.next_fire_at is None:
+            return format_html('<span class="periodic-quiet">{}</span>', _("no more fires"))
+        return display.when(schedule.next_fire_at, clock.wall_now())
+
+    @admin.display(description=gettext_lazy("last run"))
+    def last_status(self, schedule: Schedule):
+        runs = self._recent(schedule)
+        if not runs:
+            return format_html('<span class="periodic-quiet">{}</span>', _("never ran"))
+        return display.status_badge(runs[0].status, runs[0].error_code)
+
+    @admin.display(description=gettext_lazy("recent runs"))
+    def recent_runs(self, schedule: Schedule):
+        runs = self._recent(schedule)
+        if not runs:
+            return display.EMPTY
+        return display.run_strip(runs, self._url("change", 0, model="run"))
+
+    def _recent(self, schedule: Schedule) -> list:
+        if schedule.pk is None:
+            return []
+        if not hasattr(schedule, "recent"):  # the change page: one schedule, one query
+            using = schedule._state.db or "default"
+            schedule.recent = history.recent_runs([schedule.pk], using).get(schedule.pk, [])
+        return schedule.recent
+
+    @admin.display(description=gettext_lazy("preview"))
+    def trigger_preview(self, schedule: Schedule):
+        now = clock.now(schedule._state.db or "default")
+        result = preview.preview(schedule, now, errors=self._trigger_errors(schedule))
+        url = self._url("preview")
+        if schedule.pk is not None:
+            url += f"?object_id={schedule.pk}"
+        return format_html(
+            '<div id="periodic-preview" class="periodic-preview" data-url="{}" '
+            'aria-live="polite">{}</div>',
+            url,
+            preview.render(result),
+        )
+
+    @staticmethod
+    def _trigger_errors(schedule: Schedule) -> dict:
+        try:
+            schedule.trigger  # noqa: B018 (building it validates it)
+        except triggers.InvalidTrigger as exc:
+            return {"__all__": [str(exc)]} if schedule.trigger_kind else {}
+        return {}
+
+    # -- the live preview -----------------------------------------------------------------------
+
+    def preview_view(self, request):
+        """The trigger being typed, in words and next fire times, as JSON (and its HTML)."""
+        obj = None
+        if request.GET.get("object_id"):
+            obj = self.get_object(request, unquote(request.GET["object_id"]))
+            if obj is None:
+                raise Http404(_("No such schedule."))
+        allowed = self.has_view_or_change_permission(request, obj)
+        if not (allowed or (obj is None and self.has_add_permission(request))):
+            raise PermissionDenied
+        form_class = self.get_form(request, obj, change=obj is not None)
+        form = form_class(request.GET, instance=obj or Schedule())
+        form.is_valid()
+        watched = {"trigger_kind", *TRIGGER_FIELDS, "__all__"}
+        errors = {name: list(errors) for name, errors in form.errors.items() if name in watched}
+        now = clock.now(form.instance._state.db or "default")
+        result = preview.preview(form.instance, now, errors)
+        return JsonResponse({**result.as_json(), "html": preview.render(result)})
+
+    # -- actions ------------------------------------------------------------------------------
+
+    def run_now_view(self, request, object_id):
+        """The "Run now" button of a schedule's page (POST)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        schedule = self.get_object(request, unquote(object_id))
+        if schedule is None:
+            raise Http404(_("No such schedule."))
+        if not self.has_change_permission(request, schedule):
+            raise PermissionDenied
+        run = schedule.run_now()
+        link = format_html('<a href="{}">{}</a>', self._url("change", run.pk, model="run"), run)
+        self.message_user(request, format_html(_("Requested a run: {}."), link))
+        return HttpResponseRedirect(self._url("change", schedule.pk))
+
+    @admin.action(
+        description=gettext_lazy("Run now (through the overlap policy)"), permissions=["change"]
+    )
+    def run_now(self, request, queryset):
+        statuses = Counter(schedule.run_now().status for schedule in queryset)
+        counts = ", ".join(f"{n} {display.status_label(s)}" for s, n in sorted(statuses.items()))
+        self.message_user(
+            request,
+            _("Requested %(n)d runs: %(counts)s.")
+            % {
+                "n": statuses.total(),
+                "counts": counts,
+            },
+        )
+
+    @admin.action(
+        description=gettext_lazy("Enable: resume from now, without catch-up"),
+        permissions=["change"],
+    )
+    def enable(self, request, queryset):
+        resumed, failed = self._restart(queryset.filter(enabled=False))
+        self._report_resumed(request, resumed, failed)
+
+    @admin.action(
+        description=gettext_lazy("Resume with catch-up (the misfire policy decides)"),
+        permissions=["change"],
+    )
+    def resume_with_catch_up(self, request, queryset):
+        paused = queryset.filter(enabled=False)
+        # Without a cursor there is nothing to catch up: such a schedule restarts from now.
+        resumed, failed = self._restart(paused.filter(next_fire_at__isnull=True))
+        # update() bypasses save(), which would restart the cursor from now: the stored
+        # cursor stays, and the planner fires or skips the missed times by the misfire policy.
+        resumed += paused.update(enabled=True, updated_at=clock.now(queryset.db))
+        wakeups.notify(queryset.db)
+        self._report_resumed(request, resumed, failed)
+
+    @admin.action(description=gettext_lazy("Disable (pause)"), permissions=["change"])
+    def disable(self, request, queryset):
+        paused = queryset.filter(enabled=True).update(
+            enabled=False, updated_at=clock.now(queryset.db)
+        )
+        self.message_user(request, _("Paused %(n)d schedules.") % {"n": paused})
+
+    @staticmethod
+    def _restart(queryset) -> tuple[int, list[str]]:
+        """Enable each schedule through save(), which restarts its cursor from now."""
+        resumed, failed = 0, []
+        for schedule in queryset:
+            schedule.enabled = True
+            try:
+                schedule.save(update_fields=["enabled", "updated_at"])
+            except triggers.InvalidTrigger as exc:
+                failed.append(f"{schedule.name}: {exc}")
+            else:
+                resumed += 1
+        return resumed, failed
+
+    def _report_resumed(self, request, resumed: int, failed: list[str]) -> None:
+        self.message_user(request, _("Resumed %(n)d schedules.") % {"n": resumed})
+        if failed:
+            message = _("Not resumed, the trigger is invalid: %(names)s") % {
+                "names": "; ".join(failed)
+            }
+            self.message_user(request, message, messages.ERROR)

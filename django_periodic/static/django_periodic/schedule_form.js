@@ -1,0 +1,112 @@
+/* The schedule form: show only the chosen trigger kind's field, make the job and time zone
+ * searchable, and keep the trigger preview up to date as the user types. No framework: the
+ * admin's own jQuery is used only for select2, which the admin bundles. */
+'use strict';
+{
+    // The field each trigger kind uses (as forms.KIND_FIELDS); the others are hidden.
+    const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at'};
+    // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
+    const PREVIEWED = /^(trigger_kind|cron|timezone|interval|run_at|start_at|end_at|enabled)(_\d)?$/;
+    const DEBOUNCE_MS = 250;
+
+    function row(form, name) {
+        return form.querySelector('.form-row.field-' + name);
+    }
+
+    function showKind(form, kind) {
+        for (const [other, name] of Object.entries(KIND_FIELDS)) {
+            const element = row(form, name);
+            if (element) {
+                element.style.display = other === kind ? '' : 'none';
+            }
+        }
+    }
+
+    function chosenKind(form) {
+        const checked = form.querySelector('input[name="trigger_kind"]:checked');
+        return checked ? checked.value : null;
+    }
+
+    function makeSearchable(form) {
+        const $ = window.django && window.django.jQuery;
+        if (!$ || !$.fn.select2) {
+            return;
+        }
+        $(form).find('select.periodic-searchable').select2({width: '30em'});
+    }
+
+    function livePreview(form, container) {
+        let timer = null;
+        let controller = null;
+
+        async function refresh() {
+            if (controller) {
+                controller.abort();
+            }
+            controller = new AbortController();
+            const query = new URLSearchParams(new FormData(form));
+            query.delete('csrfmiddlewaretoken');
+            const url = container.dataset.url;
+            const separator = url.includes('?') ? '&' : '?';
+            try {
+                const response = await fetch(url + separator + query.toString(), {
+                    signal: controller.signal,
+                    headers: {Accept: 'application/json'},
+                    credentials: 'same-origin',
+                });
+                if (!response.ok) {
+                    throw new Error('preview: HTTP ' + response.status);
+                }
+                const payload = await response.json();
+                container.innerHTML = payload.html;
+                container.classList.remove('periodic-stale');
+            } catch (error) {
+                if (error.name !== 'AbortError') {
+                    container.classList.add('periodic-stale');
+                }
+            }
+        }
+
+        function schedule(event) {
+            if (event.target && PREVIEWED.test(event.target.name || '')) {
+                clearTimeout(timer);
+                timer = setTimeout(refresh, DEBOUNCE_MS);
+            }
+        }
+
+        form.addEventListener('input', schedule);
+        form.addEventListener('change', schedule);
+        const $ = window.django && window.django.jQuery;
+        if ($) {
+            // select2 announces a choice with a jQuery event, which native listeners miss.
+            $(form).on('select2:select', 'select', schedule);
+        }
+    }
+
+    function init() {
+        const form = document.getElementById('schedule_form');
+        if (!form) {
+            return;
+        }
+        const kind = chosenKind(form);
+        if (kind) {
+            showKind(form, kind);
+            form.addEventListener('change', (event) => {
+                if (event.target.name === 'trigger_kind') {
+                    showKind(form, event.target.value);
+                }
+            });
+        }
+        makeSearchable(form);
+        const container = document.getElementById('periodic-preview');
+        if (container && container.dataset.url && kind) {
+            livePreview(form, container);
+        }
+    }
+
+    if (document.readyState === 'loading') {
+        document.addEventListener('DOMContentLoaded', init);
+    } else {
+        init();
+    }
+}

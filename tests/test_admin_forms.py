@@ -1,0 +1,155 @@
+from datetime import timedelta
+
+import pytest
+
+from django_periodic.forms import ScheduleForm, timezone_names
+from django_periodic.models import Schedule
+from tests.factories import ScheduleFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def data(**overrides):
+    values = {
+        "name": "report",
+        "job": "tests.jobs.add",
+        "args": "[1, 2]",
+        "kwargs": "{}",
+        "enabled": "on",
+        "trigger_kind": "cron",
+        "cron": "0 3 * * *",
+        "timezone": "Europe/Berlin",
+        "overlap": "skip",
+        "max_queued": "1",
+        "misfire": "latest",
+        "misfire_grace": "00:01:00",
+        "max_attempts": "1",
+        "retry_backoff": "00:00:10",
+        "lease_timeout": "00:00:30",
+    }
+    values.update(overrides)
+    return values
+
+
+def errors(**overrides):
+    form = ScheduleForm(data(**overrides))
+    assert not form.is_valid()
+    return form.errors
+
+
+def test_a_valid_cron_schedule_saves():
+    form = ScheduleForm(data())
+    assert form.is_valid(), form.errors
+    schedule = form.save()
+    assert (schedule.cron, schedule.timezone, schedule.args) == (
+        "0 3 * * *",
+        "Europe/Berlin",
+        [1, 2],
+    )
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("0 25 * * *", "Invalid hour field '25': 25 is out of range 0-23."),
+        ("61 * * * *", "Invalid minute field '61': 61 is out of range 0-59."),
+        ("* * * * funday", "Invalid day-of-week field 'funday': unknown name 'funday'."),
+        ("* * *", "Cron expression must have 5 fields"),
+        ("@fortnightly", "Unknown macro '@fortnightly'"),
+    ],
+)
+def test_a_bad_cron_names_the_wrong_field_on_the_cron_field(cron, message):
+    assert message in errors(cron=cron)["cron"][0]
+
+
+def test_an_unknown_time_zone_is_named():
+    assert errors(timezone="Mars/Olympus")["timezone"] == ["Unknown time zone 'Mars/Olympus'."]
+
+
+def test_a_job_that_is_not_registered_is_named_once():
+    messages = errors(job="tests.jobs.nope")["job"]
+    assert messages == ["No job named 'tests.jobs.nope' is registered (with @job)."]
+
+
+def test_broken_json_says_where():
+    message = errors(args="[1, 2")["args"][0]
+    assert message.startswith("Not valid JSON:")
+    assert "line 1, column 6" in message
+
+
+def test_arguments_that_do_not_fit_the_job_are_refused():
+    assert "do not fit tests.jobs.add()" in errors(args="[1]")["args"][0]
+
+
+def test_args_must_be_a_list_and_kwargs_an_object():
+    assert "JSON list" in errors(args='{"a": 1}')["args"][0]
+    assert "JSON object" in errors(kwargs="[1]")["kwargs"][0]
+
+
+def test_empty_argument_boxes_mean_no_arguments():
+    form = ScheduleForm(data(job="tests.jobs.noop", args="", kwargs=""))
+    assert form.is_valid(), form.errors
+    assert (form.cleaned_data["args"], form.cleaned_data["kwargs"]) == ([], {})
+
+
+def test_the_chosen_kind_clears_values_left_in_the_other_kinds_fields():
+    form = ScheduleForm(data(trigger_kind="interval", interval="00:05:00"))
+    assert form.is_valid(), form.errors
+    schedule = form.save()
+    assert (schedule.cron, schedule.interval) == ("", timedelta(minutes=5))
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "message"),
+    [
+        ("cron", "cron", "A cron trigger needs a cron expression."),
+        ("interval", "interval", "An interval trigger needs an interval."),
+        ("once", "run_at", "A one-shot trigger needs a time to run at."),
+    ],
+)
+def test_the_chosen_kind_needs_its_field(kind, field, message):
+    assert errors(trigger_kind=kind, cron="") == {field: [message]}
+
+
+def test_a_one_shot_is_saved_from_its_time():
+    form = ScheduleForm(data(trigger_kind="once", run_at="2030-01-02 03:04:05", cron=""))
+    assert form.is_valid(), form.errors
+    assert form.save().run_at.isoformat() == "2030-01-02T03:04:05+00:00"
+
+
+def test_without_a_kind_the_model_insists_on_exactly_one_trigger():
+    message = errors(trigger_kind="", interval="00:05:00")["cron"][0]
+    assert "Set exactly one trigger" in message
+
+
+def test_a_new_form_starts_from_the_model_defaults():
+    form = ScheduleForm()
+    assert form["args"].value() == "[]"
+    assert form["kwargs"].value() == "{}"
+    assert form["timezone"].value() == "UTC"  # settings.TIME_ZONE
+    assert form["trigger_kind"].value() == "cron"
+
+
+def test_an_existing_schedule_starts_from_its_own_kind():
+    schedule = ScheduleFactory(interval=timedelta(minutes=5))
+    assert ScheduleForm(instance=schedule)["trigger_kind"].value() == "interval"
+
+
+def test_jobs_are_offered_with_their_docstrings_first_line():
+    choices = dict(ScheduleForm().fields["job"].choices)
+    assert choices["tests.jobs.add"] == "tests.jobs.add — Adds two numbers."
+
+
+def test_a_stored_job_that_is_gone_is_still_shown_and_refused():
+    schedule = ScheduleFactory()
+    Schedule.objects.filter(pk=schedule.pk).update(job="tests.jobs.gone")
+    schedule.refresh_from_db()
+    form = ScheduleForm(instance=schedule)
+    assert ("tests.jobs.gone", "tests.jobs.gone (not registered)") in form.fields["job"].choices
+
+
+def test_time_zones_are_the_iana_names():
+    names = timezone_names()
+    assert {"Europe/Berlin", "America/New_York", "UTC"} <= set(names)
+    assert "localtime" not in names
+    assert list(names) == sorted(names)
