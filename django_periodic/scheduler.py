@@ -142,7 +142,8 @@ class Scheduler:
         try:
             self._run_once() if once else self._run_forever()
         finally:
-            self.shutdown()
+            # With the database away, what shutdown cannot record is left to the leases.
+            self._guarded(self.shutdown)
 
     @property
     def poll(self) -> timedelta:
