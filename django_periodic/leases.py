@@ -18,7 +18,7 @@ from django.db.models.fields import DateTimeField
 
 from django_periodic import wakeups
 from django_periodic.conf import get_settings
-from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
 
 MAX_RETRY_DELAY = timedelta(days=1)
 
@@ -168,7 +168,9 @@ def _finish(claim: Claim, now: datetime, outcome: str, **run_fields: Any) -> boo
             return False
         fields = {"finished_at": now, "duration": now - run.started_at, **run_fields}
         Run.objects.using(claim.using).filter(pk=run.pk).update(**fields)
-        if run_fields["status"] in Run.FINAL_STATUSES:
+        # Only a queue schedule has runs waiting; one left by a policy change is the sweeper's.
+        is_queue = run.schedule.overlap == Schedule.Overlap.QUEUE
+        if is_queue and run_fields["status"] in Run.FINAL_STATUSES:
             promote_queued([run.schedule_id], claim.using)
     return True
 
