@@ -1,9 +1,10 @@
 """Overlap, queue, start deadlines and cancellation in the ledger (one process, real database)."""
 
+import threading
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, connections, transaction
 
 from django_periodic import leases, planner
 from django_periodic.models import Run, Schedule
@@ -208,3 +209,33 @@ def test_a_batch_the_database_refuses_is_planned_one_schedule_at_a_time(postgres
     bad.refresh_from_db()
     assert "refused by test" in bad.last_error and bad.planning_failures == 1
     assert bad.next_fire_at == now  # not advanced: it fires once the row is fixed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_run_now_and_planning_start_one_run_of_a_skip_schedule(postgres):
+    """Manual requests and planners racing on one schedule: one active run, the rest skipped."""
+    schedule = every_second()
+    barrier = threading.Barrier(6)
+
+    def request(index: int) -> None:
+        try:
+            barrier.wait()
+            if index % 2:
+                Schedule.objects.get(pk=schedule.pk).run_now()
+            else:
+                planner.plan_due(schedule.next_fire_at + timedelta(seconds=index))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=request, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    runs = Run.objects.filter(schedule=schedule)
+    assert runs.filter(status="pending").count() == 1
+    assert runs.filter(trigger="manual").count() == 3
+    assert set(runs.exclude(status="pending").values_list("error_code", flat=True)) <= {
+        "overlap",
+        "missed",
+    }
