@@ -92,13 +92,16 @@ def absolute(value: datetime | None) -> str:
 
 
 def when(value: datetime | None, now: datetime) -> SafeString:
-    """Relative time over absolute time."""
+    """Relative time over absolute time (its zone in the tooltip, to keep columns narrow)."""
     if value is None:
         return format_html("{}", EMPTY)
+    local = timezone.localtime(value)
     return format_html(
-        '<span class="periodic-when">{}</span><br><span class="periodic-quiet">{}</span>',
-        relative(value, now),
+        '<span class="periodic-when" title="{}">{}<br>'
+        '<span class="periodic-quiet">{}</span></span>',
         absolute(value),
+        relative(value, now),
+        formats.date_format(local, "Y-m-d H:i:s"),
     )
 
 

@@ -107,8 +107,8 @@ def describe_interval(interval: timedelta) -> str:
     return " ".join(words) or str(interval)
 
 
-def describe(schedule: Schedule) -> str:
-    """The schedule's trigger in words, with its bounds; empty if it has no trigger."""
+def describe(schedule: Schedule, *, bounds: bool = True) -> str:
+    """The schedule's trigger in words (with its bounds); empty if it has no trigger."""
     kind = schedule.trigger_kind
     if kind == "cron":
         words = describe_cron(schedule.cron)
@@ -118,9 +118,9 @@ def describe(schedule: Schedule) -> str:
         words = _("Once, at %(when)s") % {"when": _format(schedule.run_at, schedule.timezone)}
     else:
         return ""
-    if schedule.start_at:
+    if bounds and schedule.start_at:
         words += _(", from %(when)s") % {"when": _format(schedule.start_at, schedule.timezone)}
-    if schedule.end_at:
+    if bounds and schedule.end_at:
         words += _(", until %(when)s") % {"when": _format(schedule.end_at, schedule.timezone)}
     return words
 

@@ -180,7 +180,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     @admin.display(description=gettext_lazy("trigger"))
     def trigger_in_words(self, schedule: Schedule):
-        words = preview.describe(schedule) or display.EMPTY
+        words = preview.describe(schedule, bounds=False) or display.EMPTY
         raw = schedule.cron or ""
         if not raw:
             return words

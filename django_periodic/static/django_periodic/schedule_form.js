@@ -7,6 +7,8 @@
     const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at'};
     // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
     const PREVIEWED = /^(trigger_kind|cron|timezone|interval|run_at|start_at|end_at|enabled)(_\d)?$/;
+    // Fields whose errors the preview reports, shown on the field as the form would on save.
+    const CHECKED = ['trigger_kind', 'cron', 'timezone', 'interval', 'run_at', 'start_at', 'end_at'];
     const DEBOUNCE_MS = 250;
 
     function row(form, name) {
@@ -25,6 +27,39 @@
     function chosenKind(form) {
         const checked = form.querySelector('input[name="trigger_kind"]:checked');
         return checked ? checked.value : null;
+    }
+
+    function showFieldErrors(form, errors) {
+        for (const name of CHECKED) {
+            const element = row(form, name);
+            if (!element) {
+                continue;
+            }
+            const previous = element.querySelector('ul.errorlist');
+            const messages = errors[name] || [];
+            if (!messages.length) {
+                if (previous) {
+                    previous.remove();
+                }
+                element.classList.remove('errors');
+                element.querySelectorAll('.errors').forEach((e) => e.classList.remove('errors'));
+                continue;
+            }
+            const list = document.createElement('ul');
+            list.className = 'errorlist';
+            list.id = 'id_' + name + '_error';
+            for (const message of messages) {
+                const item = document.createElement('li');
+                item.textContent = message;
+                list.append(item);
+            }
+            if (previous) {
+                previous.replaceWith(list);
+            } else {
+                element.prepend(list);
+            }
+            element.classList.add('errors');
+        }
     }
 
     function makeSearchable(form) {
@@ -59,6 +94,7 @@
                 }
                 const payload = await response.json();
                 container.innerHTML = payload.html;
+                showFieldErrors(form, payload.errors);
                 container.classList.remove('periodic-stale');
             } catch (error) {
                 if (error.name !== 'AbortError') {
