@@ -11,7 +11,7 @@
 #   PERIODIC_TEST_DBS="sqlite postgres"                 which databases to run (default: both)
 #   PERIODIC_SKIP_LINT=1                                skip ruff (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
-#   PERIODIC_BROWSER_TESTS=1                            install chromium for browser tests
+#   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -39,15 +39,39 @@ banner() { printf '\n== %s ==\n' "$*"; }
 selected() { [[ " $2 " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------------------------------------
-# Browser tests (not enabled yet): they need Debian's chromium. Called only with
-# PERIODIC_BROWSER_TESTS=1; the Python side finds the binary through PERIODIC_CHROMIUM.
+# Browser tests (tests/browser) drive Debian's chromium with Playwright; the Python side finds it
+# through PERIODIC_CHROMIUM, or skips with the reason in PERIODIC_BROWSER_SKIP. They serve the
+# example project on its own SQLite file, so they run once per invocation (the first pytest run).
 ensure_chromium() {
+    if [[ ${PERIODIC_BROWSER_TESTS:-1} == 0 ]]; then
+        export PERIODIC_BROWSER_SKIP="browser tests turned off (PERIODIC_BROWSER_TESTS=0)"
+        return 0
+    fi
+    if [[ -n ${PERIODIC_CHROMIUM:-} && -x $PERIODIC_CHROMIUM ]]; then
+        return 0
+    fi
     if [[ ! -x /usr/bin/chromium ]]; then
         echo "installing chromium for browser tests" >&2
-        DEBIAN_FRONTEND=noninteractive apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+        if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; then
+            echo "WARNING: could not install chromium; the browser tests will be skipped" >&2
+            export PERIODIC_BROWSER_SKIP="no browser: apt-get install chromium failed (see the log)"
+            return 0
+        fi
     fi
     export PERIODIC_CHROMIUM=/usr/bin/chromium
+}
+
+# The label of the pytest run that ran the browser tests; later runs skip them.
+BROWSER_RUN=
+
+# Why a pytest run skips the browser tests (empty: it runs them). Only the first runs them.
+browser_skip() {
+    if [[ -n ${PERIODIC_BROWSER_SKIP:-} ]]; then
+        echo "$PERIODIC_BROWSER_SKIP"
+    elif [[ -n $BROWSER_RUN ]]; then
+        echo "browser tests run once per test.sh, in the $BROWSER_RUN run"
+    fi
 }
 # ---------------------------------------------------------------------------------------------
 
@@ -124,13 +148,15 @@ count_tests() {
 }
 
 run_pytest() {
-    local name=$1 db=$2 label rc=0 log
+    local name=$1 db=$2 label rc=0 log skip
     shift 2
     label="$(env_label "$name") / $db"
     banner "$label"
     log=$(mktemp)
-    PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest -p no:cacheprovider "$@" 2>&1 |
-        tee "$log" || rc=${PIPESTATUS[0]}
+    skip=$(browser_skip)
+    PERIODIC_BROWSER_SKIP=$skip PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest \
+        -p no:cacheprovider "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
+    [[ -n $BROWSER_RUN ]] || BROWSER_RUN=$label
     count_tests "$log"
     rm -f "$log"
     RUN_LABELS+=("$label")
@@ -187,7 +213,7 @@ main() {
     trap 'exit 143' TERM
     trap pg_stop EXIT
 
-    if [[ ${PERIODIC_BROWSER_TESTS:-0} == 1 ]]; then ensure_chromium; fi
+    ensure_chromium
 
     setup_envs
 

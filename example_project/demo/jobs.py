@@ -58,3 +58,17 @@ def greet(name: str, punctuation: str = "!"):
     message = f"Hello, {name}{punctuation}"
     logger.info(message)
     return message
+
+
+@job
+def export_to_partner(partner: str = "acme"):
+    """Upload an export to a partner's server, which is down: always fails.
+
+    Run it from the admin to see a failed run: its error, traceback and lease.
+    """
+    rows = [{"id": i, "partner": partner} for i in range(3)]
+    _upload(partner, rows)
+
+
+def _upload(partner: str, rows: list) -> None:
+    raise ConnectionRefusedError(f"sftp://{partner}.example.com refused the connection")
