@@ -91,6 +91,18 @@ def test_the_run_list_filters_and_searches(admin_client, query, expected):
     assert {r.schedule.name for r in response.context["cl"].result_list} == expected
 
 
+def test_the_run_list_shows_the_latest_recorded_first_and_a_schedule_by_plan_time(admin_client):
+    schedule = ScheduleFactory()
+    now = clock.now()
+    newer = RunFactory(schedule=schedule, plan_time=now, status="failed")
+    older = RunFactory(schedule=schedule, plan_time=now - timedelta(hours=1), status="failed")
+    retry = RunFactory(schedule=schedule, plan_time=older.plan_time, trigger="retry")
+    listed = admin_client.get(LIST_URL).context["cl"].result_list
+    assert [run.pk for run in listed] == [retry.pk, older.pk, newer.pk]
+    listed = admin_client.get(LIST_URL, {"schedule": schedule.pk}).context["cl"].result_list
+    assert [run.pk for run in listed] == [newer.pk, retry.pk, older.pk]
+
+
 def test_the_run_list_filters_by_schedule(admin_client):
     mine, other = ScheduleFactory(), ScheduleFactory()
     RunFactory(schedule=mine)
@@ -110,6 +122,7 @@ def test_the_run_page_shows_the_error_traceback_snapshot_and_leases(admin_client
     assert "[\n  1,\n  &quot;two&quot;\n]" in html
     assert "&quot;key&quot;: &quot;value&quot;" in html
     assert html.count('class="form-row has_original') == 2  # the two leases inline
+    assert '<div class="readonly">test:1</div>' in html  # the holder
     assert "retry" in html and "failed" in html
     assert 'name="error_message"' not in html  # nothing to edit
 

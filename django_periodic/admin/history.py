@@ -28,31 +28,47 @@ def recent_runs(
 ) -> dict[int, list[RunSummary]]:
     """The last ``limit`` runs of each schedule by plan time, newest first.
 
-    Where the database can, each schedule reads only its newest rows from the history
-    index, so a schedule with a million runs costs what one with twenty does; elsewhere a
-    window function ranks the runs of these schedules.
+    On PostgreSQL each schedule reads only its newest rows from the history index, so a
+    schedule with a million runs costs what one with twenty does; elsewhere a window
+    function ranks the runs of these schedules.
     """
     ids = sorted(set(schedule_ids))
     if not ids:
         return {}
-    runs = Run.objects.using(using)
-    newest_first = [F("plan_time").desc(), F("pk").desc()]
-    if connections[using].features.supports_slicing_ordering_in_compound:
-        parts = [
-            runs.filter(schedule_id=pk).order_by(*newest_first).values_list(*_FIELDS)[:limit]
-            for pk in ids
-        ]
-        rows = parts[0].union(*parts[1:], all=True) if len(parts) > 1 else parts[0]
+    if connections[using].vendor == "postgresql":
+        rows = _recent_runs_postgresql(ids, using, limit)
     else:
+        newest_first = [F("plan_time").desc(), F("pk").desc()]
         rank = Window(RowNumber(), partition_by=F("schedule_id"), order_by=newest_first)
-        ranked = runs.filter(schedule_id__in=ids).annotate(rank=rank).filter(rank__lte=limit)
-        rows = ranked.order_by().values_list(*_FIELDS)
+        ranked = Run.objects.using(using).filter(schedule_id__in=ids).annotate(rank=rank)
+        rows = ranked.filter(rank__lte=limit).order_by().values_list(*_FIELDS)
     grouped: dict[int, list[RunSummary]] = defaultdict(list)
     for row in rows:
         grouped[row[1]].append(RunSummary(*row))
     for group in grouped.values():
         group.sort(key=lambda run: (run.plan_time, run.pk), reverse=True)
     return dict(grouped)
+
+
+# One index scan with a LIMIT per schedule (periodic_run_history: schedule, -plan_time).
+_RECENT_RUNS_SQL = """
+SELECT run.id, run.schedule_id, run.status, run.plan_time, run.trigger, run.error_code
+FROM unnest(%(ids)s::bigint[]) AS listed(id)
+CROSS JOIN LATERAL (
+    SELECT id, schedule_id, status, plan_time, trigger, error_code
+    FROM {table}
+    WHERE schedule_id = listed.id
+    ORDER BY plan_time DESC, id DESC
+    LIMIT %(limit)s
+) AS run
+"""
+
+
+def _recent_runs_postgresql(ids: list[int], using: str, limit: int) -> list[tuple]:
+    sql = _RECENT_RUNS_SQL.format(table=connections[using].ops.quote_name(Run._meta.db_table))
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, {"ids": ids, "limit": limit})
+        return cursor.fetchall()
 
 
 def last_status() -> Subquery:

@@ -4,9 +4,9 @@ from collections import Counter
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.db.models import OuterRef, Subquery
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -37,6 +37,23 @@ class ScheduleFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(schedule_id=self.value()) if self.value() else queryset
+
+
+def holders(run_ids: list[int], using: str) -> dict[int, str]:
+    """The holder of each run's latest lease, in one query."""
+    leases = Lease.objects.using(using).filter(run_id__in=run_ids).order_by("run_id", "attempt")
+    return dict(leases.values_list("run_id", "holder"))  # the latest attempt is last
+
+
+class RunChangeList(ChangeList):
+    """Loads the holders of the page's runs in one query, after the page is cut."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        runs = list(self.result_list)
+        names = holders([run.pk for run in runs], self.queryset.db)
+        for run in runs:
+            run.holder_name = names.get(run.pk, "")
 
 
 class LeaseInline(admin.TabularInline):
@@ -100,9 +117,16 @@ class RunAdmin(admin.ModelAdmin):
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
 
-    def get_queryset(self, request):
-        latest = Lease.objects.filter(run=OuterRef("pk")).order_by("-attempt")
-        return super().get_queryset(request).annotate(holder=Subquery(latest.values("holder")[:1]))
+    def get_changelist(self, request, **kwargs):
+        return RunChangeList
+
+    def get_ordering(self, request):
+        # Newest first. A schedule's runs come in plan-time order, which its history index
+        # serves (a retry sits next to the run it repeats); the whole history comes in the
+        # order runs were recorded, which the primary key serves (a retry made now is on top).
+        if request.GET.get(ScheduleFilter.parameter_name):
+            return ["-plan_time", "-pk"]
+        return ["-pk"]
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [
@@ -212,7 +236,10 @@ class RunAdmin(admin.ModelAdmin):
 
     @admin.display(description=gettext_lazy("holder"))
     def holder(self, run: Run) -> str:
-        return getattr(run, "holder", "") or display.EMPTY
+        """The process that holds (or last held) the run's lease."""
+        if not hasattr(run, "holder_name"):  # the run's own page
+            run.holder_name = holders([run.pk], run._state.db).get(run.pk, "")
+        return run.holder_name or display.EMPTY
 
     @admin.display(description=gettext_lazy("traceback"))
     def traceback_text(self, run: Run):
