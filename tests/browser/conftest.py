@@ -10,6 +10,7 @@ temporary folder, so a test run never changes the working tree.
 
 import os
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -121,8 +122,10 @@ def _serve(env: dict[str, str], workdir: Path) -> tuple[subprocess.Popen, str]:
         if not line:
             log = (workdir / "server.log").read_text()
             raise RuntimeError(f"the example server exited:\n{log}")
-        if line.startswith("Starting development server at "):
-            return server, line.removeprefix("Starting development server at ").strip()
+        # "Starting development server at URL" (Django 6.1: "... WSGI development server ...")
+        started = re.match(r"Starting .*server at (\S+)", line)
+        if started:
+            return server, started.group(1)
 
 
 def _stop(process: subprocess.Popen) -> None:

@@ -64,6 +64,10 @@ def test_an_operator_creates_a_cron_schedule_and_runs_it(admin_page, screenshots
     expect(page.locator(".field-interval")).to_be_visible()
     expect(page.locator(".field-cron")).to_be_hidden()
     page.check("input[name=trigger_kind][value=cron]")
+    expect(page.locator(".field-max_queued")).to_be_hidden()  # only with overlap "queue"
+    page.select_option("#id_overlap", "queue")
+    expect(page.locator(".field-max_queued")).to_be_visible()
+    page.select_option("#id_overlap", "skip")
 
     # A bad field is named on the field, as it is typed and by the form on save.
     bad_field = "Invalid day-of-week field '8': 8 is out of range 0-7."
@@ -91,7 +95,7 @@ def test_an_operator_creates_a_cron_schedule_and_runs_it(admin_page, screenshots
     flagged = preview.locator("tr.periodic-dst")
     expect(flagged).to_contain_text("daylight saving time starts: UTC+01:00 → UTC+02:00")
     expect(flagged).to_contain_text(f"{spring.isoformat()} 03:00 CEST")  # 02:30 does not exist
-    page.locator(".field-trigger_preview").scroll_into_view_if_needed()
+    page.locator(".field-cron").evaluate("row => row.closest('fieldset').scrollIntoView()")
     page.screenshot(path=screenshots / "schedule-form.png")
 
     # Saved: the page keeps the preview.

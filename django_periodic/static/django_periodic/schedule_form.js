@@ -7,6 +7,8 @@
     const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at'};
     // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
     const PREVIEWED = /^(trigger_kind|cron|timezone|interval|run_at|start_at|end_at|enabled)(_\d)?$/;
+    // Policy fields that matter under one overlap policy only.
+    const OVERLAP_FIELDS = {max_queued: 'queue', max_concurrent: 'concurrent'};
     // Fields whose errors the preview reports, shown on the field as the form would on save.
     const CHECKED = ['trigger_kind', 'cron', 'timezone', 'interval', 'run_at', 'start_at', 'end_at'];
     const DEBOUNCE_MS = 250;
@@ -22,6 +24,23 @@
                 element.style.display = other === kind ? '' : 'none';
             }
         }
+    }
+
+    function showOverlapFields(form) {
+        const overlap = form.querySelector('select[name="overlap"]');
+        if (!overlap) {
+            return;  // read-only: every stored value is shown
+        }
+        const update = () => {
+            for (const [name, policy] of Object.entries(OVERLAP_FIELDS)) {
+                const element = row(form, name);
+                if (element) {
+                    element.style.display = overlap.value === policy ? '' : 'none';
+                }
+            }
+        };
+        overlap.addEventListener('change', update);
+        update();
     }
 
     function chosenKind(form) {
@@ -133,6 +152,7 @@
                 }
             });
         }
+        showOverlapFields(form);
         makeSearchable(form);
         const container = document.getElementById('periodic-preview');
         if (container && container.dataset.url && kind) {
