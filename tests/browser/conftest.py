@@ -25,18 +25,42 @@ MANAGE = ROOT / "example_project" / "manage.py"
 START_TIMEOUT = 60  # seconds for migrate, the server's system checks and its bind
 VIEWPORT = {"width": 1600, "height": 1000}
 
-# An operator, a view-only user, and a schedule whose job always fails, already run once.
+# An operator and a view-only user; a schedule whose job always fails, run once; a day of
+# history for the list to show; and a schedule whose job is gone, which the scheduler
+# reports (last_error) at its next tick.
 SETUP = """
+from datetime import timedelta
 from django.contrib.auth.models import Permission, User
-from django_periodic.models import Schedule
+from django.utils import timezone
+from django_periodic.models import Run, Schedule
+
 User.objects.create_superuser("admin", "admin@example.com", "admin")
 viewer = User.objects.create_user("viewer", password="viewer", is_staff=True)
 viewer.user_permissions.add(*Permission.objects.filter(codename__startswith="view_"))
-export = Schedule(name="export to partner", job="demo.jobs.export_to_partner",
+
+def schedule(**fields):
+    created = Schedule(**fields)
+    created.full_clean()
+    created.save()
+    return created
+
+export = schedule(name="export to partner", job="demo.jobs.export_to_partner",
                   cron="0 6 * * *", timezone="America/New_York")
-export.full_clean()
-export.save()
 export.run_now()
+
+sync = schedule(name="hourly sync", job="demo.jobs.greet", args=["sync"], cron="0 * * * *")
+hour = timezone.now().replace(minute=0, second=0, microsecond=0)
+outcomes = {5: ("failed", "ConnectionError"), 11: ("skipped", "overlap")}
+Run.objects.bulk_create(
+    Run(schedule=sync, plan_time=hour - timedelta(hours=h), job_name=sync.job, args=sync.args,
+        status=outcomes.get(h, ("succeeded", ""))[0], error_code=outcomes.get(h, ("", ""))[1],
+        attempt=1, started_at=hour - timedelta(hours=h, seconds=-1),
+        duration=timedelta(milliseconds=40 + h))
+    for h in range(1, 25)
+)
+
+orders = schedule(name="import orders", job="demo.jobs.greet", args=["orders"], cron="*/10 * * * *")
+Schedule.objects.filter(pk=orders.pk).update(job="demo.jobs.import_orders", next_fire_at=hour)
 """
 
 

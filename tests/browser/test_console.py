@@ -150,6 +150,7 @@ def test_a_failed_run_shows_its_error_and_can_be_retried(admin_page, screenshots
 
 def test_the_schedule_list_shows_status_and_recent_runs(admin_page, screenshots):
     page = admin_page
+    page.set_viewport_size({"width": 1800, "height": 1000})
     page.goto("/admin/django_periodic/schedule/")
     page.click("#toggle-nav-sidebar")  # room for every column
     rows = page.locator("#result_list tbody tr")
@@ -159,6 +160,9 @@ def test_the_schedule_list_shows_status_and_recent_runs(admin_page, screenshots)
     expect(export.locator("a.periodic-square").first).to_have_attribute(
         "href", re.compile(r"/admin/django_periodic/run/\d+/change/")
     )
+    expect(rows.filter(has_text="hourly sync").locator("a.periodic-square")).to_have_count(20)
+    broken = rows.filter(has_text="import orders").locator(".periodic-error")
+    reload_until(page, broken, "No job named 'demo.jobs.import_orders' is registered")
     page.screenshot(path=screenshots / "schedule-list.png", full_page=True)
 
 
