@@ -1,0 +1,168 @@
+"""The crash suite: real run_scheduler processes killed with SIGKILL, and PostgreSQL restarted
+under them, must keep the promises of DESIGN.md section 3.
+
+Each test fires schedules every second for a while, breaks things, stops the schedulers
+gracefully, lets one ``run_scheduler --once`` sweep what the dead left, then reads the
+ledger and checks:
+
+- one run row per (schedule, plan time);
+- no missing plan time while a scheduler was alive: every second from the first fire to the
+  schedule's cursor is a run, the cursor reached the graceful stop, none skipped as missed;
+- no run left ``running`` (nor any lease held) once its lease expired and a sweep ran;
+- ``allow_stale_reentry=False``: no plan time's job body ran twice, and a run whose process
+  died ended ``failed`` with ``lease_expired``;
+- ``allow_stale_reentry=True``: every plan time not skipped succeeded and its job body ran.
+  (With PostgreSQL restarted, a job body that queried while the server was down raised: its
+  run fails with that error like any job's, and the test counts it instead.)
+
+PostgreSQL only; the restart test also needs PG_DIR and PG_BINDIR (scripts/lib/postgres.sh).
+PERIODIC_CRASH_SEED replays a run's kill sequence (the seed is printed; -rP shows the counts).
+"""
+
+import os
+import random
+import subprocess
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from django_periodic import clock
+from django_periodic.models import Lease, Schedule, SchedulerProcess
+from tests import crash, processes
+
+pytestmark = [pytest.mark.crash, pytest.mark.processes]
+
+WORKERS = ["--workers", "12"]
+JOB_SECONDS = 0.3  # long enough that kills land mid-run
+PLANNING_SLACK = timedelta(seconds=5)  # how far a cursor may trail the graceful stop
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("PERIODIC_CRASH_SEED") or random.SystemRandom().randrange(2**32))
+    print(f"crash seed: {value} (replay with PERIODIC_CRASH_SEED={value})")
+    return value
+
+
+@pytest.fixture
+def fleet(postgres, transactional_db, tmp_path, seed):
+    """Three run_scheduler children with fast settings; all are reaped after the test."""
+    fleet = crash.Fleet(3, WORKERS, crash.CHILD_SETTINGS, tmp_path, seed)
+    yield fleet
+    fleet.reap()
+    processes.wait_for_children_to_disconnect()
+
+
+def sleep_until(deadline: float) -> None:
+    time.sleep(max(deadline - time.monotonic(), 0))
+
+
+def monotonic_at(at: datetime) -> float:
+    """The ``time.monotonic()`` reading when the database clock shows ``at``."""
+    return time.monotonic() + (at - clock.now()).total_seconds()
+
+
+def stop_and_recover(fleet: crash.Fleet) -> datetime:
+    """Stop every scheduler gracefully, stop planning, then let one ``--once`` process sweep
+    the leases the killed left; return when the graceful stop began."""
+    # A child's SIGTERM handler exists once it has registered; a replacement started just
+    # before might not have got that far.
+    crash.wait_until_registered(fleet)
+    codes = fleet.stop()
+    assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{fleet.logs()}"
+    stopped_at = fleet.first("stop").at
+    Schedule.objects.update(enabled=False)
+    # A stopped process released what it held; only the killed hold leases now.
+    held = {crash.holder_pid(h) for h in Lease.objects.held().values_list("holder", flat=True)}
+    assert held <= fleet.pid_set("kill"), f"leases held by stopped processes: {held}"
+    # A stopped process unregisters; only the killed ones are left behind.
+    assert set(SchedulerProcess.objects.values_list("pid", flat=True)) <= fleet.pid_set("kill")
+    crash.wait_for_leases_to_expire()
+    once = fleet.start_one("--once", what="recover")
+    assert once.wait(120) == 0, fleet.logs([once], lines=50)
+    return stopped_at
+
+
+def check_promises(
+    ledger: crash.Ledger,
+    stopped_at: datetime,
+    dead: dict[int, datetime] | None,
+    job_failures: frozenset[str] = frozenset(),
+) -> None:
+    crash.fail_if(ledger.duplicate_run_violations(), "one run row per (schedule, plan time)")
+    crash.fail_if(
+        ledger.missing_plan_time_violations(stopped_at, PLANNING_SLACK),
+        "no missing plan time while a scheduler was alive",
+    )
+    crash.fail_if(ledger.unsettled_violations(), "nothing running once leases expired and swept")
+    crash.fail_if(ledger.orphan_execution_violations(), "executions belong to claimed runs")
+    crash.fail_if(ledger.at_most_once_violations(), "allow_stale_reentry=False: at most once")
+    crash.fail_if(
+        ledger.at_most_once_failure_violations(dead, job_failures),
+        "allow_stale_reentry=False: a run fails only because its process died",
+    )
+    crash.fail_if(
+        ledger.at_least_once_violations(job_failures),
+        "allow_stale_reentry=True: every plan time's job completed at least once",
+    )
+
+
+def test_sigkilled_schedulers_lose_nothing_and_run_nothing_twice(fleet):
+    """3 schedulers, 200 schedules every second for 60 s, one SIGKILL every 2-4 s."""
+    began = time.monotonic()
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    crash.create_schedules(200, start, seconds=JOB_SECONDS)
+    fleet.start()
+    crash.wait_until_registered(fleet)
+    fleet.churn(until=monotonic_at(start + timedelta(seconds=60)))
+    assert len(fleet.pid_set("kill")) >= 12, "the driver killed too few processes"
+    stopped_at = stop_and_recover(fleet)
+
+    ledger = crash.Ledger.load()
+    seconds = round(time.monotonic() - began)
+    print(crash.report("SIGKILL", fleet, ledger.counts(), start, seconds=seconds))
+    assert stopped_at - start >= timedelta(seconds=60)
+    check_promises(ledger, stopped_at, dead=fleet.times("kill"))
+
+
+def pg_ctl_restart() -> None:
+    """Restart the test PostgreSQL server in place (same data directory and port)."""
+    pg_dir, bindir = os.environ.get("PG_DIR"), os.environ.get("PG_BINDIR")
+    command = [
+        f"{bindir}/pg_ctl",
+        *("-D", f"{pg_dir}/data", "-l", f"{pg_dir}/server.log"),
+        *("-m", "fast", "-w", "-t", "60", "restart"),
+    ]
+    if os.geteuid() == 0:  # PostgreSQL runs as its own user (scripts/lib/postgres.sh)
+        command = ["runuser", "-u", "postgres", "--", *command]
+    connection.close()  # ours dies too: reconnect at the next query
+    # -l: the server must not inherit our output, or this call would wait for it to exit.
+    subprocess.run(command, cwd="/", stdout=subprocess.DEVNULL, check=True, timeout=90)
+
+
+def test_schedulers_carry_on_after_postgres_restarts(fleet):
+    """3 schedulers, 100 schedules every second for 30 s; PostgreSQL restarted twice."""
+    if not (os.environ.get("PG_DIR") and os.environ.get("PG_BINDIR")):
+        pytest.skip("needs PG_DIR and PG_BINDIR of a server we may restart (scripts/test.sh)")
+    began = time.monotonic()
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    crash.create_schedules(100, start, seconds=JOB_SECONDS)
+    fleet.start()
+    crash.wait_until_registered(fleet)
+    for second in (8, 20):
+        sleep_until(monotonic_at(start + timedelta(seconds=second)))
+        down_at = clock.now()
+        pg_ctl_restart()
+        fleet.timeline.append(crash.Event("pg_restart", 0, down_at, time.monotonic()))
+        print(f"PostgreSQL restarted: down at {down_at:%H:%M:%S.%f}, up at {clock.now()}")
+    sleep_until(monotonic_at(start + timedelta(seconds=30)))
+    assert all(child.popen.poll() is None for child in fleet.live), fleet.logs()
+    stopped_at = stop_and_recover(fleet)
+
+    ledger = crash.Ledger.load()
+    seconds = round(time.monotonic() - began)
+    print(crash.report("PG restart", fleet, ledger.counts(), start, seconds=seconds))
+    # A job body that queried while the server was down raised: an ordinary job failure.
+    check_promises(ledger, stopped_at, dead=None, job_failures=crash.DATABASE_ERRORS)
