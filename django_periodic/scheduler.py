@@ -178,12 +178,14 @@ class Scheduler:
         """Do everything that is due now; return (now, when to wake up next)."""
         now = clock.now(self.using)
         self._clock_read_at = time.monotonic()
-        fired = self._plan(now).fired if self.plan else 0
-        if now >= self._next_sweep:
-            self._sweep(now)
+        # Heartbeat first: after an outage longer than a lease, the sweep must not find
+        # this process's own live runs expired.
         if now >= self._next_heartbeat:
             leases.heartbeat(self.process, now, self.using)
             self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+        fired = self._plan(now).fired if self.plan else 0
+        if now >= self._next_sweep:
+            self._sweep(now)
         claimed = 0
         if self.pool:
             self._watch_running(now)
