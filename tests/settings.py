@@ -58,8 +58,9 @@ if ENGINE == "postgres":
     default = environ.Env.db_url_config(url)
     default["TEST"] = {"NAME": "test_periodic"}
 elif ENGINE == "sqlite":
-    # A file, not :memory:, so worker threads and child processes share the test database.
-    path = Path(tempfile.gettempdir()) / f"periodic-tests-{os.getuid()}.sqlite3"
+    # A file, not :memory:, so worker threads and child processes share the test database;
+    # one per pytest process, so that two test runs on one machine do not share it.
+    path = Path(tempfile.gettempdir()) / f"periodic-tests-{os.getpid()}.sqlite3"
     default = {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),
