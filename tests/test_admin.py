@@ -198,7 +198,7 @@ def test_run_now_action_records_a_manual_run(admin_client):
     schedule = ScheduleFactory()
     response = act(admin_client, "run_now", schedule)
     assert Run.objects.get(schedule=schedule).trigger == "manual"
-    assert messages_of(response) == ["Requested 1 runs: 1 pending."]
+    assert messages_of(response) == ["Requested 1 run: 1 pending."]
 
 
 def test_run_now_goes_through_the_overlap_policy(admin_client):
@@ -207,7 +207,7 @@ def test_run_now_goes_through_the_overlap_policy(admin_client):
     response = act(admin_client, "run_now", schedule)
     manual = Run.objects.get(schedule=schedule, trigger="manual")
     assert (manual.status, manual.error_code) == ("skipped", "overlap")
-    assert messages_of(response) == ["Requested 1 runs: 1 skipped."]
+    assert messages_of(response) == ["Requested 1 run: 1 skipped."]
 
 
 def test_the_run_now_button_records_a_manual_run_and_links_to_it(admin_client):
@@ -252,7 +252,7 @@ def test_enable_resumes_from_now_without_catch_up(admin_client):
     schedule.refresh_from_db()
     assert schedule.enabled
     assert schedule.next_fire_at > clock.now() - timedelta(seconds=5)
-    assert messages_of(response) == ["Resumed 1 schedules."]
+    assert messages_of(response) == ["Resumed 1 schedule."]
 
 
 def test_resume_with_catch_up_keeps_the_cursor_for_the_misfire_policy(admin_client):
@@ -281,3 +281,13 @@ def test_enable_reports_a_schedule_whose_trigger_is_broken(admin_client):
     schedule.refresh_from_db()
     assert not schedule.enabled
     assert "Unknown time zone 'Mars/Olympus'" in messages_of(response)[-1]
+
+
+def test_resume_with_catch_up_leaves_a_broken_schedule_without_a_cursor_paused(admin_client):
+    schedule = ScheduleFactory()
+    broken = {"enabled": False, "next_fire_at": None, "interval": None, "cron": "0 99 * * *"}
+    Schedule.objects.filter(pk=schedule.pk).update(**broken)
+    response = act(admin_client, "resume_with_catch_up", schedule)
+    schedule.refresh_from_db()
+    assert not schedule.enabled
+    assert "Invalid hour field '99'" in messages_of(response)[-1]

@@ -146,7 +146,7 @@ def test_retry_action_records_a_new_run_for_each_failed_one(admin_client):
         run.plan_time,
         "pending",
     )
-    assert [str(m) for m in response.context["messages"]] == ["Retried 1 failed runs: 1 pending."]
+    assert [str(m) for m in response.context["messages"]] == ["Retried 1 failed run: 1 pending."]
 
 
 def test_the_retry_button_opens_the_new_run(admin_client):
@@ -187,7 +187,7 @@ def test_cancel_action_cancels_waiting_runs_and_asks_running_ones_to_stop(admin_
     assert pending.status == "cancelled"
     assert (running.status, running.cancel_requested_at is not None) == ("running", True)
     assert done.status == "succeeded"
-    message = "Cancelled 1 runs; asked 1 running runs to stop."
+    message = "Cancelled: 1. Asked to stop (running): 1."
     assert [str(m) for m in response.context["messages"]] == [message]
 
 

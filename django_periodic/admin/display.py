@@ -1,6 +1,7 @@
 """How the console shows the ledger: status badges, run strips, times, durations and JSON."""
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -40,6 +41,11 @@ def status_badge(status: str, title: str = "") -> SafeString:
     return badge(status, status_label(status), title)
 
 
+def counts(statuses: Counter) -> str:
+    """How many runs ended up in each status, e.g. "2 pending, 1 skipped"."""
+    return ", ".join(f"{n} {status_label(status)}" for status, n in sorted(statuses.items()))
+
+
 def run_strip(runs: Sequence, change_url: str) -> SafeString:
     """Small squares for ``runs`` (newest first), drawn oldest to newest, each a link.
 
@@ -68,7 +74,10 @@ def _square_title(run, labels: dict[str, str]) -> str:
 
 
 def relative(value: datetime | None, now: datetime) -> str:
-    """ "in 3 minutes" / "12 seconds ago"; timesince alone says "0 minutes" under a minute."""
+    """A time relative to ``now``, e.g. "in 3 minutes" or "12 s ago".
+
+    timesince alone would say "0 minutes" for anything under a minute.
+    """
     if value is None:
         return EMPTY
     seconds = (value - now).total_seconds()
@@ -78,11 +87,9 @@ def relative(value: datetime | None, now: datetime) -> str:
         amount = timeuntil(value, now, depth=1)
     else:
         amount = timesince(value, now, depth=1)
-    return (
-        _("in %(amount)s") % {"amount": amount}
-        if seconds > 0
-        else _("%(amount)s ago") % {"amount": amount}
-    )
+    if seconds > 0:
+        return _("in %(amount)s") % {"amount": amount}
+    return _("%(amount)s ago") % {"amount": amount}
 
 
 def absolute(value: datetime | None) -> str:

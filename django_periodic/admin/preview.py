@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
 from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from django_periodic import triggers
 from django_periodic.models import Schedule
@@ -93,15 +94,19 @@ def describe_cron(expression: str) -> str:
 
 
 def describe_interval(interval: timedelta) -> str:
-    """ "every 1 hour 30 minutes"-style words for a positive duration."""
+    """A positive duration in words, e.g. "1 hour 30 minutes"."""
     seconds = int(interval.total_seconds())
-    units = [(_("day"), _("days"), 86400), (_("hour"), _("hours"), 3600)]
-    units += [(_("minute"), _("minutes"), 60), (_("second"), _("seconds"), 1)]
+    units = [
+        (86400, lambda n: ngettext("%(n)d day", "%(n)d days", n)),
+        (3600, lambda n: ngettext("%(n)d hour", "%(n)d hours", n)),
+        (60, lambda n: ngettext("%(n)d minute", "%(n)d minutes", n)),
+        (1, lambda n: ngettext("%(n)d second", "%(n)d seconds", n)),
+    ]
     words = []
-    for singular, plural, size in units:
+    for size, name in units:
         count, seconds = divmod(seconds, size)
         if count:
-            words.append(f"{count} {singular if count == 1 else plural}")
+            words.append(name(count) % {"n": count})
     if interval.microseconds:
         words.append(f"{interval.microseconds} µs")
     return " ".join(words) or str(interval)
@@ -167,7 +172,7 @@ def _offset_change(before: datetime, after: datetime) -> str:
 
 
 def _utc_offset(value: datetime) -> str:
-    """ "UTC+02:00"-style offset of an aware datetime."""
+    """The UTC offset of an aware datetime, e.g. "UTC+02:00"."""
     offset = value.utcoffset() or timedelta(0)
     sign = "-" if offset < timedelta(0) else "+"
     minutes = abs(int(offset.total_seconds())) // 60

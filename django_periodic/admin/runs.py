@@ -1,4 +1,4 @@
-"""Runs, leases and scheduler processes in the admin: read-only history, retry and cancel."""
+"""Runs in the admin: read-only history with its leases inline; retry and cancel."""
 
 from collections import Counter
 
@@ -11,7 +11,7 @@ from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock, leases, planner
 from django_periodic.admin import display
@@ -262,22 +262,17 @@ class RunAdmin(admin.ModelAdmin):
     @admin.action(description=gettext_lazy("Retry failed runs (a new run)"), permissions=["change"])
     def retry(self, request, queryset):
         failed = list(queryset.filter(status=Run.Status.FAILED).select_related("schedule"))
+        if not failed:
+            self.message_user(request, _("None of the selected runs failed."), messages.WARNING)
+            return
         now = clock.now(queryset.db)
         statuses = Counter(planner.plan_retry(run, now).status for run in failed)
-        if failed:
-            counts = ", ".join(
-                f"{n} {display.status_label(s)}" for s, n in sorted(statuses.items())
-            )
-            self.message_user(
-                request,
-                _("Retried %(n)d failed runs: %(counts)s.")
-                % {
-                    "n": len(failed),
-                    "counts": counts,
-                },
-            )
-        else:
-            self.message_user(request, _("None of the selected runs failed."), messages.WARNING)
+        message = ngettext(
+            "Retried %(n)d failed run: %(counts)s.",
+            "Retried %(n)d failed runs: %(counts)s.",
+            len(failed),
+        )
+        self.message_user(request, message % {"n": len(failed), "counts": display.counts(statuses)})
 
     @admin.action(
         description=gettext_lazy("Cancel (waiting runs at once; running ones are asked to stop)"),
@@ -288,7 +283,7 @@ class RunAdmin(admin.ModelAdmin):
         cancelled, asked = leases.request_cancel(runs, clock.now(queryset.db))
         self.message_user(
             request,
-            _("Cancelled %(cancelled)d runs; asked %(asked)d running runs to stop.")
+            _("Cancelled: %(cancelled)d. Asked to stop (running): %(asked)d.")
             % {"cancelled": cancelled, "asked": asked},
             messages.SUCCESS if cancelled or asked else messages.WARNING,
         )

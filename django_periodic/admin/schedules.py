@@ -11,7 +11,7 @@ from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, J
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock, triggers, wakeups
 from django_periodic.admin import display, history, preview
@@ -284,15 +284,11 @@ class ScheduleAdmin(admin.ModelAdmin):
     )
     def run_now(self, request, queryset):
         statuses = Counter(schedule.run_now().status for schedule in queryset)
-        counts = ", ".join(f"{n} {display.status_label(s)}" for s, n in sorted(statuses.items()))
-        self.message_user(
-            request,
-            _("Requested %(n)d runs: %(counts)s.")
-            % {
-                "n": statuses.total(),
-                "counts": counts,
-            },
+        n = statuses.total()
+        message = ngettext(
+            "Requested %(n)d run: %(counts)s.", "Requested %(n)d runs: %(counts)s.", n
         )
+        self.message_user(request, message % {"n": n, "counts": display.counts(statuses)})
 
     @admin.action(
         description=gettext_lazy("Enable: resume from now, without catch-up"),
@@ -312,7 +308,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         resumed, failed = self._restart(paused.filter(next_fire_at__isnull=True))
         # update() bypasses save(), which would restart the cursor from now: the stored
         # cursor stays, and the planner fires or skips the missed times by the misfire policy.
-        resumed += paused.update(enabled=True, updated_at=clock.now(queryset.db))
+        kept = paused.filter(next_fire_at__isnull=False)
+        resumed += kept.update(enabled=True, updated_at=clock.now(queryset.db))
         wakeups.notify(queryset.db)
         self._report_resumed(request, resumed, failed)
 
@@ -321,7 +318,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         paused = queryset.filter(enabled=True).update(
             enabled=False, updated_at=clock.now(queryset.db)
         )
-        self.message_user(request, _("Paused %(n)d schedules.") % {"n": paused})
+        message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", paused)
+        self.message_user(request, message % {"n": paused})
 
     @staticmethod
     def _restart(queryset) -> tuple[int, list[str]]:
@@ -338,7 +336,8 @@ class ScheduleAdmin(admin.ModelAdmin):
         return resumed, failed
 
     def _report_resumed(self, request, resumed: int, failed: list[str]) -> None:
-        self.message_user(request, _("Resumed %(n)d schedules.") % {"n": resumed})
+        message = ngettext("Resumed %(n)d schedule.", "Resumed %(n)d schedules.", resumed)
+        self.message_user(request, message % {"n": resumed})
         if failed:
             message = _("Not resumed, the trigger is invalid: %(names)s") % {
                 "names": "; ".join(failed)

@@ -131,7 +131,7 @@ def test_a_failed_run_shows_its_error_and_can_be_retried(admin_page, screenshots
     page.locator("#result_list tbody tr").first.locator("input.action-select").check()
     page.select_option("select[name=action]", "run_now")
     page.click("button[name=index]")
-    expect(page.locator(".messagelist")).to_contain_text("Requested 1 runs: 1 pending.")
+    expect(page.locator(".messagelist")).to_contain_text("Requested 1 run: 1 pending.")
 
     page.goto("/admin/django_periodic/run/?q=export")
     reload_until(page, page.locator("#result_list tbody tr").first, "failed")
