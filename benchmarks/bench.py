@@ -6,7 +6,8 @@
 Figures: planning throughput (fires turned into runs per second, queries per tick),
 claim + finish throughput (runs per second through leases, one connection), the idle
 cost of a scheduler (queries per tick and ticks per minute with nothing due), and the
-fire lag (plan time to start) of a real run_scheduler process.
+fire lag (plan time to start) of a real run_scheduler process, and how fast a NOTIFY
+wakes a sleeping one.
 """
 
 import argparse
@@ -166,6 +167,61 @@ def bench_fire_lag(schedules: int, seconds: int) -> dict:
     }
 
 
+def bench_wakeup(requests: int) -> dict:
+    """Lag from run_now() to start, with a real run_scheduler process polling every 600 s.
+
+    On PostgreSQL the NOTIFY wakes it; elsewhere this measures the poll, so it is skipped.
+    """
+    if connection.vendor != "postgresql":
+        return {"what": "wake-up after run_now()", "result": "n/a", "detail": "no NOTIFY"}
+    reset()
+    schedule = Schedule.objects.create(
+        name="wake", job="tests.jobs.noop", interval=timedelta(days=1)
+    )
+    quiet = '{"POLL_INTERVAL": 600, "HEARTBEAT_INTERVAL": 300, "SWEEP_INTERVAL": 300}'
+    env = {
+        **os.environ,
+        "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"],
+        "PERIODIC_TEST_SETTINGS": quiet,
+    }
+    command = [sys.executable, "-m", "django", "run_scheduler", "--workers", "1", "-v", "0"]
+    child = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent)
+    lags = []
+    try:
+        wait_until(lambda: _listening() == 1, 30)
+        for _ in range(requests):
+            run = schedule.run_now()
+            done = Run.objects.filter(pk=run.pk, status="succeeded")
+            wait_until(done.exists, 30)
+            started = done.get().started_at
+            lags.append((started - run.plan_time).total_seconds() * 1000)
+    finally:
+        child.send_signal(signal.SIGTERM)
+        child.wait(60)
+    lags.sort()
+    return {
+        "what": f"wake-up: run_now() to start, {requests} requests, poll 600 s",
+        "result": f"p50 {lags[len(lags) // 2]:.0f} ms, max {lags[-1]:.0f} ms",
+        "detail": "LISTEN/NOTIFY; without it the wait is up to the poll interval",
+    }
+
+
+def _listening() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = 'LISTEN django_periodic'"
+        )
+        return cursor.fetchone()[0]
+
+
+def wait_until(predicate, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError("benchmark condition not reached")
+        time.sleep(0.01)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -176,6 +232,7 @@ def main() -> None:
     rows += [bench_claim_finish(2_000 if quick else 10_000, 100)]
     rows += [bench_idle(1_000)]
     rows += [bench_fire_lag(1, 10), bench_fire_lag(50 if quick else 100, 10 if quick else 20)]
+    rows += [bench_wakeup(20)]
     reset()
     engine = f"{connection.vendor} {connection.Database.__name__}"
     print(f"\n## {engine}, Django {django.get_version()}, Python {sys.version.split()[0]}\n")
