@@ -362,6 +362,8 @@ class Run(models.Model):
         ]
         indexes = [
             models.Index(fields=["schedule", "-plan_time"], name="periodic_run_history"),
+            # The whole history by plan time: the admin's run list, prune_runs' cutoff.
+            models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
             models.Index(
                 fields=["plan_time"],
                 condition=Q(status__in=["pending", "retrying"]),

@@ -121,12 +121,8 @@ class RunAdmin(admin.ModelAdmin):
         return RunChangeList
 
     def get_ordering(self, request):
-        # Newest first. A schedule's runs come in plan-time order, which its history index
-        # serves (a retry sits next to the run it repeats); the whole history comes in the
-        # order runs were recorded, which the primary key serves (a retry made now is on top).
-        if request.GET.get(ScheduleFilter.parameter_name):
-            return ["-plan_time", "-pk"]
-        return ["-pk"]
+        # Newest plan time first, served by an index (per schedule: its history index).
+        return ["-plan_time", "-pk"]
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [

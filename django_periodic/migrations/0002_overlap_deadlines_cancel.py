@@ -74,4 +74,8 @@ class Migration(migrations.Migration):
                 name="periodic_run_one_active",
             ),
         ),
+        migrations.AddIndex(
+            model_name="run",
+            index=models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
+        ),
     ]
