@@ -37,7 +37,8 @@ def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
         raise InvalidTrigger(f"Unknown time zone {name!r}.") from exc
 
 
-_MACROS = {
+# The cron macros and the five fields each stands for.
+MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
     "@monthly": "0 0 1 * *",
@@ -134,9 +135,9 @@ def _parse_cron(expression: str) -> _CronSpec:
         raise InvalidTrigger(f"Cron expression must be a string, got {type(expression).__name__}.")
     text = expression.strip()
     if text.startswith("@"):
-        if text.lower() not in _MACROS:
-            raise InvalidTrigger(f"Unknown macro '{text}'; use one of {', '.join(_MACROS)}.")
-        text = _MACROS[text.lower()]
+        if text.lower() not in MACROS:
+            raise InvalidTrigger(f"Unknown macro '{text}'; use one of {', '.join(MACROS)}.")
+        text = MACROS[text.lower()]
     parts = text.split()
     if len(parts) != 5:
         raise InvalidTrigger(

@@ -26,3 +26,25 @@ class RunFactory(DjangoModelFactory):
     args = factory.SelfAttribute("schedule.args")
     kwargs = factory.SelfAttribute("schedule.kwargs")
     max_attempts = factory.SelfAttribute("schedule.max_attempts")
+
+
+def schedule_form_data(**overrides) -> dict:
+    """POST data of a valid cron schedule for the admin's schedule form."""
+    return {
+        "name": "from-admin",
+        "job": "tests.jobs.add",
+        "args": "[1, 2]",
+        "kwargs": "{}",
+        "enabled": "on",
+        "trigger_kind": "cron",
+        "cron": "* * * * *",
+        "timezone": "UTC",
+        "overlap": "skip",
+        "max_queued": "1",
+        "misfire": "latest",
+        "misfire_grace": "00:01:00",
+        "max_attempts": "1",
+        "retry_backoff": "00:00:10",
+        "lease_timeout": "00:00:30",
+        **overrides,
+    }

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from django_periodic import clock
 from django_periodic.models import Run, Schedule
-from tests.factories import RunFactory, ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 
 ADD_URL = reverse("admin:django_periodic_schedule_add")
 LIST_URL = reverse("admin:django_periodic_schedule_changelist")
@@ -17,28 +17,6 @@ LIST_URL = reverse("admin:django_periodic_schedule_changelist")
 
 def change_url(schedule):
     return reverse("admin:django_periodic_schedule_change", args=[schedule.pk])
-
-
-def form_data(**overrides):
-    data = {
-        "name": "from-admin",
-        "job": "tests.jobs.add",
-        "args": "[1, 2]",
-        "kwargs": "{}",
-        "enabled": "on",
-        "trigger_kind": "cron",
-        "cron": "* * * * *",
-        "timezone": "UTC",
-        "overlap": "skip",
-        "max_queued": "1",
-        "misfire": "latest",
-        "misfire_grace": "00:01:00",
-        "max_attempts": "1",
-        "retry_backoff": "00:00:10",
-        "lease_timeout": "00:00:30",
-    }
-    data.update(overrides)
-    return data
 
 
 @pytest.fixture
@@ -61,13 +39,13 @@ def messages_of(response) -> list[str]:
 
 
 def test_a_schedule_created_in_the_admin_gets_its_cursor(admin_client):
-    response = admin_client.post(ADD_URL, form_data())
+    response = admin_client.post(ADD_URL, schedule_form_data())
     assert response.status_code == 302, response.context["adminform"].form.errors
     assert Schedule.objects.get(name="from-admin").next_fire_at is not None
 
 
 def test_the_admin_names_the_wrong_cron_field(admin_client):
-    response = admin_client.post(ADD_URL, form_data(cron="* 25 * * *"))
+    response = admin_client.post(ADD_URL, schedule_form_data(cron="* 25 * * *"))
     errors = response.context["adminform"].form.errors
     assert errors["cron"] == ["Invalid hour field '25': 25 is out of range 0-23."]
     assert "Invalid hour field" in response.content.decode()
@@ -75,7 +53,7 @@ def test_the_admin_names_the_wrong_cron_field(admin_client):
 
 
 def test_the_admin_offers_only_registered_jobs(admin_client):
-    response = admin_client.post(ADD_URL, form_data(job="tests.jobs.nope"))
+    response = admin_client.post(ADD_URL, schedule_form_data(job="tests.jobs.nope"))
     assert "job" in response.context["adminform"].form.errors
     page = admin_client.get(ADD_URL).content.decode()
     assert "tests.jobs.add — Adds two numbers." in page
@@ -91,7 +69,7 @@ def test_the_form_offers_the_three_trigger_kinds_and_every_time_zone(admin_clien
 
 
 def test_an_interval_schedule_is_created_from_the_interval_kind(admin_client):
-    data = form_data(trigger_kind="interval", interval="00:00:30")  # cron left behind
+    data = schedule_form_data(trigger_kind="interval", interval="00:00:30")  # cron left behind
     assert admin_client.post(ADD_URL, data).status_code == 302
     schedule = Schedule.objects.get()
     assert (schedule.trigger_kind, schedule.interval) == ("interval", timedelta(seconds=30))

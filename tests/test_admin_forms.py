@@ -4,31 +4,14 @@ import pytest
 
 from django_periodic.forms import ScheduleForm, timezone_names
 from django_periodic.models import Schedule
-from tests.factories import ScheduleFactory
+from tests.factories import ScheduleFactory, schedule_form_data
 
 pytestmark = pytest.mark.django_db
 
 
 def data(**overrides):
-    values = {
-        "name": "report",
-        "job": "tests.jobs.add",
-        "args": "[1, 2]",
-        "kwargs": "{}",
-        "enabled": "on",
-        "trigger_kind": "cron",
-        "cron": "0 3 * * *",
-        "timezone": "Europe/Berlin",
-        "overlap": "skip",
-        "max_queued": "1",
-        "misfire": "latest",
-        "misfire_grace": "00:01:00",
-        "max_attempts": "1",
-        "retry_backoff": "00:00:10",
-        "lease_timeout": "00:00:30",
-    }
-    values.update(overrides)
-    return values
+    values = {"name": "report", "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
+    return schedule_form_data(**{**values, **overrides})
 
 
 def errors(**overrides):

@@ -13,16 +13,6 @@ from django_periodic import triggers
 from django_periodic.models import Schedule
 
 FIRE_TIMES = 10
-# The cron macros as five fields, so that they read like any expression.
-_MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
 
 
 @dataclass(frozen=True)
@@ -77,7 +67,7 @@ class Preview:
 @functools.lru_cache(maxsize=1024)
 def describe_cron(expression: str) -> str:
     """A cron expression in English words, read the way Vixie cron reads it."""
-    text = _MACROS.get(expression.strip().lower(), expression.strip())
+    text = triggers.MACROS.get(expression.strip().lower(), expression.strip())
     options = Options()
     options.use_24hour_time_format = True
     try:
