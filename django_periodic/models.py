@@ -39,7 +39,10 @@ class ScheduleQuerySet(models.QuerySet):
                 continue  # a fired one-shot stays fired
             schedule.next_fire_at = schedule.first_fire_time(now)
             changed.append(schedule)
-        return self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
+        updated = self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
+        if updated:
+            wakeups.notify(self.db)
+        return updated
 
 
 class Schedule(models.Model):
