@@ -398,6 +398,14 @@ class SchedulerProcess(models.Model):
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
 
+    # Three heartbeats missed: presumed dead (its leases have expired with the defaults).
+    STALE_AFTER_HEARTBEATS = 3
+
+    @classmethod
+    def stale_after(cls) -> timedelta:
+        """How long without a heartbeat before operators should presume a process dead."""
+        return get_settings().HEARTBEAT_INTERVAL * cls.STALE_AFTER_HEARTBEATS
+
 
 class LeaseQuerySet(models.QuerySet):
     def held(self) -> "LeaseQuerySet":

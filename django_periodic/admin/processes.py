@@ -9,10 +9,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_periodic.admin import display
-from django_periodic.conf import get_settings
 from django_periodic.models import Lease, SchedulerProcess
-
-STALE_AFTER_INTERVALS = 3  # as periodic_status: a process this late is presumed dead
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -61,8 +58,9 @@ class SchedulerProcessAdmin(ReadOnlyAdmin):
 
     @admin.display(description=gettext_lazy("state"))
     def state(self, process: SchedulerProcess):
-        if process.silence > get_settings().HEARTBEAT_INTERVAL * STALE_AFTER_INTERVALS:
-            title = _("No heartbeat for %(n)d intervals.") % {"n": STALE_AFTER_INTERVALS}
+        if process.silence > SchedulerProcess.stale_after():
+            n = SchedulerProcess.STALE_AFTER_HEARTBEATS
+            title = _("No heartbeat for %(n)d intervals.") % {"n": n}
             return display.badge("failed", _("stale"), title)
         return display.badge("succeeded", _("alive"))
 

@@ -2,7 +2,6 @@ from django.core.management.base import BaseCommand
 from django.db.models import Count
 
 from django_periodic import clock
-from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 
@@ -14,7 +13,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, database, **options):
         now = clock.now(database)
-        stale_after = get_settings().HEARTBEAT_INTERVAL * 3
+        stale_after = SchedulerProcess.stale_after()
         schedules = Schedule.objects.using(database)
         runs = Run.objects.using(database)
         self._section("Schedulers")
