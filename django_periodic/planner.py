@@ -63,6 +63,17 @@ class PlanResult:
     failed: list[str] = field(default_factory=list)  # schedules that could not be planned
     disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
 
+    def __add__(self, other: "PlanResult") -> "PlanResult":
+        """Two batches' results as one (for a tick of several batches)."""
+        return PlanResult(
+            self.schedules + other.schedules,
+            self.fired + other.fired,
+            self.late + other.late,
+            self.skipped + other.skipped,
+            self.failed + other.failed,
+            self.disabled + other.disabled,
+        )
+
 
 def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = None) -> PlanResult:
     """Turn every fire due at ``now`` of one batch of schedules into runs."""

@@ -226,10 +226,7 @@ class Scheduler:
         total = planner.PlanResult()
         while True:
             result = planner.plan_due(now, using=self.using, batch_size=batch_size)
-            total.fired += result.fired
-            total.late += result.late
-            total.skipped += result.skipped
-            total.failed += result.failed
+            total += result
             if result.fired or result.skipped:
                 logger.debug("Planned %d runs, skipped %d.", result.fired, result.skipped)
             if result.schedules < batch_size:
