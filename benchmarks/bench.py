@@ -128,6 +128,16 @@ def bench_idle(schedules: int) -> dict:
     }
 
 
+def start_scheduler(workers: int, settings: str | None = None) -> subprocess.Popen:
+    """A real run_scheduler process on the benchmark's database (settings: JSON overrides)."""
+    env = {**os.environ, "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"]}
+    if settings:
+        env["PERIODIC_TEST_SETTINGS"] = settings
+    command = [sys.executable, "-m", "django", "run_scheduler"]
+    command += ["--workers", str(workers), "-v", "0"]
+    return subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent)
+
+
 def bench_fire_lag(schedules: int, seconds: int) -> dict:
     """Lag from plan time to start, with a real run_scheduler process (4 workers)."""
     reset()
@@ -144,9 +154,7 @@ def bench_fire_lag(schedules: int, seconds: int) -> dict:
         )
         for i in range(schedules)
     )
-    env = {**os.environ, "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"]}
-    command = [sys.executable, "-m", "django", "run_scheduler", "--workers", "4", "-v", "0"]
-    child = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent)
+    child = start_scheduler(workers=4)
     expected = schedules * seconds
     deadline = time.monotonic() + seconds + 60
     while Run.objects.filter(status="succeeded").count() < expected:
@@ -179,13 +187,7 @@ def bench_wakeup(requests: int) -> dict:
         name="wake", job="tests.jobs.noop", interval=timedelta(days=1)
     )
     quiet = '{"POLL_INTERVAL": 600, "HEARTBEAT_INTERVAL": 300, "SWEEP_INTERVAL": 300}'
-    env = {
-        **os.environ,
-        "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"],
-        "PERIODIC_TEST_SETTINGS": quiet,
-    }
-    command = [sys.executable, "-m", "django", "run_scheduler", "--workers", "1", "-v", "0"]
-    child = subprocess.Popen(command, env=env, cwd=Path(__file__).resolve().parent.parent)
+    child = start_scheduler(workers=1, settings=quiet)
     lags = []
     try:
         wait_until(lambda: _listening() == 1, 30)
