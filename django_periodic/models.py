@@ -275,7 +275,16 @@ class Schedule(models.Model):
 
 class RunQuerySet(models.QuerySet):
     def active(self) -> "RunQuerySet":
+        """Runs not yet final: waiting or running."""
         return self.filter(status__in=Run.ACTIVE_STATUSES)
+
+    def waiting(self) -> "RunQuerySet":
+        """Runs that have not started (or not restarted): pending, queued or retrying."""
+        return self.filter(status__in=Run.WAITING_STATUSES)
+
+    def finished(self) -> "RunQuerySet":
+        """Runs in a final state: succeeded, failed, skipped or cancelled."""
+        return self.filter(status__in=Run.FINAL_STATUSES)
 
     def running(self) -> "RunQuerySet":
         return self.filter(status=Run.Status.RUNNING)
@@ -307,7 +316,8 @@ class Run(models.Model):
         MANUAL = "manual", _("manual")
         RETRY = "retry", _("retry")
 
-    ACTIVE_STATUSES = (Status.PENDING, Status.QUEUED, Status.RUNNING, Status.RETRYING)
+    WAITING_STATUSES = (Status.PENDING, Status.QUEUED, Status.RETRYING)
+    ACTIVE_STATUSES = (*WAITING_STATUSES, Status.RUNNING)
     FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.CANCELLED)
 
     # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
