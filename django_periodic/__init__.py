@@ -1,5 +1,7 @@
 """Durable periodic jobs for Django: schedules in the database, exactly-once planning, leases."""
 
-from django_periodic.registry import job
+from django_periodic.context import JobContext
+from django_periodic.registry import UnknownJob, job
+from django_periodic.triggers import InvalidTrigger
 
-__all__ = ["job"]
+__all__ = ["InvalidTrigger", "JobContext", "UnknownJob", "job"]

@@ -8,8 +8,12 @@ class PeriodicConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_periodic import checks  # noqa: F401  (registers the system checks)
+        from django_periodic import checks, stop_signals  # noqa: F401  (registers the checks)
 
+        # A scheduler stopped while it is still starting (loading jobs below, checks, boot
+        # recovery) must exit cleanly, not by the signal's default action.
+        if stop_signals.starting_scheduler():
+            stop_signals.for_process()
         # Every process (web and scheduler) needs the same registry, so that the admin
         # and full_clean() can validate job names: import each installed app's jobs.py.
         autodiscover_modules("jobs")

@@ -17,7 +17,9 @@ from django.db.models import Min
 
 from django_periodic import clock, executor, leases, planner, registry, wakeups
 from django_periodic.conf import get_settings
+from django_periodic.context import StopRequest
 from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.stop_signals import StopSignals
 
 logger = logging.getLogger("django_periodic")
 
@@ -33,7 +35,7 @@ class WorkerPool:
         self._on_done = on_done
         self._queue: queue.Queue = queue.Queue()
         self._lock = threading.Condition()
-        self._in_flight: dict[leases.Claim, executor.StopRequest] = {}
+        self._in_flight: dict[leases.Claim, StopRequest] = {}
         self._abandoned: set[leases.Claim] = set()
         self._threads = 0
         for _ in range(size):
@@ -50,16 +52,16 @@ class WorkerPool:
 
     def submit(self, claim: leases.Claim) -> None:
         with self._lock:
-            self._in_flight[claim] = executor.StopRequest()
+            self._in_flight[claim] = StopRequest()
         self._queue.put(claim)
 
-    def in_flight(self) -> dict[leases.Claim, executor.StopRequest]:
+    def in_flight(self) -> dict[leases.Claim, StopRequest]:
         with self._lock:
             return dict(self._in_flight)
 
-    def wait_idle(self, timeout: float) -> bool:
+    def idle(self) -> bool:
         with self._lock:
-            return self._lock.wait_for(lambda: not self._in_flight, timeout)
+            return not self._in_flight
 
     def stop_all(self, reason: str) -> None:
         with self._lock:
@@ -99,8 +101,9 @@ class WorkerPool:
         try:
             close_old_connections()
             executor.execute(claim, stop)
-        except Exception:
-            # The run keeps its lease until it expires; the sweeper then settles it.
+        except BaseException:
+            # Never lose the thread. The run keeps its lease until it expires (its
+            # heartbeat stops below, with its claim); the sweeper then settles it.
             logger.exception("Could not record the outcome of run %s.", claim.run.pk)
         finally:
             close_old_connections()
@@ -113,27 +116,34 @@ class WorkerPool:
 class Scheduler:
     """One scheduler process: plans due schedules and executes runs with ``workers`` threads."""
 
-    def __init__(self, *, workers: int, plan: bool = True, using: str = "default") -> None:
+    def __init__(
+        self,
+        *,
+        workers: int,
+        plan: bool = True,
+        using: str = "default",
+        stop: StopSignals | None = None,
+    ) -> None:
         self.using = using
         self.plan = plan
         self.settings = get_settings()
         self.process: SchedulerProcess | None = None
-        self._stop = threading.Event()
-        self._wake = threading.Event()
+        self.stop = stop or StopSignals()
+        # One alarm ends every sleep: a stop signal, a NOTIFY, a finished job.
+        self._alarm = self.stop.alarm
         self._failures = 0
-        self.pool = WorkerPool(workers, on_done=self._wake.set) if workers else None
-        self.listener = wakeups.Listener(using, self._wake)
+        self.pool = WorkerPool(workers, on_done=self._alarm.set) if workers else None
+        self.listener = wakeups.Listener(using, self._alarm)
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
 
     def request_stop(self) -> None:
-        """Stop claiming and leave the loop (safe to call from a signal handler)."""
-        self._stop.set()
-        self._wake.set()
+        """Stop claiming and leave the loop; a second request stops waiting for jobs."""
+        self.stop.request()
 
     def run(self, *, once: bool = False) -> None:
         """Boot, loop until stopped (or, with ``once``, until what is due now is done), stop."""
-        while not self._stop.is_set() and not self._guarded(self.boot):
+        while not self.stop.requested and not self._guarded(self.boot):
             pass  # the database is unreachable at start: keep trying until stopped
         if self.process is None:
             return
@@ -189,7 +199,7 @@ class Scheduler:
         claimed = 0
         if self.pool:
             self._watch_running(now)
-            if not self._stop.is_set():
+            if not self.stop.requested:
                 claimed = self._claim(now)
         if fired > claimed:
             wakeups.notify(self.using)  # runs are left: let other processes take them
@@ -207,11 +217,11 @@ class Scheduler:
         asked = leases.cancel_requested(in_flight, self.using)
         for claim, stop in in_flight.items():
             if claim.run.pk in asked:
-                stop.set(executor.StopRequest.CANCEL)
+                stop.set(StopRequest.CANCEL)
             deadline = self._timeout_at(claim)
             if deadline is None or now < deadline:
                 continue
-            stop.set(executor.StopRequest.TIMEOUT)
+            stop.set(StopRequest.TIMEOUT)
             if now >= deadline + self.settings.TIMEOUT_GRACE and leases.timed_out(claim, now):
                 logger.error("Run %s timed out; its worker thread is replaced.", claim.run.pk)
                 self.pool.abandon(claim)
@@ -263,16 +273,16 @@ class Scheduler:
         return min(at for at in candidates if at is not None)
 
     def _run_forever(self) -> None:
-        while not self._stop.is_set():
+        while not self.stop.requested:
             self._guarded(self._tick_and_sleep)
 
     def _tick_and_sleep(self) -> None:
-        self._wake.clear()
+        self._alarm.clear()
         close_old_connections()
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
         spent = time.monotonic() - self._clock_read_at
-        self._wake.wait(max((wake_at - now).total_seconds() - spent, 0.001))
+        self._alarm.wait(max((wake_at - now).total_seconds() - spent, 0.001))
 
     def _guarded(self, step) -> bool:
         """Run a step; on a database error log it, reconnect later, back off 1, 2, 4... 30 s."""
@@ -283,19 +293,24 @@ class Scheduler:
             delay = min(2.0 ** (self._failures - 1), MAX_ERROR_BACKOFF)
             logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
             connections.close_all()
-            self._stop.wait(delay)
+            self._sleep_unless_stopped(delay)
             return False
         self._failures = 0
         return True
 
+    def _sleep_unless_stopped(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stop.requested and (left := deadline - time.monotonic()) > 0:
+            self._alarm.wait(left)
+
     def _run_once(self) -> None:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""
-        while not self._stop.is_set():
-            self._wake.clear()
+        while not self.stop.requested:
+            self._alarm.clear()
             self.tick()
             if not self.pool or (self.pool.free() == self.pool.size and not self._claimable()):
                 return
-            self._wake.wait(1.0)
+            self._alarm.wait(1.0)
 
     def _claimable(self) -> bool:
         return Run.objects.using(self.using).claimable(clock.now(self.using)).exists()
@@ -304,6 +319,12 @@ class Scheduler:
         """Let running jobs finish within the grace, release what is left, unregister."""
         self.listener.stop()
         if self.pool:
+            running = len(self.pool.in_flight())
+            logger.info(
+                "Stopping: %d running jobs get up to %s to finish (a second signal stops waiting).",
+                running,
+                self.settings.SHUTDOWN_GRACE,
+            )
             self._drain()
             self.pool.stop()
         if self.process:
@@ -311,16 +332,21 @@ class Scheduler:
             logger.info("Scheduler %s stopped.", self.process)
 
     def _drain(self) -> None:
+        """Wait out the grace for running jobs (a second stop signal ends it), then release."""
         now = clock.now(self.using)
         deadline = now + self.settings.SHUTDOWN_GRACE
-        while now < deadline:
-            wait = min(self.settings.HEARTBEAT_INTERVAL, deadline - now)
-            if self.pool.wait_idle(wait.total_seconds()):
-                break
+        while now < deadline and not self.pool.idle() and not self.stop.hurried:
+            self._alarm.wait(min(self.settings.HEARTBEAT_INTERVAL, deadline - now).total_seconds())
             now = clock.now(self.using)
-            leases.heartbeat(self.process, now, self.using)
-        self.pool.stop_all(executor.StopRequest.SHUTDOWN)
+            if now >= self._next_heartbeat:
+                leases.heartbeat(self.process, now, self.using)
+                self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+        if self.stop.hurried:
+            logger.warning("Second stop signal: giving up the running jobs now.")
+        # Taken before the jobs are told: one that ends at once still gets released here.
+        unfinished = self.pool.in_flight()
+        self.pool.stop_all(StopRequest.SHUTDOWN)
         now = clock.now(self.using)
-        for claim in self.pool.in_flight():
-            leases.release(claim, now)
-            logger.warning("Gave up run %s unfinished at shutdown.", claim.run.pk)
+        for claim in unfinished:
+            if leases.release(claim, now):
+                logger.warning("Gave up run %s unfinished at shutdown.", claim.run.pk)

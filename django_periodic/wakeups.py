@@ -5,7 +5,10 @@ Only PostgreSQL has them; elsewhere ``notify`` does nothing and schedulers poll 
 so a woken scheduler always sees the rows that caused it.
 """
 
+import contextlib
 import logging
+import os
+import select
 import threading
 
 from django.db import connections
@@ -25,6 +28,44 @@ def notify(using: str = "default") -> None:
         cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
 
 
+class Alarm:
+    """Ends a scheduler's sleep: an Event that a signal handler may set too.
+
+    ``set()`` is one non-blocking write to a pipe and takes no lock, so it cannot deadlock
+    against the thread it interrupts; ``wait()`` is a ``select()`` on the pipe's other end.
+    The write end also serves ``signal.set_wakeup_fd``.
+    """
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        os.set_inheritable(self._write, False)
+
+    @property
+    def write_fd(self) -> int:
+        return self._write
+
+    def set(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: the sleeper wakes anyway
+            os.write(self._write, b"\0")
+
+    def wait(self, timeout: float | None) -> bool:
+        """Sleep until set or ``timeout`` seconds pass; True if set. Clears it."""
+        ready, _, _ = select.select([self._read], [], [], timeout)
+        self.clear()
+        return bool(ready)
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # empty
+            while os.read(self._read, 4096):
+                pass
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            os.close(fd)
+
+
 class Listener:
     """A daemon thread on its own connection that sets ``wake`` on every notification.
 
@@ -32,7 +73,7 @@ class Listener:
     reconnect, since notifications sent meanwhile were lost.
     """
 
-    def __init__(self, using: str, wake: threading.Event) -> None:
+    def __init__(self, using: str, wake: "threading.Event | Alarm") -> None:
         self.using = using
         self.wake = wake
         self._stop = threading.Event()

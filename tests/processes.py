@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -16,18 +17,35 @@ ROOT = Path(__file__).resolve().parent.parent
 class SchedulerProcess:
     """A ``manage.py run_scheduler`` child process using the test database."""
 
-    def __init__(self, *args: str, settings: dict | None = None) -> None:
+    def __init__(self, *args: str, settings: dict | None = None, env: dict | None = None) -> None:
         env = {
             **os.environ,
             "DJANGO_SETTINGS_MODULE": "tests.settings",
             "PERIODIC_TEST_DB_NAME": connection.settings_dict["NAME"],
             "PERIODIC_TEST_SETTINGS": json.dumps(settings or {}),
             "PYTHONPATH": str(ROOT),
+            **(env or {}),
         }
         command = [sys.executable, "-m", "django", "run_scheduler", *args]
         self.popen = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
+        # Read as it comes, so tests can wait for a line and a full pipe never blocks the child.
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.popen.stdout:
+            self._lines.append(line)
+
+    def wait_for_line(self, text: str, timeout: float = 30) -> str:
+        """Wait until the child prints a line containing ``text``; return that line."""
+
+        def printed() -> str | None:
+            return next((line for line in list(self._lines) if text in line), None)
+
+        return wait_for(printed, timeout, f"the child to print {text!r}")
 
     @property
     def pid(self) -> int:
@@ -43,7 +61,11 @@ class SchedulerProcess:
         return self.popen.returncode
 
     def output(self) -> str:
-        return self.popen.stdout.read() if self.popen.poll() is not None else ""
+        """Everything the child printed, once it has exited ("" before)."""
+        if self.popen.poll() is None:
+            return ""
+        self._reader.join(timeout=10)
+        return "".join(self._lines)
 
     def kill(self) -> None:
         if self.popen.poll() is None:

@@ -1,8 +1,14 @@
+import threading
+
 import pytest
 
-from django_periodic import executor, leases
-from django_periodic.models import Run
+from django_periodic import JobContext, executor, leases
+from django_periodic.context import StopRequest
+from django_periodic.models import Lease, Run
+from django_periodic.scheduler import WorkerPool
 from tests.factories import RunFactory, ScheduleFactory
+from tests.models import Execution
+from tests.processes import wait_for
 
 
 def claimed(process, now, **schedule_fields) -> leases.Claim:
@@ -57,7 +63,7 @@ def test_a_job_taking_context_sees_its_run_and_can_heartbeat(process, now):
 def test_heartbeat_after_losing_the_lease_cancels_the_job(process, now):
     claim = claimed(process, now)
     leases.release(claim, now)
-    context = executor.JobContext(claim.run, now, 1, claim)
+    context = JobContext(claim.run, now, 1, executor._lease_extender(claim))
     assert context.heartbeat() is False
     assert context.cancelled
 
@@ -70,3 +76,92 @@ def test_results_that_are_too_big_or_not_json_are_stored_safely(settings):
     assert "truncated" in big["note"]
     odd = executor.capped_result(object())
     assert odd["repr"].startswith("<object object")
+
+
+@pytest.mark.django_db
+def test_an_async_job_is_awaited_and_its_result_kept(process, now):
+    claim = claimed(process, now, job="tests.jobs.add_later", args=[2, 3])
+    assert executor.execute(claim) == "succeeded"
+    assert Run.objects.get().result == 5
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_job_can_heartbeat_both_ways_and_read_cancelled(process, now):
+    claim = claimed(process, now, job="tests.jobs.report_context_async")
+    before = Lease.objects.get().heartbeat_at
+    assert executor.execute(claim) == "succeeded"
+    assert Run.objects.get().result == {"heartbeat": True, "aheartbeat": True, "cancelled": False}
+    assert Lease.objects.get().heartbeat_at > before
+
+
+def execute_in_thread(claim: leases.Claim, stop: StopRequest) -> tuple[threading.Thread, list]:
+    """Execute like a worker thread does; the list receives the status it returns."""
+    status: list = []
+    thread = threading.Thread(target=lambda: status.append(executor.execute(claim, stop)))
+    thread.start()
+    return thread, status
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("reason", "status", "code"),
+    [(StopRequest.CANCEL, "cancelled", "cancelled"), (StopRequest.TIMEOUT, "failed", "timeout")],
+)
+def test_an_async_job_is_cancelled_at_its_await_by_cancel_or_timeout(
+    process, now, reason, status, code
+):
+    claim = claimed(process, now, job="tests.jobs.linger_async", kwargs={"seconds": 600})
+    stop = StopRequest()
+    thread, returned = execute_in_thread(claim, stop)
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    stop.set(reason)
+    thread.join(timeout=10)  # the job would await 600 s if the stop did not cancel it
+    assert not thread.is_alive()
+    assert returned == [status]
+    assert (Run.objects.get().status, Run.objects.get().error_code) == (status, code)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_job_cancelled_at_shutdown_is_left_to_the_release(process, now):
+    claim = claimed(process, now, job="tests.jobs.linger_async", kwargs={"seconds": 600})
+    stop = StopRequest()
+    thread, returned = execute_in_thread(claim, stop)
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    stop.set(StopRequest.SHUTDOWN)
+    thread.join(timeout=10)
+    assert returned == [None]
+    assert Run.objects.get().status == "running"  # the scheduler releases it, by token
+    assert leases.release(claim, now)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", ["SystemExit", "KeyboardInterrupt", "GeneratorExit"])
+def test_a_base_exception_fails_the_run_without_retry(process, now, name):
+    claim = claimed(
+        process, now, job="tests.jobs.raise_base_exception", kwargs={"name": name}, max_attempts=3
+    )
+    assert executor.execute(claim) == "failed"
+    run = Run.objects.get()
+    assert (run.status, run.error_code, run.error_message) == ("failed", name, f"{name} from a job")
+    assert Lease.objects.get().released_at is not None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_lives_on_after_a_job_raises_system_exit(process, now):
+    exits = ScheduleFactory(job="tests.jobs.raise_base_exception")
+    adds = ScheduleFactory(job="tests.jobs.add", args=[1, 1])
+    RunFactory(schedule=exits, plan_time=now)
+    RunFactory(schedule=adds, plan_time=now)
+    done = threading.Semaphore(0)
+    pool = WorkerPool(1, on_done=done.release)
+    try:
+        first, second = leases.claim(process, now, 2)
+        pool.submit(first)
+        pool.submit(second)  # the one thread must survive the first to run it
+        for _ in range(2):
+            assert done.acquire(timeout=10)
+        assert pool.idle()
+    finally:
+        pool.stop()
+    statuses = dict(Run.objects.values_list("schedule__job", "status"))
+    assert statuses == {"tests.jobs.raise_base_exception": "failed", "tests.jobs.add": "succeeded"}

@@ -1,3 +1,4 @@
+import signal
 from datetime import timedelta
 
 import pytest
@@ -56,6 +57,7 @@ def test_boot_sweeps_runs_left_behind_by_a_dead_process():
     assert (run.status, run.error_code) == ("failed", "lease_expired")
 
 
+@pytest.mark.processes
 def test_sigterm_stops_a_scheduler_cleanly(children):
     child = children.start("--workers", "2")
     wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
@@ -63,6 +65,7 @@ def test_sigterm_stops_a_scheduler_cleanly(children):
     assert not SchedulerProcess.objects.exists()
 
 
+@pytest.mark.processes
 @pytest.mark.parametrize(
     ("reentry", "status", "outcome"),
     [(True, "pending", "released"), (False, "failed", "interrupted")],
@@ -79,6 +82,33 @@ def test_sigterm_past_the_grace_gives_up_an_unfinished_run(children, reentry, st
     assert Lease.objects.get(run=run).outcome == outcome
 
 
+@pytest.mark.processes
+def test_a_second_sigterm_stops_waiting_for_the_grace(children):
+    schedule = due_now(job="tests.jobs.linger", kwargs={"seconds": 600, "cooperative": False})
+    child = children.start("--workers", "1", settings={"SHUTDOWN_GRACE": 600})
+    wait_for(Execution.objects.exists, 30, "the job to start")
+    child.popen.send_signal(signal.SIGTERM)
+    child.wait_for_line("a second signal stops waiting")
+    assert child.terminate(timeout=30) == 0  # the second signal: well before the 600 s grace
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.error_code) == ("failed", "interrupted")
+    assert not SchedulerProcess.objects.exists()
+
+
+@pytest.mark.processes
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_while_starting_exits_cleanly(children, signum):
+    due_now(job="tests.jobs.record")
+    child = children.start("--workers", "1", env={"PERIODIC_TEST_SLOW_IMPORT": "2"})
+    child.wait_for_line("tests.jobs: loading slowly")
+    child.popen.send_signal(signum)
+    assert child.wait() == 0
+    assert "Stop requested while starting" in child.output()
+    assert not SchedulerProcess.objects.exists()
+    assert not Run.objects.exists()
+
+
+@pytest.mark.processes
 def test_a_schedule_created_while_running_fires_and_succeeds(children):
     child = children.start("--workers", "2")
     wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
@@ -128,6 +158,7 @@ def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
     assert pids == {scheduler.pid for scheduler in schedulers}
 
 
+@pytest.mark.processes
 def test_a_scheduler_survives_its_database_connections_being_killed(postgres, children):
     child = children.start("--workers", "2")
     wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")

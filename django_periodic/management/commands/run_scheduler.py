@@ -1,16 +1,21 @@
 import logging
-import signal
 
 from django.core.management.base import BaseCommand, CommandError
 
+from django_periodic import stop_signals
 from django_periodic.conf import get_settings
 from django_periodic.scheduler import Scheduler
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
+logger = logging.getLogger("django_periodic")
+
 
 class Command(BaseCommand):
-    help = "Plan due schedules and execute their runs until SIGTERM or SIGINT."
+    help = (
+        "Plan due schedules and execute their runs until SIGTERM or SIGINT "
+        "(a second one stops waiting for running jobs)."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -34,19 +39,17 @@ class Command(BaseCommand):
         workers = get_settings().WORKERS if workers is None else workers
         if workers < 1 and not plan_only:
             raise CommandError("--workers must be at least 1 (or use --plan-only).")
-        scheduler = Scheduler(workers=0 if plan_only else workers, using=database)
-        stop_signals = (signal.SIGTERM, signal.SIGINT)
-        previous = {signum: signal.getsignal(signum) for signum in stop_signals}
-        for signum in stop_signals:
-            signal.signal(signum, lambda *_: scheduler.request_stop())
+        signals = stop_signals.for_process()
         try:
+            if signals.requested:
+                logger.info("Stop requested while starting; exiting before any work.")
+                return
+            scheduler = Scheduler(workers=0 if plan_only else workers, using=database, stop=signals)
             scheduler.run(once=once)
         finally:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+            stop_signals.release_process()
 
     def _configure_logging(self, verbosity: int) -> None:
-        logger = logging.getLogger("django_periodic")
         logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
         if not logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler()

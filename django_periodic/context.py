@@ -1,0 +1,113 @@
+"""What a running job sees of its run: ``JobContext``, and why it should stop.
+
+No models are imported here, so ``from django_periodic import JobContext`` is safe before
+the app registry is ready (in type hints of a jobs module, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+if TYPE_CHECKING:
+    from django_periodic.models import Run
+
+
+class StopRequest:
+    """Why a running job should stop, set by its scheduler and read through its context.
+
+    An async job is also cancelled (``asyncio.CancelledError`` at its next ``await``).
+    """
+
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+    TIMEOUT = "timeout"
+    CANCEL = "cancel"
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._on_set: Callable[[], None] | None = None
+        self.reason = ""
+
+    def set(self, reason: str) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.reason = reason
+            self._event.set()
+            on_set = self._on_set
+        if on_set is not None:
+            on_set()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def call_on_set(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` (from the thread that stops the job) once a reason is set."""
+        with self._lock:
+            self._on_set = callback
+            already = self._event.is_set()
+        if callback is not None and already:
+            callback()
+
+
+def _current_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+@dataclass
+class JobContext:
+    """What a job declared with ``takes_context=True`` receives as its first argument."""
+
+    run: Run
+    plan_time: datetime
+    attempt: int
+    _extend_lease: Callable[[], bool] = field(repr=False)
+    _stop: StopRequest = field(default_factory=StopRequest, repr=False)
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the job should stop: it was cancelled or timed out, its lease was
+        lost, or its scheduler is shutting down. A long job should check it and return."""
+        return self._stop.is_set()
+
+    def heartbeat(self) -> bool:
+        """Extend this run's lease now; returns False once the job should stop.
+
+        From an async job, prefer ``await context.aheartbeat()``: this blocks the event loop
+        for one database round trip.
+        """
+        if _current_loop() is not None:
+            # Django refuses database calls on a thread running an event loop.
+            worker = threading.Thread(target=self._extend_and_close, name="periodic-heartbeat")
+            worker.start()
+            worker.join()
+        else:
+            self._extend()
+        return not self.cancelled
+
+    async def aheartbeat(self) -> bool:
+        """``heartbeat()`` for async jobs, without blocking the event loop."""
+        await sync_to_async(self._extend)()
+        return not self.cancelled
+
+    def _extend_and_close(self) -> None:
+        try:
+            self._extend()
+        finally:
+            connections.close_all()  # this short-lived thread's own connection
+
+    def _extend(self) -> None:
+        if not self._extend_lease():
+            self._stop.set(StopRequest.LEASE_LOST)
