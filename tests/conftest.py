@@ -2,8 +2,25 @@ import pytest
 from django.db import connection
 
 from django_periodic import clock
-from django_periodic.models import SchedulerProcess
 from tests import processes
+from tests.factories import SchedulerProcessFactory
+
+# Fixtures that start real processes (run_scheduler children, the crash suite's fleet, the
+# example site's server and scheduler). A test using one, however indirectly, is marked
+# ``processes`` at collection, so ``-m "not processes"`` cannot run it by accident even when
+# its module forgets the explicit mark (which is still written, for the reader).
+PROCESS_FIXTURES = frozenset({"children", "fleet", "example_site"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.processes)
+
+
+# pytest-django already provides ``client``, ``admin_client`` (logged in as the superuser
+# "admin") and ``admin_user``: use them rather than defining look-alikes per module.
 
 
 @pytest.fixture
@@ -13,7 +30,7 @@ def now(db):
 
 @pytest.fixture
 def process(db, now):
-    return SchedulerProcess.objects.create(host="test", pid=1, started_at=now, heartbeat_at=now)
+    return SchedulerProcessFactory(host="test", pid=1, started_at=now)
 
 
 @pytest.fixture
@@ -21,6 +38,13 @@ def postgres(db):
     """Skip unless the test database is PostgreSQL (concurrency and SQL tests)."""
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (PERIODIC_TEST_DB=postgres)")
+
+
+@pytest.fixture
+def sqlite(db):
+    """Skip unless the test database is SQLite (what other databases do instead)."""
+    if connection.vendor != "sqlite":
+        pytest.skip("only on SQLite (PERIODIC_TEST_DB=sqlite)")
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ import factory
 from factory.django import DjangoModelFactory
 
 from django_periodic import clock
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 
 class ScheduleFactory(DjangoModelFactory):
@@ -26,6 +26,35 @@ class RunFactory(DjangoModelFactory):
     args = factory.SelfAttribute("schedule.args")
     kwargs = factory.SelfAttribute("schedule.kwargs")
     max_attempts = factory.SelfAttribute("schedule.max_attempts")
+
+
+class SchedulerProcessFactory(DjangoModelFactory):
+    """A registered scheduler process, alive: its heartbeat is when it started."""
+
+    class Meta:
+        model = SchedulerProcess
+
+    host = factory.Sequence(lambda n: f"host-{n}")
+    pid = factory.Sequence(lambda n: 1000 + n)
+    started_at = factory.LazyFunction(clock.now)
+    heartbeat_at = factory.SelfAttribute("started_at")
+
+
+class LeaseFactory(DjangoModelFactory):
+    """A held lease on the run's current attempt, as ``leases.claim`` writes it."""
+
+    class Meta:
+        model = Lease
+
+    run = factory.SubFactory(RunFactory, status=Run.Status.RUNNING, attempt=1)
+    attempt = factory.LazyAttribute(lambda lease: lease.run.attempt or 1)
+    process = factory.SubFactory(SchedulerProcessFactory)
+    holder = factory.LazyAttribute(lambda lease: str(lease.process) if lease.process else "")
+    acquired_at = factory.LazyFunction(clock.now)
+    heartbeat_at = factory.SelfAttribute("acquired_at")
+    expires_at = factory.LazyAttribute(
+        lambda lease: lease.heartbeat_at + lease.run.schedule.lease_timeout
+    )
 
 
 def schedule_form_data(**overrides) -> dict:

@@ -4,7 +4,6 @@ import re
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_periodic import clock
@@ -17,12 +16,6 @@ LIST_URL = reverse("admin:django_periodic_schedule_changelist")
 
 def change_url(schedule):
     return reverse("admin:django_periodic_schedule_change", args=[schedule.pk])
-
-
-@pytest.fixture
-def admin_client(client, db):
-    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
-    return client
 
 
 def act(client, action, *objects, url=LIST_URL):

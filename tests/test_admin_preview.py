@@ -80,12 +80,6 @@ def test_a_paused_schedule_says_its_times_wait_for_a_resume():
     assert any("paused" in note for note in notes)
 
 
-@pytest.fixture
-def admin_client(client, db):
-    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
-    return client
-
-
 def typed(**fields):
     values = {"trigger_kind": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
     return {**values, **fields}

@@ -1,26 +1,18 @@
 """The admin's lists cost a constant number of queries however many rows they show."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic import clock
 from django_periodic.admin import history
-from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
-from tests.factories import ScheduleFactory
+from django_periodic.models import Lease, Run, Schedule
+from tests.factories import LeaseFactory, ScheduleFactory, SchedulerProcessFactory
 
 RUNS_EACH = 25  # more than the strip shows
-
-
-@pytest.fixture
-def admin_client(client, db):
-    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
-    return client
 
 
 def add_schedules(count: int, runs_each: int = RUNS_EACH) -> list[Schedule]:
@@ -28,9 +20,7 @@ def add_schedules(count: int, runs_each: int = RUNS_EACH) -> list[Schedule]:
     start = Schedule.objects.count()
     schedules = [ScheduleFactory(name=f"s{start + i:05d}") for i in range(count)]
     now = clock.now()
-    process = SchedulerProcess.objects.create(
-        host=f"h{start}", pid=1, started_at=now, heartbeat_at=now
-    )
+    process = SchedulerProcessFactory(started_at=now)
     statuses = ["succeeded", "failed", "skipped", "running"]
     runs = Run.objects.bulk_create(
         Run(
@@ -46,17 +36,7 @@ def add_schedules(count: int, runs_each: int = RUNS_EACH) -> list[Schedule]:
         for i in range(runs_each)
     )
     Lease.objects.bulk_create(
-        Lease(
-            run=run,
-            attempt=1,
-            token=uuid.uuid4(),
-            holder=str(process),
-            process=process,
-            acquired_at=now,
-            heartbeat_at=now,
-            expires_at=now,
-        )
-        for run in runs
+        LeaseFactory.build(run=run, process=process, acquired_at=now) for run in runs
     )
     return schedules
 
@@ -108,15 +88,8 @@ def test_the_run_page_costs_the_same_queries_with_many_leases(admin_client):
     few = queries(admin_client, url)
     lease = run.leases.get()
     Lease.objects.bulk_create(
-        Lease(
-            run=run,
-            attempt=attempt,
-            token=uuid.uuid4(),
-            holder=lease.holder,
-            process=lease.process,
-            acquired_at=lease.acquired_at,
-            heartbeat_at=lease.heartbeat_at,
-            expires_at=lease.expires_at,
+        LeaseFactory.build(
+            run=run, attempt=attempt, process=lease.process, acquired_at=lease.acquired_at
         )
         for attempt in range(2, 12)
     )

@@ -1,15 +1,13 @@
 """Runs, leases and scheduler processes in the admin."""
 
-import uuid
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import User
 from django.urls import reverse
 
 from django_periodic import clock
-from django_periodic.models import Lease, Run, SchedulerProcess
-from tests.factories import RunFactory, ScheduleFactory
+from django_periodic.models import Run
+from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 LIST_URL = reverse("admin:django_periodic_run_changelist")
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad value'
@@ -18,25 +16,6 @@ PROCESSES_URL = reverse("admin:django_periodic_schedulerprocess_changelist")
 
 def run_url(run, view="change"):
     return reverse(f"admin:django_periodic_run_{view}", args=[run.pk])
-
-
-@pytest.fixture
-def admin_client(client, db):
-    client.force_login(User.objects.create_superuser("admin", "a@example.com", "pw"))
-    return client
-
-
-def lease(run, process, attempt=1, **fields):
-    now = clock.now()
-    values = {
-        "holder": str(process),
-        "acquired_at": now,
-        "heartbeat_at": now,
-        "expires_at": now + timedelta(seconds=30),
-    }
-    return Lease.objects.create(
-        run=run, attempt=attempt, token=uuid.uuid4(), process=process, **{**values, **fields}
-    )
 
 
 def failed_run(**fields):
@@ -58,8 +37,8 @@ def failed_run(**fields):
 
 def test_the_run_list_shows_status_attempts_timing_and_holder(admin_client, process):
     run = failed_run()
-    lease(run, process, attempt=1, outcome="retry")
-    lease(run, process, attempt=2, outcome="failed")
+    LeaseFactory(run=run, process=process, attempt=1, outcome="retry")
+    LeaseFactory(run=run, process=process, attempt=2, outcome="failed")
     html = admin_client.get(LIST_URL).content.decode()
     assert 'class="periodic-badge periodic-status-failed"' in html
     assert "2 / 3" in html
@@ -112,8 +91,8 @@ def test_the_run_list_filters_by_schedule(admin_client):
 
 def test_the_run_page_shows_the_error_traceback_snapshot_and_leases(admin_client, process):
     run = failed_run(args=[1, "two"], kwargs={"key": "value"})
-    lease(run, process, attempt=1, outcome="retry", released_at=clock.now())
-    lease(run, process, attempt=2, outcome="failed", released_at=clock.now())
+    LeaseFactory(run=run, process=process, attempt=1, outcome="retry", released_at=clock.now())
+    LeaseFactory(run=run, process=process, attempt=2, outcome="failed", released_at=clock.now())
     html = admin_client.get(run_url(run)).content.decode()
     assert "ValueError" in html
     assert "bad value" in html
@@ -207,13 +186,11 @@ def test_the_buttons_only_answer_post(admin_client):
 
 def test_the_schedulers_page_marks_stale_processes_and_counts_runs_held(admin_client):
     now = clock.now()
-    alive = SchedulerProcess.objects.create(host="a", pid=1, started_at=now, heartbeat_at=now)
-    stale = SchedulerProcess.objects.create(
-        host="b", pid=2, started_at=now, heartbeat_at=now - timedelta(minutes=5)
-    )
-    lease(RunFactory(status="running"), alive)
-    lease(RunFactory(status="running"), alive)
-    lease(RunFactory(status="succeeded"), alive, released_at=now)
+    alive = SchedulerProcessFactory(started_at=now)
+    stale = SchedulerProcessFactory(started_at=now - timedelta(minutes=5))
+    LeaseFactory(process=alive)
+    LeaseFactory(process=alive)
+    LeaseFactory(run__status="succeeded", process=alive, released_at=now)
     response = admin_client.get(PROCESSES_URL)
     assert response.context["title"] == "Schedulers"
     html = response.content.decode()
@@ -227,8 +204,8 @@ def test_the_schedulers_page_marks_stale_processes_and_counts_runs_held(admin_cl
 
 
 def test_the_leases_of_a_process_are_listed_from_its_link(admin_client, process):
-    lease(RunFactory(status="running"), process)
-    lease(RunFactory(status="succeeded"), process, released_at=clock.now())
+    LeaseFactory(process=process)
+    LeaseFactory(run__status="succeeded", process=process, released_at=clock.now())
     url = reverse("admin:django_periodic_lease_changelist")
     query = {"process__id__exact": process.pk, "released_at__isnull": "True"}
     response = admin_client.get(url, query)

@@ -6,7 +6,7 @@ from django.db import connections
 
 from django_periodic import leases
 from django_periodic.models import Lease, Run, SchedulerProcess
-from tests.factories import RunFactory, ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 
 def claim_one(process, now, **schedule_fields) -> leases.Claim:
@@ -167,10 +167,7 @@ def test_finishing_a_run_promotes_the_next_queued_one(process, now):
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
     RunFactory.create_batch(60, plan_time=now)
-    processes = [
-        SchedulerProcess.objects.create(host="h", pid=i, started_at=now, heartbeat_at=now)
-        for i in range(4)
-    ]
+    processes = SchedulerProcessFactory.create_batch(4, started_at=now)
     claimed: list[int] = []
     barrier = threading.Barrier(len(processes))
 
