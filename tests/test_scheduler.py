@@ -58,7 +58,6 @@ def test_boot_sweeps_runs_left_behind_by_a_dead_process():
 
 
 @pytest.mark.processes
-@pytest.mark.processes
 def test_sigterm_stops_a_scheduler_cleanly(children):
     child = children.start("--workers", "2")
     wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
@@ -66,7 +65,6 @@ def test_sigterm_stops_a_scheduler_cleanly(children):
     assert not SchedulerProcess.objects.exists()
 
 
-@pytest.mark.processes
 @pytest.mark.processes
 @pytest.mark.parametrize(
     ("reentry", "status", "outcome"),
@@ -110,7 +108,6 @@ def test_a_stop_signal_while_starting_exits_cleanly(children, signum):
     assert not Run.objects.exists()
 
 
-@pytest.mark.processes
 @pytest.mark.processes
 def test_a_schedule_created_while_running_fires_and_succeeds(children):
     child = children.start("--workers", "2")
@@ -161,7 +158,6 @@ def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
     assert pids == {scheduler.pid for scheduler in schedulers}
 
 
-@pytest.mark.processes
 @pytest.mark.processes
 def test_a_scheduler_survives_its_database_connections_being_killed(postgres, children):
     child = children.start("--workers", "2")
