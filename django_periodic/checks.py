@@ -5,11 +5,16 @@ from numbers import Real
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.core.exceptions import ValidationError
 
+from django_periodic import sync
 from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, SETTING_NAME
+from django_periodic.models import Schedule
 
 
-@register(Tags.database)
+# Untagged, so every command that runs checks shows it (runserver, run_scheduler, check);
+# the database tag would keep it for `check --database` only. It reads only settings.
+@register()
 def check_sqlite_transactions(app_configs=None, databases=None, **kwargs) -> list[Warning]:
     """SQLite must start write transactions at once, or planners can plan the same fire."""
     return sqlite_warnings(settings.DATABASES)
@@ -70,3 +75,23 @@ def _check_value(key: str, value: object) -> str | None:
         return None if value > 0 else "must be positive."
     known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS))
     return f"is not a known setting. Known settings: {known}."
+
+
+@register(Tags.models)
+def check_code_schedules(app_configs=None, **kwargs) -> list[Error]:
+    """Each schedule defined with ``@job(...)`` must be a valid schedule (no queries)."""
+    errors = []
+    for name, job in sync.code_defined_jobs().items():
+        try:
+            schedule = Schedule(name=name, **sync.code_defined_values(job))
+            schedule.clean_fields()
+            schedule.clean()
+        except (TypeError, ValidationError) as exc:
+            errors.append(
+                Error(
+                    f"The schedule that @job defines for {name!r} is not valid: {exc}",
+                    obj=job.defined_in,
+                    id="django_periodic.E004",
+                )
+            )
+    return errors

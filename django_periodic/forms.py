@@ -14,18 +14,21 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import registry, triggers
-from django_periodic.models import Schedule
-from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
+from django_periodic.models import (
+    JOB_FIELDS,
+    KIND_FIELDS,
+    POLICY_FIELDS,
+    TRIGGER_FIELDS,
+    Schedule,
+)
 
-TRIGGER_KINDS = [("cron", _("cron")), ("interval", _("interval")), ("once", _("one-shot"))]
-# The field that carries each kind. On save the other kinds' fields are cleared, so a value
-# left behind in a field the page hid can never make the schedule ambiguous.
-KIND_FIELDS = {"cron": "cron", "interval": "interval", "once": "run_at"}
-KIND_LABELS = dict(TRIGGER_KINDS)
+# On save the other kinds' fields are cleared (see KIND_FIELDS), so a value left behind in
+# a field the page hid can never make the schedule ambiguous.
+KIND_LABELS = dict(Schedule.Kind.choices)
 KIND_REQUIRED = {
-    "cron": _("A cron trigger needs a cron expression."),
-    "interval": _("An interval trigger needs an interval."),
-    "once": _("A one-shot trigger needs a time to run at."),
+    Schedule.Kind.CRON: _("A cron trigger needs a cron expression."),
+    Schedule.Kind.INTERVAL: _("An interval trigger needs an interval."),
+    Schedule.Kind.ONCE: _("A one-shot trigger needs a time to run at."),
 }
 
 
@@ -119,7 +122,7 @@ class ScheduleForm(forms.ModelForm):
     # model then insists on exactly one trigger.
     trigger_kind = forms.ChoiceField(
         label=_("Trigger kind"),
-        choices=TRIGGER_KINDS,
+        choices=Schedule.Kind.choices,
         widget=forms.RadioSelect(attrs={"class": "radiolist inline"}),
         initial="cron",
         required=False,

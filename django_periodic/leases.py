@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Exists, ExpressionWrapper, F, OuterRef, Subquery, Value
 from django.db.models.fields import DateTimeField
 
-from django_periodic import wakeups
+from django_periodic import policies, wakeups
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
 
@@ -84,7 +84,10 @@ def _extended(now: datetime) -> ExpressionWrapper:
 
 def heartbeat(process: SchedulerProcess, now: datetime, using: str = "default") -> int:
     """Extend every lease this process holds in one statement; return how many."""
-    SchedulerProcess.objects.using(using).filter(pk=process.pk).update(heartbeat_at=now)
+    process.heartbeat_at = now
+    if not SchedulerProcess.objects.using(using).filter(pk=process.pk).update(heartbeat_at=now):
+        # Back after the sweeper forgot it (away past stale_after, no lease left): re-register.
+        process.save(using=using, force_insert=True)
     held = Lease.objects.using(using).filter(process=process, released_at__isnull=True)
     return held.update(heartbeat_at=now, expires_at=_extended(now))
 
@@ -98,7 +101,12 @@ def extend(claim: Claim, now: datetime) -> bool:
 def succeed(claim: Claim, now: datetime, result: Any) -> bool:
     """Record the run's result; False if the lease was lost (the result is then dropped)."""
     return _finish(
-        claim, now, "succeeded", status=Run.Status.SUCCEEDED, result=result, error_code=""
+        claim,
+        now,
+        Lease.Outcome.SUCCEEDED,
+        status=Run.Status.SUCCEEDED,
+        result=result,
+        error_code="",
     )
 
 
@@ -117,10 +125,12 @@ def fail(claim: Claim, now: datetime, failure: Failure) -> str | None:
     if failure.retryable and attempts_used < run.max_attempts:
         retry_at = now + retry_delay(run.schedule.retry_backoff, attempts_used)
         status = Run.Status.RETRYING
-        finished = _finish(claim, now, "retry", status=status, next_retry_at=retry_at, **errors)
+        finished = _finish(
+            claim, now, Lease.Outcome.RETRY, status=status, next_retry_at=retry_at, **errors
+        )
     else:
         status = Run.Status.FAILED
-        finished = _finish(claim, now, "failed", status=status, **errors)
+        finished = _finish(claim, now, Lease.Outcome.FAILED, status=status, **errors)
     return status if finished else None
 
 
@@ -135,7 +145,7 @@ def release(claim: Claim, now: datetime) -> bool:
         return _finish(
             claim,
             now,
-            "released",
+            Lease.Outcome.RELEASED,
             status=Run.Status.PENDING,
             finished_at=None,
             duration=None,
@@ -144,7 +154,7 @@ def release(claim: Claim, now: datetime) -> bool:
     return _finish(
         claim,
         now,
-        "interrupted",
+        Lease.Outcome.INTERRUPTED,
         status=Run.Status.FAILED,
         error_code="interrupted",
         error_message="Its scheduler stopped before the job finished; not run again.",
@@ -181,7 +191,7 @@ def timed_out(claim: Claim, now: datetime) -> bool:
     return _finish(
         claim,
         now,
-        "timeout",
+        Lease.Outcome.TIMEOUT,
         status=Run.Status.FAILED,
         error_code="timeout",
         error_message=f"Still running {timeout} after it started (its timeout) plus a grace.",
@@ -193,7 +203,7 @@ def cancelled(claim: Claim, now: datetime) -> bool:
     return _finish(
         claim,
         now,
-        "cancelled",
+        Lease.Outcome.CANCELLED,
         status=Run.Status.CANCELLED,
         error_code="cancelled",
         error_message="Cancelled while running.",
@@ -207,7 +217,7 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
     is told through its context (``cancelled`` turns true); it ends ``cancelled`` when it
     returns, or by its timeout.
     """
-    waiting = runs.filter(status__in=[Run.Status.PENDING, Run.Status.QUEUED, Run.Status.RETRYING])
+    waiting = runs.waiting()
     with transaction.atomic(using=runs.db):
         schedule_ids = set(waiting.values_list("schedule_id", flat=True))
         done = waiting.update(
@@ -248,7 +258,7 @@ def skip_late(now: datetime, using: str = "default") -> int:
         )
         count = skipped.update(
             status=Run.Status.SKIPPED,
-            error_code="start_deadline",
+            error_code=policies.SKIPPED_START_DEADLINE,
             error_message="No worker could start it within its misfire grace.",
             finished_at=now,
         )
@@ -266,7 +276,7 @@ def promote_queued(schedule_ids: Iterable[int] | None, using: str = "default") -
     active = runs.filter(
         schedule_id=OuterRef("schedule_id"),
         exclusive=True,
-        status__in=[Run.Status.PENDING, Run.Status.RUNNING, Run.Status.RETRYING],
+        status__in=Run.SLOT_STATUSES,
     )
     candidates = runs.filter(
         status=Run.Status.QUEUED, pk=Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
@@ -302,7 +312,7 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
         if not leases:
             return SweepResult()
         Lease.objects.using(using).filter(pk__in=[lease.pk for lease in leases]).update(
-            released_at=now, outcome="expired"
+            released_at=now, outcome=Lease.Outcome.EXPIRED
         )
         again = [lease for lease in leases if _reenters(lease.run, limit)]
         lost = [lease for lease in leases if lease not in again]

@@ -2,18 +2,51 @@
 
 import uuid
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import models
-from django.db.models import Q
+from django.db import models, transaction
+from django.db.models import Count, Exists, OuterRef, Q
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import clock, registry, triggers, wakeups
+from django_periodic import choices, clock, policies, registry, triggers, wakeups
+from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 
+# Schedule fields by role: the admin's form and fieldsets, @job and the sync use these.
+JOB_FIELDS = ("args", "kwargs")
+TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
+POLICY_FIELDS = (
+    "overlap",
+    "max_queued",
+    "max_concurrent",
+    "misfire",
+    "misfire_grace",
+    "max_attempts",
+    "retry_backoff",
+    "timeout",
+    "lease_timeout",
+    "allow_stale_reentry",
+)
+# What @job(...) may define besides its name: every field above.
+SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS)
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
-CURSOR_FIELDS = (*registry.TRIGGER_FIELDS, "enabled")
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
+
+
+# The field that carries each kind of trigger.
+KIND_FIELDS = {
+    ScheduleKind.CRON: "cron",
+    ScheduleKind.INTERVAL: "interval",
+    ScheduleKind.ONCE: "run_at",
+}
+# The same rule in SQL: which rows are of each kind (cron wins, then interval, then run_at).
+_KIND_FILTERS = {
+    ScheduleKind.CRON: ~Q(cron=""),
+    ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
+    ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
+}
 
 
 def default_timezone() -> str:
@@ -26,6 +59,10 @@ class ScheduleQuerySet(models.QuerySet):
     def enabled(self) -> "ScheduleQuerySet":
         return self.filter(enabled=True)
 
+    def of_kind(self, kind: str) -> "ScheduleQuerySet":
+        """Schedules whose trigger is of this ``Schedule.Kind``."""
+        return self.filter(_KIND_FILTERS[ScheduleKind(kind)])
+
     def due(self, now: datetime) -> "ScheduleQuerySet":
         """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
         return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
@@ -35,7 +72,7 @@ class ScheduleQuerySet(models.QuerySet):
         now = now or clock.now(self.db)
         changed = []
         for schedule in self.iterator():
-            if schedule.trigger_kind == "once" and schedule.next_fire_at is None:
+            if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
                 continue  # a fired one-shot stays fired
             schedule.next_fire_at = schedule.first_fire_time(now)
             changed.append(schedule)
@@ -48,15 +85,10 @@ class ScheduleQuerySet(models.QuerySet):
 class Schedule(models.Model):
     """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
 
-    class Overlap(models.TextChoices):
-        SKIP = "skip", _("skip the new fire")
-        QUEUE = "queue", _("queue the new fire")
-        CONCURRENT = "concurrent", _("run concurrently")
+    Kind = ScheduleKind
 
-    class Misfire(models.TextChoices):
-        LATEST = "latest", _("fire once for the latest missed time")
-        ALL = "all", _("fire every missed time")
-        SKIP = "skip", _("fire none of the missed times")
+    Overlap = choices.Overlap
+    Misfire = choices.Misfire
 
     name = models.CharField(max_length=200, unique=True)
     job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
@@ -142,7 +174,7 @@ class Schedule(models.Model):
         if not self._state.adding:
             if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
-            if self.trigger_kind == "once" and "run_at" not in changed:
+            if self.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
                 return False
         now = clock.now(using)
         if self._state.adding:
@@ -161,11 +193,12 @@ class Schedule(models.Model):
 
     @property
     def trigger_kind(self) -> str:
+        """The ``Schedule.Kind`` of the trigger ("" if none is set)."""
         if self.cron:
-            return "cron"
+            return ScheduleKind.CRON
         if self.interval is not None:
-            return "interval"
-        return "once" if self.run_at is not None else ""
+            return ScheduleKind.INTERVAL
+        return ScheduleKind.ONCE if self.run_at is not None else ""
 
     @property
     def is_code_defined(self) -> bool:
@@ -175,11 +208,11 @@ class Schedule(models.Model):
     def trigger(self) -> triggers.Trigger:
         """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
         kind = self.trigger_kind
-        if kind == "cron":
+        if kind == ScheduleKind.CRON:
             inner = triggers.cron(self.cron, self.timezone)
-        elif kind == "interval":
+        elif kind == ScheduleKind.INTERVAL:
             inner = triggers.IntervalTrigger(self.interval, self.start_at or self.created_at)
-        elif kind == "once":
+        elif kind == ScheduleKind.ONCE:
             inner = triggers.OnceTrigger(self.run_at)
         else:
             raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
@@ -192,7 +225,7 @@ class Schedule(models.Model):
         is the misfire policy's decision, and it must not vanish silently.
         """
         trigger = self.trigger
-        if self.trigger_kind == "once":
+        if self.trigger_kind == ScheduleKind.ONCE:
             return trigger.next_after(self.run_at - timedelta(microseconds=1))
         return trigger.next_after(now)
 
@@ -202,9 +235,36 @@ class Schedule(models.Model):
 
     def run_now(self) -> "Run":
         """Record a manual run for a scheduler to execute; never runs the job in this thread."""
-        from django_periodic import planner
+        now = clock.now(self._state.db or "default")
+        return self.plan_extra_run(now, trigger=Run.Trigger.MANUAL, plan_time=now)
 
-        return planner.plan_manual_run(self, clock.now(self._state.db or "default"))
+    def plan_extra_run(
+        self, now: datetime, *, trigger: str, plan_time: datetime, **snapshot: Any
+    ) -> "Run":
+        """Record a run outside the trigger's plan times (manual, retry) under the overlap
+        policy, like any fire. ``snapshot`` may override the job name and arguments.
+
+        The decision is taken on the schedule row as locked now (the planner holds the same
+        lock while it decides), never on this instance, which may be stale.
+        """
+        using = self._state.db or "default"
+        with transaction.atomic(using=using):
+            locked = Schedule.objects.using(using).select_for_update().get(pk=self.pk)
+            runs = Run.objects.using(using)
+            occupancy = runs.occupancy([locked.pk]).get(locked.pk, policies.Occupancy())
+            status, reason = policies.overlap_status(locked, occupancy)
+            if occupancy.retrying and status != Run.Status.SKIPPED:
+                runs.filter(schedule=locked).supersede_retries(now)
+            run = Run.for_schedule(
+                locked, plan_time, trigger=trigger, status=status, error_code=reason, **snapshot
+            )
+            run.created_at = now
+            if status == Run.Status.SKIPPED:
+                run.finished_at = now
+            run.save(using=using)
+            if status == Run.Status.PENDING:
+                wakeups.notify(using)
+        return run
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
@@ -214,9 +274,7 @@ class Schedule(models.Model):
             raise ValidationError(errors)
 
     def _trigger_errors(self) -> list[tuple[str, str]]:
-        kinds = ["cron"] if self.cron else []
-        kinds += ["interval"] if self.interval is not None else []
-        kinds += ["run_at"] if self.run_at is not None else []
+        kinds = [name for name in KIND_FIELDS.values() if getattr(self, name) not in ("", None)]
         if len(kinds) != 1:
             which = " and ".join(kinds) if kinds else "none"
             message = f"Set exactly one trigger: cron, interval or run_at (got {which})."
@@ -292,6 +350,36 @@ class RunQuerySet(models.QuerySet):
     def failed(self) -> "RunQuerySet":
         return self.filter(status=Run.Status.FAILED)
 
+    def occupancy(self, schedule_ids: list[int]) -> dict[int, policies.Occupancy]:
+        """What each of these schedules has in flight, for the overlap policy (one query)."""
+        active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
+        rows = (
+            self.filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
+            .values("schedule_id")
+            .annotate(
+                active=Count("pk", filter=active),
+                queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
+                retrying=Count("pk", filter=Q(status=Run.Status.RETRYING)),
+            )
+            .order_by()
+        )
+        occupancy = policies.Occupancy
+        return {
+            row["schedule_id"]: occupancy(row["active"], row["queued"], row["retrying"] > 0)
+            for row in rows
+        }
+
+    def supersede_retries(self, now: datetime) -> int:
+        """End these runs' waiting retries ``failed``: a newer fire of their schedule replaced
+        them."""
+        return self.filter(status=Run.Status.RETRYING).update(
+            status=Run.Status.FAILED,
+            error_code=policies.FAILED_SUPERSEDED,
+            error_message="A newer fire of its schedule replaced it before it was retried.",
+            next_retry_at=None,
+            finished_at=now,
+        )
+
     def claimable(self, now: datetime) -> "RunQuerySet":
         """Runs a worker may start now: pending ones, and retries whose delay has passed."""
         retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
@@ -301,24 +389,13 @@ class RunQuerySet(models.QuerySet):
 class Run(models.Model):
     """One firing of a schedule and its outcome; one row per (schedule, plan time)."""
 
-    class Status(models.TextChoices):
-        PENDING = "pending", _("pending")
-        QUEUED = "queued", _("queued")
-        RUNNING = "running", _("running")
-        RETRYING = "retrying", _("retrying")
-        SUCCEEDED = "succeeded", _("succeeded")
-        FAILED = "failed", _("failed")
-        SKIPPED = "skipped", _("skipped")
-        CANCELLED = "cancelled", _("cancelled")
+    Status = choices.RunStatus
+    Trigger = choices.RunTrigger
 
-    class Trigger(models.TextChoices):
-        SCHEDULE = "schedule", _("scheduled")
-        MANUAL = "manual", _("manual")
-        RETRY = "retry", _("retry")
-
-    WAITING_STATUSES = (Status.PENDING, Status.QUEUED, Status.RETRYING)
-    ACTIVE_STATUSES = (*WAITING_STATUSES, Status.RUNNING)
-    FINAL_STATUSES = (Status.SUCCEEDED, Status.FAILED, Status.SKIPPED, Status.CANCELLED)
+    WAITING_STATUSES = choices.WAITING_STATUSES
+    ACTIVE_STATUSES = choices.ACTIVE_STATUSES
+    FINAL_STATUSES = choices.FINAL_STATUSES
+    SLOT_STATUSES = choices.SLOT_STATUSES
 
     # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
     schedule = models.ForeignKey(
@@ -369,7 +446,7 @@ class Run(models.Model):
             # The database, not only the planner, keeps a second exclusive run from starting.
             models.UniqueConstraint(
                 fields=["schedule"],
-                condition=Q(exclusive=True, status__in=["pending", "running", "retrying"]),
+                condition=Q(exclusive=True, status__in=choices.SLOT_STATUSES),
                 name="periodic_run_one_active",
             ),
         ]
@@ -379,18 +456,45 @@ class Run(models.Model):
             models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
             models.Index(
                 fields=["plan_time"],
-                condition=Q(status__in=["pending", "retrying"]),
+                condition=Q(status__in=[choices.RunStatus.PENDING, choices.RunStatus.RETRYING]),
                 name="periodic_run_claimable",
             ),
             models.Index(
                 fields=["schedule"],
-                condition=Q(status__in=["pending", "queued", "running", "retrying"]),
+                condition=Q(status__in=choices.ACTIVE_STATUSES),
                 name="periodic_run_active",
             ),
         ]
 
     def __str__(self) -> str:
         return f"{self.job_name} @ {self.plan_time:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+    @classmethod
+    def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":
+        """An unsaved run of ``schedule`` with a snapshot of what it will call."""
+        snapshot = {"job_name": schedule.job, "args": schedule.args, "kwargs": schedule.kwargs}
+        return cls(
+            schedule=schedule,
+            plan_time=plan_time,
+            max_attempts=schedule.max_attempts,
+            exclusive=policies.is_exclusive(schedule.overlap),
+            **{**snapshot, **fields},
+        )
+
+
+class SchedulerProcessQuerySet(models.QuerySet):
+    def stale(self, now: datetime) -> "SchedulerProcessQuerySet":
+        """Processes presumed dead: no heartbeat for ``SchedulerProcess.stale_after()``."""
+        return self.filter(heartbeat_at__lt=now - SchedulerProcess.stale_after())
+
+    def forgettable(self) -> "SchedulerProcessQuerySet":
+        """Those holding no lease any more: their rows can go (the sweeper's pass).
+
+        A process away longer than ``stale_after()`` that still holds a lease keeps its row,
+        so that it can take up its heartbeat again if it comes back before the lease expires.
+        """
+        held = Lease.objects.filter(process=OuterRef("pk"), released_at__isnull=True)
+        return self.filter(~Exists(held))
 
 
 class SchedulerProcess(models.Model):
@@ -400,6 +504,8 @@ class SchedulerProcess(models.Model):
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
+
+    objects = SchedulerProcessQuerySet.as_manager()
 
     class Meta:
         ordering = ["started_at"]
@@ -428,6 +534,8 @@ class LeaseQuerySet(models.QuerySet):
 class Lease(models.Model):
     """One execution attempt of a run. Only the holder of ``token`` may change the run."""
 
+    Outcome = choices.LeaseOutcome
+
     # Indexed by the (run, attempt) unique constraint.
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="leases", db_index=False)
     attempt = models.PositiveIntegerField()
@@ -440,12 +548,13 @@ class Lease(models.Model):
     heartbeat_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=32, blank=True)
+    outcome = models.CharField(max_length=32, blank=True, choices=choices.LeaseOutcome)
 
     objects = LeaseQuerySet.as_manager()
 
     class Meta:
-        ordering = ["run", "attempt"]
+        # Its own columns: ordering by "run" would join runs to sort by their ordering.
+        ordering = ["run_id", "attempt"]
         constraints = [
             models.UniqueConstraint(
                 fields=["run", "attempt"], name="periodic_lease_one_per_attempt"

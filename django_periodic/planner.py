@@ -10,27 +10,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import DatabaseError, connections, transaction
-from django.db.models import Count, Q
 
-from django_periodic import registry, triggers, wakeups
+from django_periodic import policies, registry, triggers
 from django_periodic.conf import get_settings
 from django_periodic.models import Run, Schedule
+from django_periodic.policies import Occupancy
 
 logger = logging.getLogger("django_periodic")
-
-SKIPPED_MISSED = "missed"
-SKIPPED_OVERLAP = "overlap"
-SKIPPED_QUEUE_FULL = "queue_full"
-FAILED_SUPERSEDED = "superseded"
-
-
-@dataclass
-class Occupancy:
-    """What a schedule already has in flight when new fires arrive."""
-
-    active: int = 0  # runs pending or running
-    queued: int = 0
-    retrying: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,7 +69,7 @@ def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = 
         schedules = list(due[:batch_size])
         if not schedules:
             return PlanResult()
-        occupancy = _occupancy([s.pk for s in schedules], using)
+        occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
         decisions = [decide(s, now, occupancy.get(s.pk, Occupancy())) for s in schedules]
         return _apply(decisions, now, using)
 
@@ -96,16 +82,18 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
     except Exception as exc:  # any bad row: one schedule fails, never the tick
         return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
     decision = Decision(schedule, due.cursor)
-    for plan_time, missed in _apply_misfire(schedule, due.times, now):
+    limit = get_settings().CATCHUP_LIMIT
+    for plan_time, missed in policies.misfire_marks(schedule, due.times, now, limit):
         if missed:
-            status, reason = Run.Status.SKIPPED, SKIPPED_MISSED
+            status, reason = Run.Status.SKIPPED, policies.SKIPPED_MISSED
         else:
-            status, reason = _apply_overlap(schedule, occupancy)
+            status, reason = policies.overlap_status(schedule, occupancy)
         decision.fires.append(Fire(plan_time, status, reason))
     if due.unlisted:
         latest = due.times[-1]
         message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
-        decision.fires.append(Fire(due.unlisted, Run.Status.SKIPPED, SKIPPED_MISSED, message))
+        missed = policies.SKIPPED_MISSED
+        decision.fires.append(Fire(due.unlisted, Run.Status.SKIPPED, missed, message))
     fired = any(fire.status != Run.Status.SKIPPED for fire in decision.fires)
     decision.supersedes_retry = occupancy.retrying and fired
     return decision
@@ -133,73 +121,6 @@ def _due_times(trigger: triggers.Trigger, cursor: datetime, now: datetime) -> Du
     if latest == fire:
         return DueTimes([*due, latest], trigger.next_after(now))
     return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)
-
-
-def _apply_misfire(schedule: Schedule, due: list[datetime], now: datetime):
-    """Yield (plan_time, missed) for each due time under the schedule's misfire policy."""
-    deadline = now - schedule.misfire_grace
-    late = [t for t in due if t < deadline]
-    if not late:
-        return ((t, False) for t in due)
-    limit = get_settings().CATCHUP_LIMIT
-    if schedule.misfire == Schedule.Misfire.ALL:
-        return ((t, i >= limit) for i, t in enumerate(due))
-    if schedule.misfire == Schedule.Misfire.SKIP:
-        return ((t, t < deadline) for t in due)
-    return ((t, t != due[-1]) for t in due)  # latest, the default
-
-
-def _apply_overlap(schedule: Schedule, occupancy: Occupancy) -> tuple[str, str]:
-    """The status of a new fire given what the schedule has in flight; updates ``occupancy``."""
-    policy = schedule.overlap
-    if policy == Schedule.Overlap.CONCURRENT:
-        free = schedule.max_concurrent is None or occupancy.active < schedule.max_concurrent
-    else:
-        free = not occupancy.active
-    if free:
-        occupancy.active += 1
-        return Run.Status.PENDING, ""
-    if policy == Schedule.Overlap.QUEUE:
-        if occupancy.queued < schedule.max_queued:
-            occupancy.queued += 1
-            return Run.Status.QUEUED, ""
-        return Run.Status.SKIPPED, SKIPPED_QUEUE_FULL
-    return Run.Status.SKIPPED, SKIPPED_OVERLAP  # skip, and any unknown value
-
-
-def new_run(schedule: Schedule, plan_time: datetime, **fields) -> Run:
-    """An unsaved run of ``schedule`` with a snapshot of what it will call."""
-    snapshot = {"job_name": schedule.job, "args": schedule.args, "kwargs": schedule.kwargs}
-    return Run(
-        schedule=schedule,
-        plan_time=plan_time,
-        max_attempts=schedule.max_attempts,
-        exclusive=schedule.overlap != Schedule.Overlap.CONCURRENT,
-        **{**snapshot, **fields},
-    )
-
-
-def start_deadline(schedule: Schedule, plan_time: datetime, now: datetime) -> datetime:
-    """When a pending fire is skipped if no worker has started it: a grace after it is due."""
-    return max(plan_time, now) + schedule.misfire_grace
-
-
-def _occupancy(schedule_ids: list[int], using: str) -> dict[int, Occupancy]:
-    active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
-    rows = (
-        Run.objects.using(using)
-        .filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
-        .values("schedule_id")
-        .annotate(
-            active=Count("pk", filter=active),
-            queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
-            retrying=Count("pk", filter=Q(status=Run.Status.RETRYING)),
-        )
-    )
-    return {
-        row["schedule_id"]: Occupancy(row["active"], row["queued"], row["retrying"] > 0)
-        for row in rows
-    }
 
 
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
@@ -231,7 +152,9 @@ def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decisi
     """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
     advanced = _advance_cursors(decisions, using)
     planned = [d for d in decisions if d.schedule.pk in advanced]
-    _supersede_retries({d.schedule.pk for d in planned if d.supersedes_retry}, now, using)
+    superseding = [d.schedule.pk for d in planned if d.supersedes_retry]
+    if superseding:
+        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
     _insert_runs(planned, now, using)
     return planned
 
@@ -266,20 +189,6 @@ def _record_failure(schedule: Schedule, error: str, using: str) -> bool:
         logger.error("Could not plan schedule %r: %s", schedule.name, error)
     Schedule.objects.using(using).filter(pk=schedule.pk).update(**fields)
     return disable
-
-
-def _supersede_retries(schedule_ids: set[int], now: datetime, using: str) -> None:
-    """A new fire replaces a run still waiting to retry: that run ends failed."""
-    if schedule_ids:
-        Run.objects.using(using).filter(
-            schedule_id__in=schedule_ids, status=Run.Status.RETRYING
-        ).update(
-            status=Run.Status.FAILED,
-            error_code=FAILED_SUPERSEDED,
-            error_message="A newer fire of its schedule replaced it before it was retried.",
-            next_retry_at=None,
-            finished_at=now,
-        )
 
 
 def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
@@ -340,18 +249,22 @@ def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
 
 
 def _fire_run(schedule: Schedule, fire: Fire, now: datetime) -> Run:
-    skipped = fire.status == Run.Status.SKIPPED
-    pending = fire.status == Run.Status.PENDING
-    return new_run(
+    return Run.for_schedule(
         schedule,
         fire.plan_time,
         status=fire.status,
         error_code=fire.error_code,
         error_message=fire.error_message,
-        start_deadline=start_deadline(schedule, fire.plan_time, now) if pending else None,
-        finished_at=now if skipped else None,
+        start_deadline=_start_deadline(schedule, fire, now),
+        finished_at=now if fire.status == Run.Status.SKIPPED else None,
         created_at=now,
     )
+
+
+def _start_deadline(schedule: Schedule, fire: Fire, now: datetime) -> datetime | None:
+    if fire.status != Run.Status.PENDING:
+        return None
+    return policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
 
 
 def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime]]:
@@ -367,7 +280,8 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime
 
 # One statement for the whole batch; the snapshot of job and arguments is taken from the
 # schedule rows this transaction has locked. Only a plan time already recorded is ignored:
-# any other conflict (a second active run) is an error that rolls the batch back.
+# any other conflict (a second active run) is an error that rolls the batch back. The
+# decisions (status, exclusive, start deadline) come from Python, where their rules live.
 INSERT_RUNS_SQL = """
 INSERT INTO {run} (
     schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
@@ -375,23 +289,39 @@ INSERT INTO {run} (
     error_code, error_message, traceback, job_name, args, kwargs, created_at
 )
 SELECT f.schedule_id, f.plan_time, 'schedule', f.status, 0, s.max_attempts, 0,
-       s.overlap <> 'concurrent',
-       CASE WHEN f.status = 'pending' THEN GREATEST(f.plan_time, %(now)s) + s.misfire_grace END,
+       f.exclusive, f.start_deadline,
        CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
        f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %(now)s
 FROM unnest(
     %(schedule_id)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
-    %(error_code)s::text[], %(error_message)s::text[]
-) AS f (schedule_id, plan_time, status, error_code, error_message)
+    %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
+    %(start_deadline)s::timestamptz[]
+) AS f (schedule_id, plan_time, status, error_code, error_message, exclusive, start_deadline)
 JOIN {schedule} AS s ON s.id = f.schedule_id
 ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
 """
-INSERT_COLUMNS = ("schedule_id", "plan_time", "status", "error_code", "error_message")
+INSERT_COLUMNS = (
+    "schedule_id",
+    "plan_time",
+    "status",
+    "error_code",
+    "error_message",
+    "exclusive",
+    "start_deadline",
+)
 
 
 def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str) -> None:
     rows = [
-        (d.schedule.pk, fire.plan_time, fire.status, fire.error_code, fire.error_message)
+        (
+            d.schedule.pk,
+            fire.plan_time,
+            fire.status,
+            fire.error_code,
+            fire.error_message,
+            policies.is_exclusive(d.schedule.overlap),
+            _start_deadline(d.schedule, fire, now),
+        )
         for d in decisions
         for fire in d.fires
     ]
@@ -407,34 +337,9 @@ def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str
         cursor.execute(sql, {"now": now, **columns})
 
 
-def plan_manual_run(schedule: Schedule, now: datetime) -> Run:
-    """Record a run of ``schedule`` requested by a person (the admin or ``run_now()``)."""
-    return _plan_extra_run(schedule, now, trigger=Run.Trigger.MANUAL, plan_time=now)
-
-
 def plan_retry(failed: Run, now: datetime) -> Run:
     """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
     snapshot = {"job_name": failed.job_name, "args": failed.args, "kwargs": failed.kwargs}
-    schedule = failed.schedule
-    return _plan_extra_run(
-        schedule, now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, **snapshot
+    return failed.schedule.plan_extra_run(
+        now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, **snapshot
     )
-
-
-def _plan_extra_run(schedule: Schedule, now: datetime, **fields) -> Run:
-    """A run outside the trigger's plan times, under the overlap policy like any fire."""
-    using = schedule._state.db or "default"
-    with transaction.atomic(using=using):
-        # The planner holds this lock while it decides: both see the same runs in flight.
-        Schedule.objects.using(using).select_for_update().filter(pk=schedule.pk).exists()
-        occupancy = _occupancy([schedule.pk], using).get(schedule.pk, Occupancy())
-        status, reason = _apply_overlap(schedule, occupancy)
-        if occupancy.retrying and status != Run.Status.SKIPPED:
-            _supersede_retries({schedule.pk}, now, using)
-        run = new_run(schedule, status=status, error_code=reason, created_at=now, **fields)
-        if status == Run.Status.SKIPPED:
-            run.finished_at = now
-        run.save(using=using)
-        if status == Run.Status.PENDING:
-            wakeups.notify(using)
-    return run

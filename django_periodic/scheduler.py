@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 from django.db.models import Min
 
-from django_periodic import clock, executor, leases, planner, registry, wakeups
+from django_periodic import clock, executor, leases, planner, sync, wakeups
 from django_periodic.conf import get_settings
 from django_periodic.context import StopRequest
 from django_periodic.models import Run, Schedule, SchedulerProcess
@@ -24,7 +24,6 @@ from django_periodic.stop_signals import StopSignals
 logger = logging.getLogger("django_periodic")
 
 MAX_ERROR_BACKOFF = 30.0
-STALE_PROCESS_AGE = timedelta(hours=1)
 
 
 class WorkerPool:
@@ -168,7 +167,7 @@ class Scheduler:
                 host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
             )
             logger.info("Scheduler %s starting; recovery first.", self.process)
-        registry.sync_code_schedules(self.using)
+        sync.sync_code_schedules(self.using)
         swept = self._sweep(now)
         planned = self._plan(now) if self.plan else planner.PlanResult()
         logger.info(
@@ -249,10 +248,7 @@ class Scheduler:
                 "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
             )
         leases.promote_queued(None, self.using)
-        stale = SchedulerProcess.objects.using(self.using).filter(
-            heartbeat_at__lt=now - STALE_PROCESS_AGE
-        )
-        stale.delete()
+        SchedulerProcess.objects.using(self.using).stale(now).forgettable().delete()
         self._next_sweep = now + self.settings.SWEEP_INTERVAL
         return swept
 

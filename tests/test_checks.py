@@ -1,6 +1,8 @@
 from datetime import timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
 
 from django_periodic.checks import check_settings, sqlite_warnings
 from django_periodic.conf import get_settings
@@ -47,3 +49,13 @@ def test_sqlite_without_immediate_transactions_is_warned_about():
     )
     assert [w.id for w in warnings] == ["django_periodic.W001"]
     assert "'default'" in warnings[0].msg
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_sqlite_without_immediate_transactions_shows_in_manage_py_check(settings):
+    loose = {**settings.DATABASES["default"], "OPTIONS": {}}
+    settings.DATABASES = {**settings.DATABASES, "loose": loose}
+    out, err = StringIO(), StringIO()
+    call_command("check", stdout=out, stderr=err)
+    assert "django_periodic.W001" in out.getvalue() + err.getvalue()
+    assert "'loose'" in out.getvalue() + err.getvalue()

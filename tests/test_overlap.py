@@ -153,6 +153,15 @@ def test_run_now_follows_the_overlap_policy(now):
 
 
 @pytest.mark.django_db
+def test_run_now_decides_on_the_locked_row_not_on_a_stale_copy(now):
+    stale = every_second(job="tests.jobs.add", args=[1, 2])
+    RunFactory(schedule=stale, plan_time=now, status="running", exclusive=False)
+    Schedule.objects.filter(pk=stale.pk).update(overlap="concurrent", args=[3, 4])
+    manual = stale.run_now()  # the copy in hand still says overlap "skip", args [1, 2]
+    assert (manual.status, manual.exclusive, manual.args) == ("pending", False, [3, 4])
+
+
+@pytest.mark.django_db
 def test_plan_retry_repeats_a_failed_run_with_its_snapshot(now):
     schedule = every_second(job="tests.jobs.add", args=[1, 2])
     failed = RunFactory(schedule=schedule, plan_time=now, status="failed", args=[5, 6])

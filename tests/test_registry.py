@@ -1,8 +1,10 @@
 from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
-from django_periodic import job, registry
+from django_periodic import checks, job, registry, sync
 from django_periodic.models import Run, Schedule
 
 
@@ -38,13 +40,35 @@ def test_decorating_returns_the_function_unchanged(clean_registry):
     [
         ({"cron": "* * * * *", "interval": timedelta(1)}, "exactly one"),
         ({"max_attempts": 3}, "exactly one"),
-        ({"colour": "blue"}, "unknown options: colour"),
         ({"interval": 5}, "timedelta"),
     ],
 )
 def test_bad_code_schedules_fail_at_import(clean_registry, options, message):
     with pytest.raises(TypeError, match=message):
         job(name="bad", **options)(lambda: None)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "* * * * *", "colour": "blue"}, "unknown options: colour"),
+        ({"interval": timedelta(0)}, "The interval must be positive"),
+        ({"cron": "* * * * *", "job_timeout": 3}, "unknown options: job_timeout"),
+    ],
+)
+def test_a_code_schedule_that_is_no_valid_schedule_fails_the_system_checks(
+    clean_registry, options, message
+):
+    job(name="bad", **options)(lambda: None)
+    (error,) = checks.check_code_schedules()
+    assert (error.id, error.obj) == ("django_periodic.E004", registry.get_job("bad").defined_in)
+    assert message in error.msg
+    with pytest.raises(SystemCheckError, match="E004"):
+        call_command("check")
+
+
+def test_valid_code_schedules_pass_the_system_checks():
+    assert checks.check_code_schedules() == []
 
 
 def test_a_bad_cron_in_code_fails_at_import(clean_registry):
@@ -64,23 +88,23 @@ def test_sync_creates_updates_and_disables_code_schedules(clean_registry):
         return None
 
     job(name="nightly", cron="0 3 * * *", max_attempts=2)(nightly)
-    report = registry.sync_code_schedules()
+    report = sync.sync_code_schedules()
     schedule = Schedule.objects.get(name="nightly")
     assert report.created == ["nightly"]
     assert (schedule.cron, schedule.max_attempts, schedule.enabled) == ("0 3 * * *", 2, True)
     assert schedule.defined_in.startswith("tests.test_registry:")
 
-    assert registry.sync_code_schedules().updated == []
+    assert sync.sync_code_schedules().updated == []
 
     registry._registry.pop("nightly")
     job(name="nightly", cron="0 4 * * *")(nightly)
-    assert registry.sync_code_schedules().updated == ["nightly"]
+    assert sync.sync_code_schedules().updated == ["nightly"]
     schedule.refresh_from_db()
     assert (schedule.cron, schedule.max_attempts) == ("0 4 * * *", 1)
 
     Run.objects.create(schedule=schedule, plan_time=schedule.next_fire_at, job_name="nightly")
     registry._registry.pop("nightly")
-    assert registry.sync_code_schedules().disabled == ["nightly"]
+    assert sync.sync_code_schedules().disabled == ["nightly"]
     schedule.refresh_from_db()
     assert not schedule.enabled
     assert "No longer defined in code" in schedule.last_error
@@ -90,9 +114,9 @@ def test_sync_creates_updates_and_disables_code_schedules(clean_registry):
 @pytest.mark.django_db
 def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
     job(name="hourly", cron="@hourly")(lambda: None)
-    registry.sync_code_schedules()
+    sync.sync_code_schedules()
     Schedule.objects.filter(name="hourly").update(enabled=False)
-    registry.sync_code_schedules()
+    sync.sync_code_schedules()
     assert not Schedule.objects.get(name="hourly").enabled
 
 
@@ -100,6 +124,6 @@ def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
 def test_a_code_schedule_that_does_not_validate_is_reported_and_the_rest_sync(clean_registry):
     job(name="needs_args", cron="@daily")(lambda a: a)  # no args given: cannot be called
     job(name="fine", cron="@daily")(lambda: None)
-    report = registry.sync_code_schedules()
+    report = sync.sync_code_schedules()
     assert report.invalid == ["needs_args"]
     assert report.created == ["fine"]

@@ -6,9 +6,9 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.models import Count
 
-from django_periodic import clock
+from django_periodic import clock, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
-from tests.factories import RunFactory, ScheduleFactory
+from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
 
@@ -172,3 +172,21 @@ def test_a_scheduler_survives_its_database_connections_being_killed(postgres, ch
     run = Run.objects.filter(schedule=schedule, status="succeeded")
     wait_for(run.exists, 30, "a run after the connections were killed")
     assert child.terminate() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_sweeper_forgets_processes_silent_past_stale_after_unless_they_hold_a_lease():
+    long_ago = clock.now() - SchedulerProcess.stale_after() - timedelta(seconds=1)
+    silent = SchedulerProcessFactory(heartbeat_at=long_ago)
+    holding = SchedulerProcessFactory(heartbeat_at=long_ago)
+    LeaseFactory(process=holding, expires_at=clock.now() + timedelta(minutes=5))
+    call_command("run_scheduler", "--once", "--plan-only", verbosity=0)
+    assert list(SchedulerProcess.objects.all()) == [holding]
+    assert silent.pk not in SchedulerProcess.objects.values_list("pk", flat=True)
+
+
+@pytest.mark.django_db
+def test_a_forgotten_process_registers_again_at_its_next_heartbeat(process, now):
+    SchedulerProcess.objects.filter(pk=process.pk).delete()
+    leases.heartbeat(process, now)
+    assert SchedulerProcess.objects.get(pk=process.pk).heartbeat_at == now

@@ -105,11 +105,11 @@ def describe_interval(interval: timedelta) -> str:
 def describe(schedule: Schedule, *, bounds: bool = True) -> str:
     """The schedule's trigger in words (with its bounds); empty if it has no trigger."""
     kind = schedule.trigger_kind
-    if kind == "cron":
+    if kind == Schedule.Kind.CRON:
         words = describe_cron(schedule.cron)
-    elif kind == "interval":
+    elif kind == Schedule.Kind.INTERVAL:
         words = _("Every %(interval)s") % {"interval": describe_interval(schedule.interval)}
-    elif kind == "once":
+    elif kind == Schedule.Kind.ONCE:
         words = _("Once, at %(when)s") % {"when": _format(schedule.run_at, schedule.timezone)}
     else:
         return ""

@@ -6,7 +6,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
@@ -16,8 +15,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from django_periodic import clock, triggers, wakeups
 from django_periodic.admin import display, history, preview
 from django_periodic.forms import KIND_FIELDS, KIND_LABELS, ScheduleForm
-from django_periodic.models import Run, Schedule
-from django_periodic.registry import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS
+from django_periodic.models import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS, Run, Schedule
 
 # What the code of a @job schedule defines; the admin shows it but cannot change it.
 CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIELDS, *POLICY_FIELDS)
@@ -40,13 +38,9 @@ class TriggerKindFilter(admin.SimpleListFilter):
         return list(KIND_LABELS.items())
 
     def queryset(self, request, queryset):
-        no_cron = Q(cron="")
-        kinds = {
-            "cron": ~no_cron,
-            "interval": no_cron & Q(interval__isnull=False),
-            "once": no_cron & Q(interval__isnull=True, run_at__isnull=False),
-        }
-        return queryset.filter(kinds[self.value()]) if self.value() in kinds else queryset
+        if self.value() in Schedule.Kind.values:
+            return queryset.of_kind(self.value())
+        return queryset
 
 
 class LastStatusFilter(admin.SimpleListFilter):

@@ -1,0 +1,67 @@
+"""The closed sets of strings the app stores, one ``TextChoices`` each.
+
+Used alike by the models, the planner's decisions, the forms and the admin. Importing this
+module loads no models, so pure code (``policies.py``) can use the same values.
+"""
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", _("pending")
+    QUEUED = "queued", _("queued")
+    RUNNING = "running", _("running")
+    RETRYING = "retrying", _("retrying")
+    SUCCEEDED = "succeeded", _("succeeded")
+    FAILED = "failed", _("failed")
+    SKIPPED = "skipped", _("skipped")
+    CANCELLED = "cancelled", _("cancelled")
+
+
+# Not started (or not restarted) yet.
+WAITING_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RETRYING)
+# Not final: waiting or running (in the order of the periodic_run_active index).
+ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunStatus.RETRYING)
+FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SKIPPED, RunStatus.CANCELLED)
+# Hold a non-concurrent schedule's one active slot (a queued run waits for it).
+SLOT_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING)
+
+
+class RunTrigger(models.TextChoices):
+    SCHEDULE = "schedule", _("scheduled")
+    MANUAL = "manual", _("manual")
+    RETRY = "retry", _("retry")
+
+
+class ScheduleKind(models.TextChoices):
+    """A schedule's kind of trigger."""
+
+    CRON = "cron", _("cron")
+    INTERVAL = "interval", _("interval")
+    ONCE = "once", _("one-shot")
+
+
+class Overlap(models.TextChoices):
+    SKIP = "skip", _("skip the new fire")
+    QUEUE = "queue", _("queue the new fire")
+    CONCURRENT = "concurrent", _("run concurrently")
+
+
+class Misfire(models.TextChoices):
+    LATEST = "latest", _("fire once for the latest missed time")
+    ALL = "all", _("fire every missed time")
+    SKIP = "skip", _("fire none of the missed times")
+
+
+class LeaseOutcome(models.TextChoices):
+    """How an execution attempt ended (empty while it holds the run)."""
+
+    SUCCEEDED = "succeeded", _("succeeded")
+    RETRY = "retry", _("failed, to be retried")
+    FAILED = "failed", _("failed")
+    RELEASED = "released", _("released at shutdown, to run again")
+    INTERRUPTED = "interrupted", _("interrupted at shutdown")
+    TIMEOUT = "timeout", _("timed out")
+    CANCELLED = "cancelled", _("cancelled")
+    EXPIRED = "expired", _("expired: its process stopped heartbeating")

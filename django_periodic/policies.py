@@ -1,0 +1,83 @@
+"""Misfire and overlap decisions: pure functions of a schedule's policy and what it has in flight.
+
+No database here: the planner (for due fires) and the models (for ``run_now()`` and
+retries) feed these the rows they have locked, so both decide by the same rules.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django_periodic.choices import Misfire, Overlap, RunStatus
+
+# Why a fire was recorded skipped (``Run.error_code``), or a waiting retry failed.
+SKIPPED_MISSED = "missed"
+SKIPPED_OVERLAP = "overlap"
+SKIPPED_QUEUE_FULL = "queue_full"
+SKIPPED_START_DEADLINE = "start_deadline"
+FAILED_SUPERSEDED = "superseded"
+
+
+class Policy(Protocol):
+    """The schedule fields the decisions read (a ``Schedule`` is one)."""
+
+    overlap: str
+    max_queued: int
+    max_concurrent: int | None
+    misfire: str
+    misfire_grace: timedelta
+
+
+@dataclass
+class Occupancy:
+    """What a schedule already has in flight when new fires arrive."""
+
+    active: int = 0  # runs pending or running
+    queued: int = 0
+    retrying: bool = False
+
+
+def is_exclusive(overlap: str) -> bool:
+    """Whether a schedule's runs hold its one active slot (all but "concurrent")."""
+    return overlap != Overlap.CONCURRENT
+
+
+def start_deadline(misfire_grace: timedelta, plan_time: datetime, now: datetime) -> datetime:
+    """When a pending fire is skipped if no worker has started it: a grace after it is due.
+
+    Counted from ``now`` for a fire made late by the misfire policy, so it gets a grace too.
+    """
+    return max(plan_time, now) + misfire_grace
+
+
+def overlap_status(policy: Policy, occupancy: Occupancy) -> tuple[str, str]:
+    """(status, skip reason) of a new fire given what is in flight; updates ``occupancy``."""
+    if policy.overlap == Overlap.CONCURRENT:
+        cap = policy.max_concurrent
+        free = cap is None or occupancy.active < cap
+    else:
+        free = not occupancy.active
+    if free:
+        occupancy.active += 1
+        return RunStatus.PENDING, ""
+    if policy.overlap == Overlap.QUEUE:
+        if occupancy.queued < policy.max_queued:
+            occupancy.queued += 1
+            return RunStatus.QUEUED, ""
+        return RunStatus.SKIPPED, SKIPPED_QUEUE_FULL
+    return RunStatus.SKIPPED, SKIPPED_OVERLAP  # skip, and any unknown value
+
+
+def misfire_marks(
+    policy: Policy, due: list[datetime], now: datetime, catchup_limit: int
+) -> Iterator[tuple[datetime, bool]]:
+    """Yield (plan_time, missed) for each due time under the schedule's misfire policy."""
+    deadline = now - policy.misfire_grace
+    if not any(t < deadline for t in due):
+        return ((t, False) for t in due)
+    if policy.misfire == Misfire.ALL:
+        return ((t, i >= catchup_limit) for i, t in enumerate(due))
+    if policy.misfire == Misfire.SKIP:
+        return ((t, t < deadline) for t in due)
+    return ((t, t != due[-1]) for t in due)  # latest, the default

@@ -1,0 +1,89 @@
+"""Syncing the schedules defined in code (``@job(cron=...)``) into the database."""
+
+import logging
+from dataclasses import dataclass, field
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from django_periodic import registry
+from django_periodic.models import SCHEDULE_OPTIONS, Schedule
+
+logger = logging.getLogger("django_periodic")
+
+
+@dataclass
+class SyncReport:
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    disabled: list[str] = field(default_factory=list)
+    invalid: list[str] = field(default_factory=list)
+
+
+def code_defined_values(job: registry.Job) -> dict:
+    """The field values the code gives the schedule of ``job``.
+
+    Options the code leaves out go back to their defaults, so deleting one in code counts.
+    Raises TypeError for an option that is not a schedule field.
+    """
+    unknown = set(job.schedule) - SCHEDULE_OPTIONS - set(registry.TRIGGER_OPTIONS)
+    if unknown:
+        raise TypeError(f"@job got unknown options: {', '.join(sorted(unknown))}.")
+    defaults = {name: Schedule._meta.get_field(name).get_default() for name in SCHEDULE_OPTIONS}
+    values = {**defaults, "cron": "", "interval": None, "run_at": None, **job.schedule}
+    return {**values, "job": job.name, "defined_in": job.defined_in}
+
+
+def code_defined_jobs() -> dict[str, registry.Job]:
+    return {name: job for name, job in registry.registered_jobs().items() if job.schedule}
+
+
+def sync_code_schedules(using: str = "default") -> SyncReport:
+    """Make the database match the schedules defined in code; history is never deleted.
+
+    Created if missing, updated where the code changed, disabled when gone from code.
+    A schedule paused in the admin stays paused.
+    """
+    report = SyncReport()
+    wanted = code_defined_jobs()
+    with transaction.atomic(using=using):
+        existing = Schedule.objects.using(using).select_for_update()
+        stored = {s.name: s for s in existing.filter(name__in=wanted)}
+        for name, job in wanted.items():
+            try:
+                with transaction.atomic(using=using):
+                    _sync_one(job, stored.get(name), report, using)
+            except (ValidationError, TypeError) as exc:
+                # One bad definition must not keep the scheduler from starting.
+                logger.error("Code-defined schedule %r not synced: %s", name, exc)
+                report.invalid.append(name)
+        gone = existing.exclude(defined_in="").exclude(name__in=wanted)
+        for schedule in gone:
+            schedule.last_error = f"No longer defined in code (was at {schedule.defined_in})."
+            schedule.enabled, schedule.defined_in = False, ""
+            schedule.save(using=using)
+            report.disabled.append(schedule.name)
+    for verb, names in vars(report).items():
+        if names and verb != "invalid":
+            logger.info("Code-defined schedules %s: %s", verb, ", ".join(names))
+    return report
+
+
+def _sync_one(job: registry.Job, schedule: Schedule | None, report: SyncReport, using: str) -> None:
+    values = code_defined_values(job)
+    if schedule is None:
+        schedule = Schedule(name=job.name, **values)
+        schedule.full_clean()
+        schedule.save(using=using)
+        report.created.append(schedule.name)
+        return
+    if not schedule.defined_in:
+        values["enabled"] = True  # taking over a row that was removed from code earlier
+        values["last_error"] = ""
+    changed = {k: v for k, v in values.items() if getattr(schedule, k) != v}
+    if changed:
+        for key, value in changed.items():
+            setattr(schedule, key, value)
+        schedule.full_clean()
+        schedule.save(using=using)
+        report.updated.append(schedule.name)
