@@ -151,10 +151,10 @@ def _parse_cron(expression: str) -> _CronSpec:
             f"Cron expression never fires: day-of-month '{parts[2]}' does not occur in month "
             f"'{parts[3]}'."
         )
-    # Debian cron(8): a job is "fixed-time" unless its minute or hour field is a wildcard;
-    # an hour wildcard with a step over one hour still names specific hours.
-    hour_star = any("*" in i and int(i.partition("/")[2] or 1) < 2 for i in parts[1].split(","))
-    fixed_time = "*" not in parts[0] and not hour_star
+    # Debian cron(8) gets its DST handling only for "fixed-time" jobs: entry.c flags MIN_STAR /
+    # HR_STAR when the minute / hour field's first character is '*' (as @hourly's '0 * ...'
+    # does), whatever follows. So '*/2' hours are a wildcard job and '0,*/20' minutes are not.
+    fixed_time = not (parts[0].startswith("*") or parts[1].startswith("*"))
     weekdays = frozenset(d % 7 for d in weekdays)  # 7 is Sunday too
     return _CronSpec(minutes, hours, days, months, weekdays, days_and, fixed_time)
 

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_periodic.triggers import (
+    MACROS,
     BoundedTrigger,
     CronTrigger,
     IntervalTrigger,
@@ -31,6 +32,8 @@ from django_periodic.triggers import (
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
+LORD_HOWE = "Australia/Lord_Howe"  # DST moves the clock by 30 minutes
+CHATHAM = "Pacific/Chatham"  # UTC+12:45 / UTC+13:45
 DST_DAYS = {  # (spring forward, fall back) in 2026
     BERLIN: (date(2026, 3, 29), date(2026, 10, 25)),
     NEW_YORK: (date(2026, 3, 8), date(2026, 11, 1)),
@@ -39,11 +42,13 @@ TIMEZONES = [
     "UTC",
     BERLIN,
     NEW_YORK,
-    "Australia/Lord_Howe",
+    LORD_HOWE,
+    CHATHAM,
     "Asia/Kolkata",
     "America/Sao_Paulo",
 ]
 US = timedelta(microseconds=1)
+HOURS_2 = timedelta(hours=2)
 PROPERTY = settings(max_examples=200, deadline=None)
 
 
@@ -75,8 +80,19 @@ def wall_matches(spec: _CronSpec, wall: datetime) -> bool:
     )
 
 
+def debian_wildcard(expression: str) -> bool:
+    """cron(8)'s own test, written independently of the trigger: entry.c sets MIN_STAR / HR_STAR
+    when the minute / hour field's first character is '*' (and @hourly sets HR_STAR)."""
+    minute, hour = MACROS.get(expression.strip().lower(), expression).split()[:2]
+    return minute.startswith("*") or hour.startswith("*")
+
+
 def local_wall(instant: datetime, tz: str) -> datetime:
     return instant.astimezone(ZoneInfo(tz)).replace(tzinfo=None)
+
+
+def every(first: datetime, step: timedelta, count: int) -> list[datetime]:
+    return [first + step * k for k in range(count)]
 
 
 # --- fixed DST cases ------------------------------------------------------------------------
@@ -119,6 +135,15 @@ def local_wall(instant: datetime, tz: str) -> datetime:
             date(2026, 11, 1),
             [utc(2026, 11, 1, 5), utc(2026, 11, 1, 5, 30)],
         ),
+        # Australia/Lord_Howe: 2026-10-04 02:00 +10:30 -> 02:30 +11; 2026-04-05 02:00 +11 ->
+        # 01:30 +10:30. The catch-up for 02:00 and the real 02:30 are one instant: one fire.
+        ("15 2 * * *", LORD_HOWE, date(2026, 10, 4), [utc(2026, 10, 3, 15, 30)]),
+        ("0,30 2 * * *", LORD_HOWE, date(2026, 10, 4), [utc(2026, 10, 3, 15, 30)]),
+        ("45 1 * * *", LORD_HOWE, date(2026, 4, 5), [utc(2026, 4, 4, 14, 45)]),
+        # Pacific/Chatham: 2026-09-27 02:45 +12:45 -> 03:45 +13:45; 2026-04-05 03:45 +13:45 ->
+        # 02:45 +12:45.
+        ("0 3 * * *", CHATHAM, date(2026, 9, 27), [utc(2026, 9, 26, 14)]),
+        ("0 3 * * *", CHATHAM, date(2026, 4, 5), [utc(2026, 4, 4, 13, 15)]),
     ],
 )
 def test_fixed_time_jobs_follow_the_wall_clock(expression, tz, day, expected):
@@ -142,23 +167,86 @@ def test_spring_forward_fire_is_at_the_change_instant():
     assert trigger.latest_at_or_before(utc(2026, 3, 29, 0, 59)) == utc(2026, 3, 28, 1, 30)
 
 
-def test_two_hourly_job_is_fixed_time():
+def test_two_hourly_job_is_a_wildcard_job():
+    # cron(8): the hour field starts with '*', so 02:00 follows real time like '0 * * * *'.
     berlin = CronTrigger("0 */2 * * *", BERLIN)
     spring = local_day_fires(berlin, BERLIN, date(2026, 3, 29))
-    assert spring == [utc(2026, 3, 28, 23), utc(2026, 3, 29, 1)] + [
-        utc(2026, 3, 29, h) for h in range(2, 21, 2)
-    ]
+    assert spring == [utc(2026, 3, 28, 23), *every(utc(2026, 3, 29, 2), HOURS_2, 10)]
     fall = local_day_fires(berlin, BERLIN, date(2026, 10, 25))
-    assert fall == [utc(2026, 10, 24, 22), utc(2026, 10, 25, 0)] + [
-        utc(2026, 10, 25, h) for h in range(3, 22, 2)
+    assert fall == [
+        utc(2026, 10, 24, 22),
+        utc(2026, 10, 25, 0),
+        utc(2026, 10, 25, 1),
+        *every(utc(2026, 10, 25, 3), HOURS_2, 10),
     ]
     new_york = CronTrigger("0 */2 * * *", NEW_YORK)
     assert local_day_fires(new_york, NEW_YORK, date(2026, 3, 8))[:3] == [
         utc(2026, 3, 8, 5),
-        utc(2026, 3, 8, 7),
         utc(2026, 3, 8, 8),
+        utc(2026, 3, 8, 10),
     ]
     assert len(local_day_fires(new_york, NEW_YORK, date(2026, 11, 1))) == 12
+
+
+def test_wildcard_hour_step_skips_gap_times_like_cron8():
+    # The tracker's case: Sunday 2026-03-29 matches by day of week (both day fields restricted).
+    trigger = CronTrigger("15,45 */2 1-7 * 0", BERLIN)
+    spring = local_day_fires(trigger, BERLIN, date(2026, 3, 29))
+    assert utc(2026, 3, 29, 1) not in spring  # no catch-up at 03:00 CEST for 02:15 / 02:45
+    assert spring[:3] == [
+        utc(2026, 3, 28, 23, 15),
+        utc(2026, 3, 28, 23, 45),
+        utc(2026, 3, 29, 2, 15),
+    ]
+    assert [local_wall(f, BERLIN).strftime("%H:%M") for f in spring[:4]] == [
+        "00:15",
+        "00:45",
+        "04:15",
+        "04:45",
+    ]
+    assert trigger.next_after(utc(2026, 3, 28, 23, 45)) == utc(2026, 3, 29, 2, 15)
+    assert trigger.latest_at_or_before(utc(2026, 3, 29, 2, 14)) == utc(2026, 3, 28, 23, 45)
+    # Fall back (Sunday 2026-10-25): 02:15 and 02:45 fire in CEST and again in CET.
+    fall = local_day_fires(trigger, BERLIN, date(2026, 10, 25))
+    assert fall[2:6] == every(utc(2026, 10, 25, 0, 15), timedelta(minutes=30), 4)
+
+
+@pytest.mark.parametrize(
+    ("expression", "tz", "day", "expected"),
+    [
+        # Lord_Howe spring: 02:15 does not exist, so no catch-up fire at 02:30.
+        (
+            "15 */2 * * *",
+            LORD_HOWE,
+            date(2026, 10, 4),
+            [utc(2026, 10, 3, 13, 45), *every(utc(2026, 10, 3, 17, 15), HOURS_2, 10)],
+        ),
+        # Lord_Howe fall: the minute field starts with '5', so cron(8) treats this as
+        # fixed-time despite the later '*': 01:30 fires once, in +11.
+        (
+            "5,*/30 1 * * *",
+            LORD_HOWE,
+            date(2026, 4, 5),
+            [utc(2026, 4, 4, 14), utc(2026, 4, 4, 14, 5), utc(2026, 4, 4, 14, 30)],
+        ),
+        # Chatham spring: 03:00 does not exist; the next fire is 06:00 +13:45.
+        (
+            "0 */3 * * *",
+            CHATHAM,
+            date(2026, 9, 27),
+            [utc(2026, 9, 26, 11, 15), *every(utc(2026, 9, 26, 16, 15), timedelta(hours=3), 6)],
+        ),
+        # Chatham fall: 02:45 fires in +13:45 and again in +12:45.
+        (
+            "45 */2 * * *",
+            CHATHAM,
+            date(2026, 4, 5),
+            [utc(2026, 4, 4, 11), utc(2026, 4, 4, 13), *every(utc(2026, 4, 4, 14), HOURS_2, 11)],
+        ),
+    ],
+)
+def test_cron8_classification_on_30_and_45_minute_dst_changes(expression, tz, day, expected):
+    assert local_day_fires(CronTrigger(expression, tz), tz, day) == expected
 
 
 @pytest.mark.parametrize("tz", [BERLIN, NEW_YORK])
@@ -171,7 +259,7 @@ def test_two_hourly_job_is_fixed_time():
         ("@hourly", 24, 23, 25),
         ("0 */1 * * *", 24, 23, 25),
         ("30 2 * * *", 1, 1, 1),
-        ("0 */2 * * *", 12, 12, 12),
+        ("15 1,13 * * *", 2, 2, 2),
     ],
 )
 def test_fires_per_local_day(tz, expression, normal, spring, fall):
@@ -198,7 +286,7 @@ def test_frequent_jobs_follow_real_time():
     assert hourly.next_after(utc(2026, 10, 25, 0, 10)) == utc(2026, 10, 25, 1)
 
 
-@pytest.mark.parametrize("tz", [BERLIN, NEW_YORK, "Australia/Lord_Howe", "UTC"])
+@pytest.mark.parametrize("tz", [BERLIN, NEW_YORK, LORD_HOWE, CHATHAM, "UTC"])
 @pytest.mark.parametrize("expression", ["30 2 * * *", "0 2 * * *", "@daily", "15 1 * * *"])
 def test_daily_job_fires_once_per_local_date_all_year(tz, expression):
     trigger = CronTrigger(expression, tz)
@@ -373,21 +461,31 @@ def test_validate_cron_rejects_non_strings():
     [
         ("30 2 * * *", True),
         ("0,30 9-17 * * *", True),
-        ("0 */2 * * *", True),
-        ("0 1-23/2,*/3 * * *", True),
+        ("0 1-23/2,*/3 * * *", True),  # cron(8) looks at the first character only
+        ("0 1,*/2 * * *", True),
+        ("5,*/30 1 * * *", True),
         ("0-59 2 * * *", True),
+        ("0-59 0-23 * * *", True),
         ("@daily", True),
+        ("@weekly", True),
+        ("@monthly", True),
+        ("@yearly", True),
+        ("0 */2 * * *", False),
+        ("0 */3 * * *", False),
+        ("15,45 */2 1-7 * 0", False),
         ("0 */1 * * *", False),
         ("0 *,*/2 * * *", False),
         ("0 * * * *", False),
         ("@hourly", False),
         ("*/5 * * * *", False),
+        ("*/5,7 2 * * *", False),
         ("* 2 * * *", False),
         ("*/30 2 * * *", False),
     ],
 )
 def test_debian_dst_classification(expression, fixed_time):
     assert _parse_cron(expression).fixed_time is fixed_time
+    assert debian_wildcard(expression) is not fixed_time  # the oracle's copy of the rule
 
 
 def test_parser_sets():
@@ -624,9 +722,11 @@ cron_expressions = (
     .filter(valid)
 )
 # Mostly-every-day expressions, so a window of a day or two around a DST change sees fires.
+# Hours that start with '*' yet name few hours, or hold a '*' after the first character, are
+# where cron(8)'s first-character rule decides the DST handling, so they are drawn often.
 dense_cron_expressions = st.tuples(
     cron_field(0, 59),
-    cron_field(0, 23),
+    st.one_of(cron_field(0, 23), st.sampled_from(["*/2", "*/3", "*/2,1", "1,*/2", "3,*/4"])),
     st.sampled_from(["*", "*", "*", "1-20", "*/2"]),
     st.just("*"),
     st.sampled_from(["*", "*", "*", "0-6", "1-5", "0,6"]),
@@ -668,11 +768,11 @@ def cron_cases(draw, expressions=cron_expressions):
     return draw(expressions), tz, draw(base_instants(tz))
 
 
-def is_gap_fire(spec: _CronSpec, tz: str, fire: datetime) -> bool:
+def is_gap_fire(expression: str, tz: str, fire: datetime) -> bool:
     """A fixed-time fire at a spring-forward instant standing for a skipped matching wall time."""
-    zone = ZoneInfo(tz)
+    zone, spec = ZoneInfo(tz), _parse_cron(expression)
     before, after = (fire - US).astimezone(zone).utcoffset(), fire.astimezone(zone).utcoffset()
-    if not (spec.fixed_time and after > before):
+    if debian_wildcard(expression) or not after > before:
         return False
     wall, gap_end = local_wall(fire, tz) - (after - before), local_wall(fire, tz)
     while wall < gap_end:
@@ -693,7 +793,7 @@ def test_cron_fires_are_increasing_matching_and_consistent(case):
     assert all(a < b for a, b in itertools.pairwise(fires))
     assert all(f.tzinfo is UTC and f.second == f.microsecond == 0 for f in fires)
     for fire in fires:
-        assert wall_matches(spec, local_wall(fire, tz)) or is_gap_fire(spec, tz, fire)
+        assert wall_matches(spec, local_wall(fire, tz)) or is_gap_fire(expression, tz, fire)
         assert trigger.latest_at_or_before(fire) == fire
     for previous, fire in itertools.pairwise(fires):
         assert trigger.latest_at_or_before(fire - US) == previous
@@ -703,15 +803,22 @@ def test_cron_fires_are_increasing_matching_and_consistent(case):
         assert trigger.next_after(latest) == fires[0]
 
 
-def oracle_fires(spec: _CronSpec, tz: str, start: datetime, end: datetime) -> list[datetime]:
-    """Brute force, minute by minute: fires in [start, end) under Debian's DST rule."""
+def oracle_fires(expression: str, tz: str, start: datetime, end: datetime) -> list[datetime]:
+    """Brute force, minute by minute in real time: fires in [start, end) as cron(8) runs them.
+
+    Wildcard jobs (debian_wildcard) run at each minute whose wall time matches, so a skipped
+    wall time never fires and a repeated one fires twice. Other jobs run when the wall clock
+    first reaches or jumps over a matching time: cron(8)'s catch-up after a jump forward, and
+    nothing again while a fall-back repeats wall times (cron.c, main loop).
+    """
+    spec, fixed_time = _parse_cron(expression), not debian_wildcard(expression)
     minute = timedelta(minutes=1)
     at = start - timedelta(hours=6)
     high_water = local_wall(at, tz)  # latest wall time the clock has shown so far
     fires = []
     while (at := at + minute) < end:
         wall = local_wall(at, tz)
-        if spec.fixed_time:
+        if fixed_time:
             # Fires when the clock first reaches or jumps over a matching wall time.
             skipped = [high_water + minute * k for k in range(1, (wall - high_water) // minute + 1)]
             fire = any(wall_matches(spec, w) for w in skipped)
@@ -727,10 +834,10 @@ def oracle_fires(spec: _CronSpec, tz: str, start: datetime, end: datetime) -> li
 @given(cron_cases(dense_cron_expressions))
 def test_cron_agrees_with_brute_force_oracle(case):
     expression, tz, base = case
-    trigger, spec = CronTrigger(expression, tz), _parse_cron(expression)
+    trigger = CronTrigger(expression, tz)
     start = base.replace(second=0, microsecond=0) + timedelta(minutes=1)
     end = start + timedelta(hours=12)
-    expected = oracle_fires(spec, tz, start, end)
+    expected = oracle_fires(expression, tz, start, end)
     actual = []
     fire = trigger.next_after(start - US)
     while fire is not None and fire < end:
