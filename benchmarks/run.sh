@@ -16,6 +16,10 @@ PG_DURABLE=1 pg_start
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
     "$python" benchmarks/bench.py "$@"
+# prune_runs on a million runs (--quick: 100,000); it seeds them with PostgreSQL's SQL.
+PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
+    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
+    "$python" benchmarks/prune.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*
 PERIODIC_TEST_DB=sqlite PERIODIC_TEST_DB_NAME=/tmp/periodic-bench.sqlite3 "$python" benchmarks/bench.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*

@@ -1,12 +1,18 @@
-from django.core.management.base import BaseCommand
+from datetime import datetime, timedelta
+
+from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 
 from django_periodic import clock
+from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 
 class Command(BaseCommand):
-    help = "Show what is due, running, stale and failing, and which schedulers are alive."
+    help = (
+        "Show what is due, running, stale and failing, and which schedulers are alive. "
+        "Ends with OK, or fails with exit status 1 naming what needs attention."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--database", default="default")
@@ -38,9 +44,49 @@ class Command(BaseCommand):
         self._section("Recent failures")
         for run in runs.failed().order_by("-finished_at")[:10]:
             self._line(f"{run.job_name} @ {run.plan_time:%Y-%m-%d %H:%M:%S}  {run.error_code}")
+        self._verdict(_problems(now, database))
+
+    def _verdict(self, found: list[str]) -> None:
+        """End with OK, or fail (exit status 1) so that cron and monitoring notice."""
+        if found:
+            raise CommandError("Needs attention: " + "; ".join(found) + ".")
+        self.stdout.write(self.style.SUCCESS("OK"))
 
     def _section(self, title: str) -> None:
         self.stdout.write(self.style.MIGRATE_HEADING(title))
 
     def _line(self, text: str) -> None:
         self.stdout.write(f"  {text}")
+
+
+def _problems(now: datetime, using: str = "default") -> list[str]:
+    """What an operator must look at: the signs of a broken setup, one sentence each.
+
+    Each allows the slack a healthy setup needs (a heartbeat or a sweep a little late),
+    so that a live scheduler between two ticks is not reported.
+    """
+    stale_after = SchedulerProcess.stale_after()
+    sweep_interval = get_settings().SWEEP_INTERVAL
+    schedules = Schedule.objects.using(using)
+    found = []
+    overdue = schedules.due(now - stale_after).count()
+    processes = SchedulerProcess.objects.using(using)
+    alive = processes.exclude(pk__in=processes.stale(now).values("pk"))
+    if overdue and not alive.exists():
+        found.append(
+            f"no live scheduler process, and {overdue} schedule(s) due for over "
+            f"{_seconds(stale_after)}"
+        )
+    unswept = Lease.objects.using(using).expired(now - sweep_interval).count()
+    if unswept:
+        found.append(
+            f"{unswept} lease(s) expired over {_seconds(sweep_interval)} ago and not swept"
+        )
+    disabled = schedules.filter(enabled=False).exclude(last_error="").count()
+    if disabled:
+        found.append(f"{disabled} schedule(s) disabled by errors")
+    return found
+
+
+def _seconds(duration: timedelta) -> str:
+    return f"{duration.total_seconds():.0f} s"
