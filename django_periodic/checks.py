@@ -1,8 +1,11 @@
 """System checks for ``settings.DJANGO_PERIODIC`` (ids ``django_periodic.E0xx``)."""
 
+from collections.abc import Sequence
 from datetime import timedelta
 from numbers import Real
+from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
@@ -15,12 +18,16 @@ from django_periodic.models import Schedule
 # Untagged, so every command that runs checks shows it (runserver, run_scheduler, check);
 # the database tag would keep it for `check --database` only. It reads only settings.
 @register()
-def check_sqlite_transactions(app_configs=None, databases=None, **kwargs) -> list[Warning]:
+def check_sqlite_transactions(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[Warning]:
     """SQLite must start write transactions at once, or planners can plan the same fire."""
     return sqlite_warnings(settings.DATABASES)
 
 
-def sqlite_warnings(databases: dict) -> list[Warning]:
+def sqlite_warnings(databases: dict[str, dict[str, Any]]) -> list[Warning]:
     warnings = []
     for alias, config in databases.items():
         is_sqlite = config.get("ENGINE", "").endswith("sqlite3")
@@ -38,7 +45,7 @@ def sqlite_warnings(databases: dict) -> list[Warning]:
 
 
 @register(Tags.compatibility)
-def check_settings(app_configs=None, **kwargs) -> list[Error]:
+def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Error]:
     configured = getattr(settings, SETTING_NAME, None)
     if configured is None:
         return []
@@ -64,10 +71,12 @@ def _error_id(key: str) -> str:
 
 def _check_value(key: str, value: object) -> str | None:
     if key in DURATION_KEYS:
-        is_number = isinstance(value, Real) and not isinstance(value, bool)
-        if not (is_number or isinstance(value, timedelta)):
+        if isinstance(value, timedelta):
+            seconds = value.total_seconds()
+        elif isinstance(value, Real) and not isinstance(value, bool):
+            seconds = float(value)
+        else:
             return "must be a number of seconds or a timedelta."
-        seconds = value.total_seconds() if isinstance(value, timedelta) else value
         return None if seconds > 0 else "must be positive."
     if key in INTEGER_KEYS:
         if not isinstance(value, int) or isinstance(value, bool):
@@ -78,7 +87,9 @@ def _check_value(key: str, value: object) -> str | None:
 
 
 @register(Tags.models)
-def check_code_schedules(app_configs=None, **kwargs) -> list[Error]:
+def check_code_schedules(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Error]:
     """Each schedule defined with ``@job(...)`` must be a valid schedule (no queries)."""
     errors = []
     for name, job in sync.code_defined_jobs().items():

@@ -20,6 +20,7 @@ def now(using: str = "default") -> datetime:
     connection = connections[using]
     if connection.vendor != "postgresql":
         return wall_now()
+    value: datetime
     with connection.cursor() as cursor:
         # statement_timestamp(), unlike now(), advances inside a long transaction.
         cursor.execute("SELECT statement_timestamp()")

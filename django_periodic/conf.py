@@ -38,7 +38,7 @@ def _as_timedelta(value: Any) -> timedelta:
 def get_settings() -> PeriodicSettings:
     """The effective settings. Call it where the value is used, so tests can override them."""
     configured = getattr(settings, SETTING_NAME, None) or {}
-    values = {}
+    values: dict[str, Any] = {}
     for key, value in configured.items():
         if key in DURATION_KEYS:
             values[key] = _as_timedelta(value)

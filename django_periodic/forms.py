@@ -6,8 +6,9 @@ ledger's own precise messages (which cron field is wrong, which zone is unknown)
 
 import json
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
+from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
@@ -22,10 +23,18 @@ from django_periodic.models import (
     Schedule,
 )
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrPromise
+
+    # django-stubs makes ModelForm generic; at run time it takes no type arguments.
+    _ScheduleModelForm = forms.ModelForm[Schedule]
+else:
+    _ScheduleModelForm = forms.ModelForm
+
 # On save the other kinds' fields are cleared (see KIND_FIELDS), so a value left behind in
 # a field the page hid can never make the schedule ambiguous.
 KIND_LABELS = dict(Schedule.Kind.choices)
-KIND_REQUIRED = {
+KIND_REQUIRED: "dict[str, StrPromise]" = {
     Schedule.Kind.CRON: _("A cron trigger needs a cron expression."),
     Schedule.Kind.INTERVAL: _("An interval trigger needs an interval."),
     Schedule.Kind.ONCE: _("A one-shot trigger needs a time to run at."),
@@ -49,7 +58,9 @@ def job_choices() -> list[tuple[str, str]]:
 class SearchableSelect(forms.Select):
     """A select the admin's bundled select2 makes searchable; a plain select without JS."""
 
-    def __init__(self, attrs=None, choices=()):
+    def __init__(
+        self, attrs: dict[str, Any] | None = None, choices: Iterable[tuple[Any, Any]] = ()
+    ) -> None:
         super().__init__({"class": "periodic-searchable", **(attrs or {})}, choices)
 
     @property
@@ -71,14 +82,14 @@ class CheckedChoiceField(forms.ChoiceField):
     the page shows what is stored and the error says why it cannot be saved.
     """
 
-    def __init__(self, *, check: Callable[[str], None], **kwargs):
+    def __init__(self, *, check: Callable[[str], object], **kwargs: Any) -> None:
         self.check = check
         super().__init__(**kwargs)
 
-    def valid_value(self, value) -> bool:
+    def valid_value(self, value: Any) -> bool:
         return True  # validate() runs the precise check instead
 
-    def validate(self, value) -> None:
+    def validate(self, value: Any) -> None:
         super().validate(value)
         if value:
             try:
@@ -88,19 +99,21 @@ class CheckedChoiceField(forms.ChoiceField):
 
     def offer(self, value: str, label: str) -> None:
         """Add ``value`` to the choices if it is missing."""
-        if value and value not in {key for key, _ in self.choices}:
-            self.choices = [*self.choices, (value, label)]
+        # Once set, the choices are a list or a CallableChoiceIterator, never a callable.
+        choices = cast(Iterable[tuple[Any, Any]], self.choices)
+        if value and value not in {key for key, _ in choices}:
+            self.choices = [*choices, (value, label)]
 
 
 class JSONArgumentsField(forms.JSONField):
     """JSON that says where it is broken; an empty box means ``empty()`` ([] or {})."""
 
-    def __init__(self, *, empty: Callable[[], list | dict], **kwargs):
+    def __init__(self, *, empty: Callable[[], list[Any] | dict[str, Any]], **kwargs: Any) -> None:
         self.empty = empty
         kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField"}))
         super().__init__(required=False, **kwargs)
 
-    def to_python(self, value):
+    def to_python(self, value: Any) -> Any:
         if value in self.empty_values:
             return self.empty()
         try:
@@ -115,7 +128,7 @@ class JSONArgumentsField(forms.JSONField):
             raise
 
 
-class ScheduleForm(forms.ModelForm):
+class ScheduleForm(_ScheduleModelForm):
     """The schedule form of the admin: pick a trigger kind, then fill only its fields."""
 
     # Not required: a form posted without it (a script) keeps what it fills in, and the
@@ -164,7 +177,7 @@ class ScheduleForm(forms.ModelForm):
             "run_at": _("In the site's time zone."),
         }
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trigger_missing = False
         instance = self.instance
@@ -174,18 +187,21 @@ class ScheduleForm(forms.ModelForm):
         if "trigger_kind" in self.fields and instance.trigger_kind:
             self.fields["trigger_kind"].initial = instance.trigger_kind
         if "job" in self.fields:
-            self.fields["job"].offer(instance.job, f"{instance.job} (not registered)")
+            job = cast(CheckedChoiceField, self.fields["job"])
+            job.offer(instance.job, f"{instance.job} (not registered)")
         if "timezone" in self.fields:
-            self.fields["timezone"].offer(instance.timezone, instance.timezone)
+            timezone = cast(CheckedChoiceField, self.fields["timezone"])
+            timezone.offer(instance.timezone, instance.timezone)
 
-    def clean(self):
+    def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
+        assert cleaned is not None  # a ModelForm's clean() returns cleaned_data
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)
         return cleaned
 
-    def _keep_one_trigger(self, kind: str, cleaned: dict) -> None:
+    def _keep_one_trigger(self, kind: str, cleaned: dict[str, Any]) -> None:
         """Clear the fields of the kinds not chosen; require the chosen kind's field."""
         for other, name in KIND_FIELDS.items():
             if other != kind and name in self.fields:
@@ -195,12 +211,14 @@ class ScheduleForm(forms.ModelForm):
             self.add_error(name, KIND_REQUIRED[kind])
             self._trigger_missing = True
 
-    def add_error(self, field, error) -> None:
+    def add_error(self, field: str | None, error: Any) -> None:
+        # ``error``: anything Form.add_error() takes (the stubs' overloads do not fit a
+        # pass-through that looks for ``error_dict``).
         if field is None and hasattr(error, "error_dict"):
             error = self._placed(error.error_dict)
         super().add_error(field, error)
 
-    def _placed(self, error_dict: dict) -> ValidationError:
+    def _placed(self, error_dict: dict[str, list[ValidationError]]) -> ValidationError:
         """The model's errors, placed where the form can show them.
 
         The model sees the value the form kept, not the one typed: a field that already has
@@ -208,7 +226,7 @@ class ScheduleForm(forms.ModelForm):
         Errors on fields the form shows read-only (a code-defined schedule's trigger) belong
         to the form as a whole.
         """
-        placed: dict[str, list] = {}
+        placed: dict[str, list[ValidationError | str]] = {}
         for name, errors in error_dict.items():
             if name != NON_FIELD_ERRORS and name in self.errors:
                 continue

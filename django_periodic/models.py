@@ -1,8 +1,9 @@
 """The ledger: schedules, the runs they fire, and the leases under which runs execute."""
 
 import uuid
+from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -35,8 +36,8 @@ SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS)
 CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
 
 
-# The field that carries each kind of trigger.
-KIND_FIELDS = {
+# The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
+KIND_FIELDS: dict[str, str] = {
     ScheduleKind.CRON: "cron",
     ScheduleKind.INTERVAL: "interval",
     ScheduleKind.ONCE: "run_at",
@@ -55,7 +56,7 @@ def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
 
 
-class ScheduleQuerySet(models.QuerySet):
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def enabled(self) -> "ScheduleQuerySet":
         return self.filter(enabled=True)
 
@@ -150,7 +151,10 @@ class Schedule(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def save(self, *args, **kwargs) -> None:
+    # The trigger fields as loaded or last saved (see from_db); absent on a new instance.
+    _loaded_trigger: dict[str, Any]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
         touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
         moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
@@ -159,7 +163,8 @@ class Schedule(models.Model):
         super().save(*args, **kwargs)
         self._loaded_trigger = self._trigger_state()
         if moved:
-            wakeups.notify(self._state.db)  # sleeping schedulers look at the new cursor
+            # Sleeping schedulers look at the new cursor.
+            wakeups.notify(self._state.db or "default")
 
     def _move_cursor(self, using: str) -> bool:
         """Set ``next_fire_at`` after a change that affects it; return whether it moved.
@@ -183,12 +188,19 @@ class Schedule(models.Model):
         return True
 
     @classmethod
-    def from_db(cls, db, field_names, values, *args, **kwargs):
+    def from_db(
+        cls,
+        db: str | None,
+        field_names: Collection[str],
+        values: Collection[Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Self:
         instance = super().from_db(db, field_names, values, *args, **kwargs)
         instance._loaded_trigger = instance._trigger_state()
         return instance
 
-    def _trigger_state(self) -> dict:
+    def _trigger_state(self) -> dict[str, Any]:
         return {name: getattr(self, name, None) for name in CURSOR_FIELDS}
 
     @property
@@ -208,11 +220,14 @@ class Schedule(models.Model):
     def trigger(self) -> triggers.Trigger:
         """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
         kind = self.trigger_kind
+        inner: triggers.Trigger
         if kind == ScheduleKind.CRON:
             inner = triggers.cron(self.cron, self.timezone)
         elif kind == ScheduleKind.INTERVAL:
+            assert self.interval is not None  # what makes the kind INTERVAL
             inner = triggers.IntervalTrigger(self.interval, self.start_at or self.created_at)
         elif kind == ScheduleKind.ONCE:
+            assert self.run_at is not None  # what makes the kind ONCE
             inner = triggers.OnceTrigger(self.run_at)
         else:
             raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
@@ -226,6 +241,7 @@ class Schedule(models.Model):
         """
         trigger = self.trigger
         if self.trigger_kind == ScheduleKind.ONCE:
+            assert self.run_at is not None  # what makes the kind ONCE
             return trigger.next_after(self.run_at - timedelta(microseconds=1))
         return trigger.next_after(now)
 
@@ -331,7 +347,7 @@ class Schedule(models.Model):
         return errors
 
 
-class RunQuerySet(models.QuerySet):
+class RunQuerySet(models.QuerySet["Run"]):
     def active(self) -> "RunQuerySet":
         """Runs not yet final: waiting or running."""
         return self.filter(status__in=Run.ACTIVE_STATUSES)
@@ -482,7 +498,7 @@ class Run(models.Model):
         )
 
 
-class SchedulerProcessQuerySet(models.QuerySet):
+class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
     def stale(self, now: datetime) -> "SchedulerProcessQuerySet":
         """Processes presumed dead: no heartbeat for ``SchedulerProcess.stale_after()``."""
         return self.filter(heartbeat_at__lt=now - SchedulerProcess.stale_after())
@@ -523,7 +539,7 @@ class SchedulerProcess(models.Model):
         return get_settings().HEARTBEAT_INTERVAL * cls.STALE_AFTER_HEARTBEATS
 
 
-class LeaseQuerySet(models.QuerySet):
+class LeaseQuerySet(models.QuerySet["Lease"]):
     def held(self) -> "LeaseQuerySet":
         return self.filter(released_at__isnull=True)
 

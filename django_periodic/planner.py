@@ -8,8 +8,10 @@ all in one transaction and a constant number of queries however many schedules a
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_periodic import policies, registry, triggers
 from django_periodic.conf import get_settings
@@ -83,6 +85,7 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
         return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
     decision = Decision(schedule, due.cursor)
     limit = get_settings().CATCHUP_LIMIT
+    status: str
     for plan_time, missed in policies.misfire_marks(schedule, due.times, now, limit):
         if missed:
             status, reason = Run.Status.SKIPPED, policies.SKIPPED_MISSED
@@ -92,8 +95,8 @@ def decide(schedule: Schedule, now: datetime, occupancy: Occupancy) -> Decision:
     if due.unlisted:
         latest = due.times[-1]
         message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
-        missed = policies.SKIPPED_MISSED
-        decision.fires.append(Fire(due.unlisted, Run.Status.SKIPPED, missed, message))
+        reason = policies.SKIPPED_MISSED
+        decision.fires.append(Fire(due.unlisted, Run.Status.SKIPPED, reason, message))
     fired = any(fire.status != Run.Status.SKIPPED for fire in decision.fires)
     decision.supersedes_retry = occupancy.retrying and fired
     return decision
@@ -106,9 +109,9 @@ class DueTimes:
     unlisted: datetime | None = None  # the first of the missed times not listed one by one
 
 
-def _due_times(trigger: triggers.Trigger, cursor: datetime, now: datetime) -> DueTimes:
+def _due_times(trigger: triggers.Trigger, cursor: datetime | None, now: datetime) -> DueTimes:
     limit = get_settings().CATCHUP_LIMIT
-    due = []
+    due: list[datetime] = []
     fire = cursor
     while fire is not None and fire <= now and len(due) <= limit:
         due.append(fire)
@@ -118,6 +121,7 @@ def _due_times(trigger: triggers.Trigger, cursor: datetime, now: datetime) -> Du
     # More missed times than we list one by one: one row stands for those in between,
     # and the most recent is listed so that the misfire policy can fire it.
     latest = trigger.latest_at_or_before(now)
+    assert latest is not None  # fire is a fire time at or before now
     if latest == fire:
         return DueTimes([*due, latest], trigger.next_after(now))
     return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)
@@ -223,7 +227,7 @@ def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[in
     return {d.schedule.pk for d in decisions}
 
 
-def _db_datetime(value: datetime | None, connection):
+def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any:
     return None if value is None else connection.ops.adapt_datetimefield_value(value)
 
 

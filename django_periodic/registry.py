@@ -7,12 +7,15 @@ import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from django_periodic import triggers
 
 # The trigger options of @job(...): a code-defined schedule has exactly one.
 TRIGGER_OPTIONS = ("cron", "interval", "run_at")
+
+# A job function: @job returns it unchanged, so its own type.
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class UnknownJob(LookupError):
@@ -34,7 +37,7 @@ class Job:
         """The first line of the function's docstring."""
         return (inspect.getdoc(self.func) or "").partition("\n")[0]
 
-    def check_arguments(self, args: list, kwargs: dict) -> None:
+    def check_arguments(self, args: list[Any], kwargs: dict[str, Any]) -> None:
         """Raise TypeError if the job cannot be called with ``args`` and ``kwargs``."""
         context = [None] if self.takes_context else []
         inspect.signature(self.func).bind(*context, *args, **kwargs)
@@ -44,10 +47,19 @@ _registry: dict[str, Job] = {}
 
 
 @overload
-def job(func: Callable, /) -> Callable: ...
+def job(func: _F, /) -> _F: ...
 @overload
-def job(*, name: str | None = None, takes_context: bool = False, **options: Any) -> Callable: ...
-def job(func=None, /, *, name=None, takes_context=False, **options):
+def job(
+    *, name: str | None = None, takes_context: bool = False, **options: Any
+) -> Callable[[_F], _F]: ...
+def job(
+    func: _F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    takes_context: bool = False,
+    **options: Any,
+) -> _F | Callable[[_F], _F]:
     """Register a function as a job, by default as ``"<module>.<qualname>"``.
 
     Keyword options ``cron``, ``interval`` (a timedelta) or ``run_at``, with any of
@@ -56,7 +68,7 @@ def job(func=None, /, *, name=None, takes_context=False, **options):
     unchanged. An ``async def`` function is awaited on an event loop when it runs.
     """
 
-    def register(func: Callable) -> Callable:
+    def register(func: _F) -> _F:
         registered = Job(
             name=name or f"{func.__module__}.{func.__qualname__}",
             func=func,
@@ -70,7 +82,8 @@ def job(func=None, /, *, name=None, takes_context=False, **options):
                 f"Job name {registered.name!r} is already registered at {existing.defined_in}."
             )
         _registry[registered.name] = registered
-        func.periodic_job = registered
+        # Not `func.periodic_job = ...`: for mypy, a Callable has no such attribute.
+        setattr(func, "periodic_job", registered)  # noqa: B010
         return func
 
     return register(func) if func is not None else register
@@ -94,7 +107,7 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
     return dict(options)
 
 
-def _location(func: Callable) -> str:
+def _location(func: Callable[..., Any]) -> str:
     try:
         line = inspect.getsourcelines(func)[1]
     except (OSError, TypeError):

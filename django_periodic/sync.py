@@ -2,6 +2,7 @@
 
 import logging
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -20,7 +21,7 @@ class SyncReport:
     invalid: list[str] = field(default_factory=list)
 
 
-def code_defined_values(job: registry.Job) -> dict:
+def code_defined_values(job: registry.Job) -> dict[str, Any]:
     """The field values the code gives the schedule of ``job``.
 
     Options the code leaves out go back to their defaults, so deleting one in code counts.
@@ -29,7 +30,8 @@ def code_defined_values(job: registry.Job) -> dict:
     unknown = set(job.schedule) - SCHEDULE_OPTIONS - set(registry.TRIGGER_OPTIONS)
     if unknown:
         raise TypeError(f"@job got unknown options: {', '.join(sorted(unknown))}.")
-    defaults = {name: Schedule._meta.get_field(name).get_default() for name in SCHEDULE_OPTIONS}
+    by_name = {f.name: f for f in Schedule._meta.concrete_fields}
+    defaults = {name: by_name[name].get_default() for name in SCHEDULE_OPTIONS}
     values = {**defaults, "cron": "", "interval": None, "run_at": None, **job.schedule}
     return {**values, "job": job.name, "defined_in": job.defined_in}
 

@@ -12,6 +12,7 @@ import select
 import threading
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger("django_periodic")
 
@@ -115,7 +116,7 @@ class Listener:
             finally:
                 wrapper.close()
 
-    def _listen(self, wrapper) -> None:
+    def _listen(self, wrapper: BaseDatabaseWrapper) -> None:
         wrapper.ensure_connection()
         raw = wrapper.connection
         raw.autocommit = True

@@ -9,7 +9,7 @@
 # Optional environment:
 #   PERIODIC_TEST_ENVS="py311-django52 py312-django6"   which environments to run (default: all)
 #   PERIODIC_TEST_DBS="sqlite postgres"                 which databases to run (default: both)
-#   PERIODIC_SKIP_LINT=1                                skip ruff (handy with -k while iterating)
+#   PERIODIC_SKIP_LINT=1                                skip ruff and mypy (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
 set -euo pipefail
@@ -107,6 +107,11 @@ in_venv() {
 
 lint() {
     in_venv py311-django52 ruff check . && in_venv py311-django52 ruff format --check .
+}
+
+# mypy --strict on django_periodic/ (the package ships py.typed); configured in pyproject.toml.
+typecheck() {
+    in_venv py311-django52 mypy
 }
 
 # The README's first command, end to end but without starting the servers: a fresh venv,
@@ -224,6 +229,7 @@ main() {
 
     if [[ ${PERIODIC_SKIP_LINT:-0} != 1 ]] && selected py311-django52 "$SELECTED_ENVS"; then
         run_check "lint (ruff check, ruff format --check)" lint
+        run_check "types (mypy --strict)" typecheck
     fi
 
     if [[ ${PERIODIC_SKIP_EXAMPLE:-0} != 1 ]]; then

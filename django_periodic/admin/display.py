@@ -2,17 +2,20 @@
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib import admin
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Field, Model
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
+from django_periodic.admin.history import RunSummary
 from django_periodic.models import Run
 
 EMPTY = "—"
@@ -41,12 +44,12 @@ def status_badge(status: str, title: str = "") -> SafeString:
     return badge(status, status_label(status), title)
 
 
-def counts(statuses: Counter) -> str:
+def counts(statuses: Counter[str]) -> str:
     """How many runs ended up in each status, e.g. "2 pending, 1 skipped"."""
     return ", ".join(f"{n} {status_label(status)}" for status, n in sorted(statuses.items()))
 
 
-def run_strip(runs: Sequence, change_url: str) -> SafeString:
+def run_strip(runs: Sequence[RunSummary], change_url: str) -> SafeString:
     """Small squares for ``runs`` (newest first), drawn oldest to newest, each a link.
 
     ``change_url`` is a run's change page with "0" as the id: reversing a URL per square
@@ -65,7 +68,7 @@ def run_strip(runs: Sequence, change_url: str) -> SafeString:
     return format_html('<span class="periodic-strip">{}</span>', squares)
 
 
-def _square_title(run, labels: dict[str, str]) -> str:
+def _square_title(run: RunSummary, labels: dict[str, str]) -> str:
     words = [labels.get(run.status, run.status), absolute(run.plan_time)]
     words.append(labels.get(run.trigger, run.trigger))
     if run.error_code:
@@ -133,7 +136,7 @@ def duration(value: timedelta | None) -> str:
     return sign + text
 
 
-def pretty_json(value) -> SafeString:
+def pretty_json(value: Any) -> SafeString:
     """JSON indented in a <pre>, in the admin's monospace."""
     if value is None:
         return format_html("{}", EMPTY)
@@ -148,12 +151,13 @@ def preformatted(text: str) -> SafeString:
     return format_html('<pre class="periodic-pre">{}</pre>', text)
 
 
-def timestamp(model, name: str):
+def timestamp(model: type[Model], name: str) -> Callable[[object, Model], str]:
     """A read-only display of a datetime field to the second (the admin's stops at minutes)."""
     field = model._meta.get_field(name)
+    assert isinstance(field, Field)  # a datetime field, not the far side of a relation
 
     @admin.display(description=field.verbose_name, ordering=name)
-    def show(self, obj):
+    def show(self: object, obj: Model) -> str:
         return absolute(getattr(obj, name))
 
     return show

@@ -2,7 +2,8 @@
 
 from collections import defaultdict
 from collections.abc import Iterable
-from typing import NamedTuple
+from datetime import datetime
+from typing import Any, NamedTuple
 
 from django.db import connections
 from django.db.models import F, OuterRef, Subquery, Window
@@ -18,7 +19,7 @@ class RunSummary(NamedTuple):
     pk: int
     schedule_id: int
     status: str
-    plan_time: object
+    plan_time: datetime
     trigger: str
     error_code: str
 
@@ -35,6 +36,7 @@ def recent_runs(
     ids = sorted(set(schedule_ids))
     if not ids:
         return {}
+    rows: Iterable[tuple[Any, ...]]
     if connections[using].vendor == "postgresql":
         rows = _recent_runs_postgresql(ids, using, limit)
     else:
@@ -64,11 +66,12 @@ CROSS JOIN LATERAL (
 """
 
 
-def _recent_runs_postgresql(ids: list[int], using: str, limit: int) -> list[tuple]:
+def _recent_runs_postgresql(ids: list[int], using: str, limit: int) -> list[tuple[Any, ...]]:
     sql = _RECENT_RUNS_SQL.format(table=connections[using].ops.quote_name(Run._meta.db_table))
     with connections[using].cursor() as cursor:
         cursor.execute(sql, {"ids": ids, "limit": limit})
-        return cursor.fetchall()
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows
 
 
 def last_status() -> Subquery:

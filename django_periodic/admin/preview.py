@@ -1,8 +1,10 @@
 """A trigger in words and its next fire times, for the schedule page and its live preview."""
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
 from django.template.loader import render_to_string
@@ -47,7 +49,7 @@ class Preview:
             for fire in self.fires
         ]
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "description": self.description,
             "timezone": self.timezone,
@@ -71,7 +73,7 @@ def describe_cron(expression: str) -> str:
     options = Options()
     options.use_24hour_time_format = True
     try:
-        words = ExpressionDescriptor(text, options).get_description()
+        words: str = ExpressionDescriptor(text, options).get_description()
     except (FormatException, ValueError, KeyError, IndexError):
         return expression
     parts = text.split()
@@ -86,7 +88,7 @@ def describe_cron(expression: str) -> str:
 def describe_interval(interval: timedelta) -> str:
     """A positive duration in words, e.g. "1 hour 30 minutes"."""
     seconds = int(interval.total_seconds())
-    units = [
+    units: list[tuple[int, Callable[[int], str]]] = [
         (86400, lambda n: ngettext("%(n)d day", "%(n)d days", n)),
         (3600, lambda n: ngettext("%(n)d hour", "%(n)d hours", n)),
         (60, lambda n: ngettext("%(n)d minute", "%(n)d minutes", n)),
@@ -108,8 +110,10 @@ def describe(schedule: Schedule, *, bounds: bool = True) -> str:
     if kind == Schedule.Kind.CRON:
         words = describe_cron(schedule.cron)
     elif kind == Schedule.Kind.INTERVAL:
+        assert schedule.interval is not None  # what makes the kind INTERVAL
         words = _("Every %(interval)s") % {"interval": describe_interval(schedule.interval)}
     elif kind == Schedule.Kind.ONCE:
+        assert schedule.run_at is not None  # what makes the kind ONCE
         words = _("Once, at %(when)s") % {"when": _format(schedule.run_at, schedule.timezone)}
     else:
         return ""
@@ -120,7 +124,9 @@ def describe(schedule: Schedule, *, bounds: bool = True) -> str:
     return words
 
 
-def preview(schedule: Schedule, now: datetime, errors: dict | None = None) -> Preview:
+def preview(
+    schedule: Schedule, now: datetime, errors: dict[str, list[str]] | None = None
+) -> Preview:
     """The next fire times of ``schedule`` after ``now``; none while its trigger has errors."""
     result = Preview(timezone=schedule.timezone or "UTC", errors=dict(errors or {}))
     if result.errors or not schedule.trigger_kind:

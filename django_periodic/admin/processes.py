@@ -1,32 +1,53 @@
 """Who holds what: leases and the scheduler processes that heartbeat them."""
 
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypedDict
+
 from django.contrib import admin
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Q
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Model, Q, QuerySet
 from django.db.models.functions import Now
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_periodic.admin import display
 from django_periodic.models import Lease, SchedulerProcess
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """What the schedulers write; people only look."""
+    # django-stubs makes ModelAdmin generic; at run time it takes no type arguments.
+    _LeaseAdmin = admin.ModelAdmin[Lease]
+    _SchedulerProcessAdmin = admin.ModelAdmin[SchedulerProcess]
+else:
+    _LeaseAdmin = _SchedulerProcessAdmin = admin.ModelAdmin
 
-    def has_add_permission(self, request):
+
+class ProcessStats(TypedDict):
+    """What SchedulerProcessAdmin.get_queryset() annotates each process with."""
+
+    held: int
+    silence: timedelta
+
+
+class ReadOnlyAdmin:
+    """What the schedulers write; people only look. A mixin, before ModelAdmin."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         return False
 
 
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin):
+class LeaseAdmin(ReadOnlyAdmin, _LeaseAdmin):
     list_display = ["run", "attempt", "holder", "acquired", "heartbeat", "released", "outcome"]
     list_filter = ["outcome", "process"]
     list_select_related = ["run"]
@@ -38,7 +59,7 @@ class LeaseAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SchedulerProcess)
-class SchedulerProcessAdmin(ReadOnlyAdmin):
+class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
     """The "Schedulers" page: who is alive, since when, holding how many runs."""
 
     list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held"]
@@ -47,17 +68,19 @@ class SchedulerProcessAdmin(ReadOnlyAdmin):
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         return super().changelist_view(request, {"title": _("Schedulers"), **(extra_context or {})})
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[SchedulerProcess]:
         held = Count("leases", filter=Q(leases__released_at__isnull=True))
         # The database's clock, the one heartbeats are written with.
         silence = ExpressionWrapper(Now() - F("heartbeat_at"), output_field=DurationField())
         return super().get_queryset(request).annotate(held=held, silence=silence)
 
     @admin.display(description=gettext_lazy("state"))
-    def state(self, process: SchedulerProcess):
+    def state(self, process: "WithAnnotations[SchedulerProcess, ProcessStats]") -> SafeString:
         if process.silence > SchedulerProcess.stale_after():
             n = SchedulerProcess.STALE_AFTER_HEARTBEATS
             title = _("No heartbeat for %(n)d intervals.") % {"n": n}
@@ -65,7 +88,9 @@ class SchedulerProcessAdmin(ReadOnlyAdmin):
         return display.badge("succeeded", _("alive"))
 
     @admin.display(description=gettext_lazy("last heartbeat"), ordering="heartbeat_at")
-    def last_heartbeat(self, process: SchedulerProcess):
+    def last_heartbeat(
+        self, process: "WithAnnotations[SchedulerProcess, ProcessStats]"
+    ) -> SafeString:
         ago = _("%(duration)s ago") % {"duration": display.duration(process.silence)}
         return format_html(
             '{}<br><span class="periodic-quiet">{}</span>',
@@ -74,7 +99,7 @@ class SchedulerProcessAdmin(ReadOnlyAdmin):
         )
 
     @admin.display(description=gettext_lazy("runs held"), ordering="held")
-    def runs_held(self, process: SchedulerProcess):
+    def runs_held(self, process: "WithAnnotations[SchedulerProcess, ProcessStats]") -> SafeString:
         url = reverse(f"{self.admin_site.name}:django_periodic_lease_changelist")
         query = f"?process__id__exact={process.pk}&released_at__isnull=True"
         return format_html('<a href="{}{}">{}</a>', url, query, process.held)

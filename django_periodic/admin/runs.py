@@ -1,15 +1,26 @@
 """Runs in the admin: read-only history with its leases inline; retry and cancel."""
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
+from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect
-from django.urls import path, reverse
+from django.db.models import QuerySet
+from django.db.models.expressions import Combinable
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
@@ -17,7 +28,26 @@ from django_periodic import clock, leases, planner
 from django_periodic.admin import display
 from django_periodic.models import Lease, Run, Schedule
 
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldOpts, _FieldsetSpec
+    from django_stubs_ext import StrOrPromise, WithAnnotations
+
+    # django-stubs makes these generic; at run time they take no type arguments.
+    _LeaseInline = admin.TabularInline[Lease, Run]
+    _RunAdmin = admin.ModelAdmin[Run]
+else:
+    _LeaseInline = admin.TabularInline
+    _RunAdmin = admin.ModelAdmin
+
 SCHEDULE_FILTER_LIMIT = 100
+# A run's leases, as its page lists them (read-only).
+LEASE_FIELDS = ("attempt", "holder", "acquired", "heartbeat", "expires", "released", "outcome")
+
+
+class RunHolder(TypedDict):
+    """What RunChangeList (or RunAdmin.holder, on a run's own page) sets on each run."""
+
+    holder_name: str
 
 
 class ScheduleFilter(admin.SimpleListFilter):
@@ -27,7 +57,10 @@ class ScheduleFilter(admin.SimpleListFilter):
     title = gettext_lazy("schedule")
     parameter_name = "schedule"
 
-    def lookups(self, request, model_admin):
+    # The stubs want str values; Django str()s them (here: primary keys) for the query string.
+    def lookups(  # type: ignore[override]
+        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
+    ) -> list[tuple[int, str]]:
         schedules = Schedule.objects.order_by("name").values_list("pk", "name")
         listed = list(schedules[: SCHEDULE_FILTER_LIMIT + 1])
         if len(listed) <= SCHEDULE_FILTER_LIMIT:
@@ -35,7 +68,7 @@ class ScheduleFilter(admin.SimpleListFilter):
         value = self.value()
         return list(schedules.filter(pk=value)) if value and value.isdigit() else []
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         return queryset.filter(schedule_id=self.value()) if self.value() else queryset
 
 
@@ -48,7 +81,7 @@ def holders(run_ids: list[int], using: str) -> dict[int, str]:
 class RunChangeList(ChangeList):
     """Loads the holders of the page's runs in one query, after the page is cut."""
 
-    def get_results(self, request):
+    def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         runs = list(self.result_list)
         names = holders([run.pk for run in runs], self.queryset.db)
@@ -56,25 +89,24 @@ class RunChangeList(ChangeList):
             run.holder_name = names.get(run.pk, "")
 
 
-class LeaseInline(admin.TabularInline):
+class LeaseInline(_LeaseInline):
     model = Lease
     extra = 0
     can_delete = False
-    fields = ["attempt", "holder", "acquired", "heartbeat", "expires", "released", "outcome"]
-    readonly_fields = fields
+    fields = readonly_fields = LEASE_FIELDS
     ordering = ["attempt"]
     acquired = display.timestamp(Lease, "acquired_at")
     heartbeat = display.timestamp(Lease, "heartbeat_at")
     expires = display.timestamp(Lease, "expires_at")
     released = display.timestamp(Lease, "released_at")
 
-    def has_add_permission(self, request, obj=None):
+    def has_add_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         return False
 
-    def has_view_permission(self, request, obj=None):
+    def has_view_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         # A run's leases are part of its story: whoever may see the run sees them.
         opts = Run._meta
         return any(
@@ -84,7 +116,7 @@ class LeaseInline(admin.TabularInline):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(_RunAdmin):
     """Read-only history. The change permission allows the retry and cancel actions only."""
 
     list_display = [
@@ -117,15 +149,15 @@ class RunAdmin(admin.ModelAdmin):
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
 
-    def get_changelist(self, request, **kwargs):
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
-    def get_ordering(self, request):
+    def get_ordering(self, request: HttpRequest) -> list[str | Combinable]:
         # Newest plan time first, served by an index (per schedule: its history index).
         return ["-plan_time", "-pk"]
 
-    def get_fieldsets(self, request, obj=None):
-        fieldsets = [
+    def get_fieldsets(self, request: HttpRequest, obj: Run | None = None) -> "_FieldsetSpec":
+        fieldsets: list[tuple[StrOrPromise | None, _FieldOpts]] = [
             (None, {"fields": ["schedule_link", "status_badge", "trigger", "plan"]}),
         ]
         if obj is not None and (obj.error_code or obj.error_message or obj.traceback):
@@ -155,23 +187,21 @@ class RunAdmin(admin.ModelAdmin):
         ]
         return fieldsets
 
-    def get_readonly_fields(self, request, obj=None):
-        return [
-            name for _, options in self.get_fieldsets(request, obj) for name in options["fields"]
-        ]
+    def get_readonly_fields(self, request: HttpRequest, obj: Run | None = None) -> list[str]:
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         return False  # history is pruned with `prune_runs`, not by hand
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: Run | None = None) -> bool:
         # A run is never edited: its page is read-only for everyone. The permission to
         # change runs is what the retry and cancel actions (which ask for it) check.
         return obj is None and super().has_change_permission(request)
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         wrap = self.admin_site.admin_view
         return [
@@ -186,11 +216,19 @@ class RunAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    def changelist_view(self, request, extra_context=None):
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         # Runs are only looked at (and retried or cancelled), never changed.
         return super().changelist_view(request, {"title": _("Runs"), **(extra_context or {})})
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         context = {
             "can_act": self.has_change_permission(request),
             "retry_url": self._url("retry", object_id),
@@ -201,18 +239,18 @@ class RunAdmin(admin.ModelAdmin):
             request, object_id, form_url, {**context, **(extra_context or {})}
         )
 
-    def _url(self, name: str, *args, model: str = "run") -> str:
+    def _url(self, name: str, *args: object, model: str = "run") -> str:
         return reverse(f"{self.admin_site.name}:{self.opts.app_label}_{model}_{name}", args=args)
 
     # -- columns and read-only fields ---------------------------------------------------------
 
     @admin.display(description=gettext_lazy("schedule"), ordering="schedule__name")
-    def schedule_link(self, run: Run):
+    def schedule_link(self, run: Run) -> SafeString:
         url = self._url("change", run.schedule_id, model="schedule")
         return format_html('<a href="{}">{}</a>', url, run.schedule)
 
     @admin.display(description=gettext_lazy("status"), ordering="status")
-    def status_badge(self, run: Run):
+    def status_badge(self, run: Run) -> SafeString:
         return display.status_badge(run.status, run.error_code)
 
     @admin.display(description=gettext_lazy("attempt"))
@@ -231,32 +269,33 @@ class RunAdmin(admin.ModelAdmin):
         return display.duration(run.started_at - run.plan_time)
 
     @admin.display(description=gettext_lazy("holder"))
-    def holder(self, run: Run) -> str:
+    def holder(self, run: "WithAnnotations[Run, RunHolder]") -> str:
         """The process that holds (or last held) the run's lease."""
         if not hasattr(run, "holder_name"):  # the run's own page
-            run.holder_name = holders([run.pk], run._state.db).get(run.pk, "")
+            using = run._state.db or "default"
+            run.holder_name = holders([run.pk], using).get(run.pk, "")
         return run.holder_name or display.EMPTY
 
     @admin.display(description=gettext_lazy("traceback"))
-    def traceback_text(self, run: Run):
+    def traceback_text(self, run: Run) -> SafeString:
         return display.preformatted(run.traceback)
 
     @admin.display(description=gettext_lazy("result"))
-    def result_json(self, run: Run):
+    def result_json(self, run: Run) -> SafeString:
         return display.pretty_json(run.result)
 
     @admin.display(description=gettext_lazy("args"))
-    def args_json(self, run: Run):
+    def args_json(self, run: Run) -> SafeString:
         return display.pretty_json(run.args)
 
     @admin.display(description=gettext_lazy("kwargs"))
-    def kwargs_json(self, run: Run):
+    def kwargs_json(self, run: Run) -> SafeString:
         return display.pretty_json(run.kwargs)
 
     # -- actions ------------------------------------------------------------------------------
 
     @admin.action(description=gettext_lazy("Retry failed runs (a new run)"), permissions=["change"])
-    def retry(self, request, queryset):
+    def retry(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         failed = list(queryset.filter(status=Run.Status.FAILED).select_related("schedule"))
         if not failed:
             self.message_user(request, _("None of the selected runs failed."), messages.WARNING)
@@ -274,7 +313,7 @@ class RunAdmin(admin.ModelAdmin):
         description=gettext_lazy("Cancel (waiting runs at once; running ones are asked to stop)"),
         permissions=["change"],
     )
-    def cancel(self, request, queryset):
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         runs = Run.objects.using(queryset.db).filter(pk__in=queryset.values("pk"))
         cancelled, asked = leases.request_cancel(runs, clock.now(queryset.db))
         self.message_user(
@@ -284,7 +323,7 @@ class RunAdmin(admin.ModelAdmin):
             messages.SUCCESS if cancelled or asked else messages.WARNING,
         )
 
-    def retry_view(self, request, object_id):
+    def retry_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
         """The "Retry" button of a failed run's page (POST)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
@@ -292,18 +331,19 @@ class RunAdmin(admin.ModelAdmin):
         if run.status != Run.Status.FAILED:
             self.message_user(request, _("Only a failed run can be retried."), messages.ERROR)
             return HttpResponseRedirect(self._url("change", run.pk))
-        new = planner.plan_retry(run, clock.now(run._state.db))
+        new = planner.plan_retry(run, clock.now(run._state.db or "default"))
         link = format_html('<a href="{}">{}</a>', self._url("change", new.pk), new)
         self.message_user(request, format_html(_("Retrying as a new run: {}."), link))
         return HttpResponseRedirect(self._url("change", new.pk))
 
-    def cancel_view(self, request, object_id):
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
         """The "Cancel" button of a waiting or running run's page (POST)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         run = self._acted_on(request, object_id)
-        runs = Run.objects.using(run._state.db).filter(pk=run.pk)
-        cancelled, asked = leases.request_cancel(runs, clock.now(run._state.db))
+        using = run._state.db or "default"
+        runs = Run.objects.using(using).filter(pk=run.pk)
+        cancelled, asked = leases.request_cancel(runs, clock.now(using))
         if cancelled:
             self.message_user(request, _("Cancelled."))
         elif asked:
@@ -316,7 +356,7 @@ class RunAdmin(admin.ModelAdmin):
             )
         return HttpResponseRedirect(self._url("change", run.pk))
 
-    def _acted_on(self, request, object_id) -> Run:
+    def _acted_on(self, request: HttpRequest, object_id: str) -> Run:
         run = self.get_object(request, unquote(object_id))
         if run is None:
             raise Http404(_("No such run."))

@@ -1,21 +1,49 @@
 """The schedules in the admin: a trigger editor with a live preview, a list with run history."""
 
 from collections import Counter
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseNotAllowed, HttpResponseRedirect, JsonResponse
-from django.urls import path, reverse
+from django.db.models import QuerySet
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBase,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock, triggers, wakeups
 from django_periodic.admin import display, history, preview
-from django_periodic.forms import KIND_FIELDS, KIND_LABELS, ScheduleForm
-from django_periodic.models import JOB_FIELDS, POLICY_FIELDS, TRIGGER_FIELDS, Run, Schedule
+from django_periodic.forms import KIND_LABELS, ScheduleForm
+from django_periodic.models import (
+    JOB_FIELDS,
+    KIND_FIELDS,
+    POLICY_FIELDS,
+    TRIGGER_FIELDS,
+    Run,
+    Schedule,
+    ScheduleQuerySet,
+)
+
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldOpts, _FieldsetSpec
+    from django_stubs_ext import StrOrPromise, WithAnnotations
+
+    # django-stubs makes ModelAdmin generic; at run time it takes no type arguments.
+    _ScheduleAdmin = admin.ModelAdmin[Schedule]
+else:
+    _ScheduleAdmin = admin.ModelAdmin
 
 # What the code of a @job schedule defines; the admin shows it but cannot change it.
 CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIELDS, *POLICY_FIELDS)
@@ -30,16 +58,27 @@ STATE_FIELDS = (
 )
 
 
+class RecentRuns(TypedDict):
+    """What ScheduleChangeList (or ScheduleAdmin._recent, on a schedule's own page) sets on
+    each schedule."""
+
+    recent: list[history.RunSummary]
+
+
 class TriggerKindFilter(admin.SimpleListFilter):
     title = gettext_lazy("trigger kind")
     parameter_name = "kind"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
+    ) -> "list[tuple[str, StrOrPromise]]":
         return list(KIND_LABELS.items())
 
-    def queryset(self, request, queryset):
-        if self.value() in Schedule.Kind.values:
-            return queryset.of_kind(self.value())
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value in Schedule.Kind.values:
+            # The admin's queryset comes from Schedule.objects.
+            return cast(ScheduleQuerySet, queryset).of_kind(value)
         return queryset
 
 
@@ -47,10 +86,12 @@ class LastStatusFilter(admin.SimpleListFilter):
     title = gettext_lazy("last run")
     parameter_name = "last_status"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
+    ) -> "list[tuple[str, StrOrPromise]]":
         return [*Run.Status.choices, ("none", _("never ran"))]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         value = self.value()
         if not value:
             return queryset
@@ -64,10 +105,12 @@ class CodeDefinedFilter(admin.SimpleListFilter):
     title = gettext_lazy("defined in")
     parameter_name = "defined"
 
-    def lookups(self, request, model_admin):
+    def lookups(
+        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
+    ) -> "list[tuple[str, StrOrPromise]]":
         return [("code", _("code (@job)")), ("admin", _("the database (admin, ORM)"))]
 
-    def queryset(self, request, queryset):
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
         if self.value() == "code":
             return queryset.exclude(defined_in="")
         if self.value() == "admin":
@@ -78,7 +121,7 @@ class CodeDefinedFilter(admin.SimpleListFilter):
 class ScheduleChangeList(ChangeList):
     """Loads the recent runs of every schedule on the page in one query."""
 
-    def get_results(self, request):
+    def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         schedules = list(self.result_list)
         runs = history.recent_runs([s.pk for s in schedules], using=self.queryset.db)
@@ -87,7 +130,7 @@ class ScheduleChangeList(ChangeList):
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(_ScheduleAdmin):
     form = ScheduleForm
     list_display = [
         "name_and_error",
@@ -109,33 +152,33 @@ class ScheduleAdmin(admin.ModelAdmin):
         css = {"all": ["django_periodic/admin.css"]}
         js = ["django_periodic/schedule_form.js"]
 
-    def get_changelist(self, request, **kwargs):
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return ScheduleChangeList
 
-    def get_fieldsets(self, request, obj=None):
+    def get_fieldsets(self, request: HttpRequest, obj: Schedule | None = None) -> "_FieldsetSpec":
         trigger = ["trigger_kind", *TRIGGER_FIELDS, "trigger_preview"]
         if obj is not None and not self._editable_trigger(request, obj):
             others = {name for kind, name in KIND_FIELDS.items() if kind != obj.trigger_kind}
             trigger = [name for name in trigger if name not in others]
-        fieldsets = [
+        fieldsets: list[tuple[StrOrPromise | None, _FieldOpts]] = [
             (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
-            (_("Trigger"), {"fields": trigger}),
+            (_("Trigger"), {"fields": list(trigger)}),
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
         ]
         if obj is not None:
             fieldsets.append((_("State"), {"fields": list(STATE_FIELDS)}))
         return fieldsets
 
-    def get_readonly_fields(self, request, obj=None):
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list[str]:
         fields = ["trigger_preview", *STATE_FIELDS]
         if obj is not None and obj.is_code_defined:
             fields += CODE_DEFINED_FIELDS
         return fields
 
-    def _editable_trigger(self, request, obj: Schedule) -> bool:
+    def _editable_trigger(self, request: HttpRequest, obj: Schedule) -> bool:
         return not obj.is_code_defined and self.has_change_permission(request, obj)
 
-    def get_urls(self):
+    def get_urls(self) -> list[URLPattern]:
         info = self.opts.app_label, self.opts.model_name
         wrap = self.admin_site.admin_view
         return [
@@ -148,21 +191,27 @@ class ScheduleAdmin(admin.ModelAdmin):
             *super().get_urls(),
         ]
 
-    def change_view(self, request, object_id, form_url="", extra_context=None):
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         urls = {
             "run_now_url": self._url("run_now", object_id),
             "runs_url": f"{self._url('changelist', model='run')}?schedule={object_id}",
         }
         return super().change_view(request, object_id, form_url, {**urls, **(extra_context or {})})
 
-    def _url(self, name: str, *args, model: str = "schedule") -> str:
+    def _url(self, name: str, *args: object, model: str = "schedule") -> str:
         app = self.opts.app_label
         return reverse(f"{self.admin_site.name}:{app}_{model}_{name}", args=args)
 
     # -- columns and read-only fields ---------------------------------------------------------
 
     @admin.display(description=gettext_lazy("name"), ordering="name")
-    def name_and_error(self, schedule: Schedule):
+    def name_and_error(self, schedule: Schedule) -> str:
         if not schedule.last_error:
             return schedule.name
         return format_html(
@@ -173,7 +222,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description=gettext_lazy("trigger"))
-    def trigger_in_words(self, schedule: Schedule):
+    def trigger_in_words(self, schedule: Schedule) -> str:
         words = preview.describe(schedule, bounds=False) or display.EMPTY
         raw = schedule.cron or ""
         if not raw:
@@ -185,7 +234,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         return str(KIND_LABELS.get(schedule.trigger_kind, display.EMPTY))
 
     @admin.display(description=gettext_lazy("next fire"), ordering="next_fire_at")
-    def next_fire(self, schedule: Schedule):
+    def next_fire(self, schedule: Schedule) -> SafeString:
         if not schedule.enabled:
             return format_html('<span class="periodic-quiet">{}</span>', _("paused"))
         if schedule.next_fire_at is None:
@@ -193,20 +242,22 @@ class ScheduleAdmin(admin.ModelAdmin):
         return display.when(schedule.next_fire_at, clock.wall_now())
 
     @admin.display(description=gettext_lazy("last run"))
-    def last_status(self, schedule: Schedule):
+    def last_status(self, schedule: "WithAnnotations[Schedule, RecentRuns]") -> SafeString:
         runs = self._recent(schedule)
         if not runs:
             return format_html('<span class="periodic-quiet">{}</span>', _("never ran"))
         return display.status_badge(runs[0].status, runs[0].error_code)
 
     @admin.display(description=gettext_lazy("recent runs"))
-    def recent_runs(self, schedule: Schedule):
+    def recent_runs(self, schedule: "WithAnnotations[Schedule, RecentRuns]") -> str:
         runs = self._recent(schedule)
         if not runs:
             return display.EMPTY
         return display.run_strip(runs, self._url("change", 0, model="run"))
 
-    def _recent(self, schedule: Schedule) -> list:
+    def _recent(
+        self, schedule: "WithAnnotations[Schedule, RecentRuns]"
+    ) -> list[history.RunSummary]:
         if schedule.pk is None:
             return []
         if not hasattr(schedule, "recent"):  # the change page: one schedule, one query
@@ -215,7 +266,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         return schedule.recent
 
     @admin.display(description=gettext_lazy("preview"))
-    def trigger_preview(self, schedule: Schedule):
+    def trigger_preview(self, schedule: Schedule) -> SafeString:
         now = clock.now(schedule._state.db or "default")
         result = preview.preview(schedule, now, errors=self._trigger_errors(schedule))
         url = self._url("preview")
@@ -229,7 +280,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         )
 
     @staticmethod
-    def _trigger_errors(schedule: Schedule) -> dict:
+    def _trigger_errors(schedule: Schedule) -> dict[str, list[str]]:
         try:
             schedule.trigger  # noqa: B018 (building it validates it)
         except triggers.InvalidTrigger as exc:
@@ -238,7 +289,7 @@ class ScheduleAdmin(admin.ModelAdmin):
 
     # -- the live preview -----------------------------------------------------------------------
 
-    def preview_view(self, request):
+    def preview_view(self, request: HttpRequest) -> JsonResponse:
         """The trigger being typed, in words and next fire times, as JSON (and its HTML)."""
         obj = None
         if request.GET.get("object_id"):
@@ -252,14 +303,18 @@ class ScheduleAdmin(admin.ModelAdmin):
         form = form_class(request.GET, instance=obj or Schedule())
         form.is_valid()
         watched = {"trigger_kind", *TRIGGER_FIELDS, "__all__"}
-        errors = {name: list(errors) for name, errors in form.errors.items() if name in watched}
+        errors = {
+            name: [str(message) for message in field_errors]  # ErrorList gives str messages
+            for name, field_errors in form.errors.items()
+            if name in watched
+        }
         now = clock.now(form.instance._state.db or "default")
         result = preview.preview(form.instance, now, errors)
         return JsonResponse({**result.as_json(), "html": preview.render(result)})
 
     # -- actions ------------------------------------------------------------------------------
 
-    def run_now_view(self, request, object_id):
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
         """The "Run now" button of a schedule's page (POST)."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
@@ -276,7 +331,7 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.action(
         description=gettext_lazy("Run now (through the overlap policy)"), permissions=["change"]
     )
-    def run_now(self, request, queryset):
+    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         statuses = Counter(schedule.run_now().status for schedule in queryset)
         n = statuses.total()
         message = ngettext(
@@ -288,7 +343,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         description=gettext_lazy("Enable: resume from now, without catch-up"),
         permissions=["change"],
     )
-    def enable(self, request, queryset):
+    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         resumed, failed = self._restart(queryset.filter(enabled=False))
         self._report_resumed(request, resumed, failed)
 
@@ -296,7 +351,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         description=gettext_lazy("Resume with catch-up (the misfire policy decides)"),
         permissions=["change"],
     )
-    def resume_with_catch_up(self, request, queryset):
+    def resume_with_catch_up(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         paused = queryset.filter(enabled=False)
         # Without a cursor there is nothing to catch up: such a schedule restarts from now.
         resumed, failed = self._restart(paused.filter(next_fire_at__isnull=True))
@@ -308,7 +363,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         self._report_resumed(request, resumed, failed)
 
     @admin.action(description=gettext_lazy("Disable (pause)"), permissions=["change"])
-    def disable(self, request, queryset):
+    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         paused = queryset.filter(enabled=True).update(
             enabled=False, updated_at=clock.now(queryset.db)
         )
@@ -316,7 +371,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         self.message_user(request, message % {"n": paused})
 
     @staticmethod
-    def _restart(queryset) -> tuple[int, list[str]]:
+    def _restart(queryset: QuerySet[Schedule]) -> tuple[int, list[str]]:
         """Enable each schedule through save(), which restarts its cursor from now."""
         resumed, failed = 0, []
         for schedule in queryset:
@@ -329,7 +384,7 @@ class ScheduleAdmin(admin.ModelAdmin):
                 resumed += 1
         return resumed, failed
 
-    def _report_resumed(self, request, resumed: int, failed: list[str]) -> None:
+    def _report_resumed(self, request: HttpRequest, resumed: int, failed: list[str]) -> None:
         message = ngettext("Resumed %(n)d schedule.", "Resumed %(n)d schedules.", resumed)
         self.message_user(request, message % {"n": resumed})
         if failed:

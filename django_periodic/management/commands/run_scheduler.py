@@ -1,6 +1,7 @@
 import logging
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_periodic import stop_signals
 from django_periodic.conf import get_settings
@@ -17,7 +18,7 @@ class Command(BaseCommand):
         "(a second one stops waiting for running jobs)."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--workers",
             type=int,
@@ -34,7 +35,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default="default", help="Database alias to use.")
 
-    def handle(self, *args, workers, once, plan_only, database, verbosity, **options):
+    def handle(
+        self,
+        *args: Any,
+        workers: int | None,
+        once: bool,
+        plan_only: bool,
+        database: str,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
         self._configure_logging(verbosity)
         workers = get_settings().WORKERS if workers is None else workers
         if workers < 1 and not plan_only:
