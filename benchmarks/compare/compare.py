@@ -1,0 +1,242 @@
+"""django_periodic beside django-celery-beat, APScheduler 3 and django-periodic-tasks.
+
+    bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,...]
+
+run.sh builds the venvs and starts PostgreSQL, then runs this with BENCH_PG_PORT set.
+Workloads: planning, lag, execution, due, idle, rss. Each figure is the median of 3
+repetitions (1 with --quick, which also uses smaller sizes). Results are kept in
+benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
+reruns one workload; the table, docs/performance.md and docs/images/performance.png are
+made from that file (the docs by a full run, or by any run given --docs).
+"""
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+import docs_page
+import report
+import workloads
+from harness import Server, say
+from peers import PEERS, Context, Ours, Peer
+from workloads import Plan
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOADS = ("planning", "lag", "execution", "due", "idle", "rss")
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="1 repetition, smaller sizes")
+    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
+    parser.add_argument("--cap", type=float, default=600, help="seconds a peer gets per run (600)")
+    parser.add_argument(
+        "--no-early-stop",
+        action="store_true",
+        help="wait out the cap even when the rate seen shows a peer cannot make it",
+    )
+    docs = parser.add_mutually_exclusive_group()
+    docs.add_argument(
+        "--docs", action="store_true", help="write the docs page (default: full runs)"
+    )
+    docs.add_argument("--no-docs", action="store_true", help="do not write the docs page")
+    parser.add_argument("--fresh", action="store_true", help="forget results of earlier runs")
+    args = parser.parse_args()
+    args.only = _choices(args.only, WORKLOADS, "workload")
+    args.peers = _choices(args.peers, tuple(PEERS), "peer")
+    return args
+
+
+def _choices(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    chosen = [v.strip() for v in value.split(",") if v.strip()]
+    if unknown := [v for v in chosen if v not in allowed]:
+        sys.exit(f"unknown {what}(s) {unknown}; choose from {', '.join(allowed)}")
+    return [v for v in allowed if v in chosen]
+
+
+def make_peers(ctx: Context, keys: list[str]) -> list[Peer]:
+    peers = []
+    for key in keys:
+        if key == "dpt" and not ctx.dpt_python:
+            say("django-periodic-tasks left out: no Python 3.13 venv (see run.sh)")
+            continue
+        peers.append(PEERS[key](ctx))
+    return peers
+
+
+def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list[workloads.Figure]:
+    ours = next((p for p in peers if isinstance(p, Ours)), None)
+    if name in ("execution", "due") and ours is None:
+        say(f"[{name}] needs django_periodic (--peers ours)")
+        return []
+    runners = {
+        "planning": lambda: workloads.planning(ctx, plan, peers),
+        "lag": lambda: workloads.fire_lag(ctx, plan, peers),
+        "execution": lambda: workloads.execution(ctx, plan, ours),
+        "due": lambda: workloads.due_at_once(ctx, plan, ours),
+        "idle": lambda: workloads.idle(ctx, plan, peers),
+        "rss": lambda: workloads.memory_use(ctx, plan, peers),
+    }
+    return runners[name]()
+
+
+# --- results kept between runs ----------------------------------------------------------------
+
+
+def results_path(quick: bool) -> Path:
+    return ROOT / "benchmarks" / "results" / f"compare-{'quick' if quick else 'full'}.json"
+
+
+def load_results(path: Path, fresh: bool) -> dict:
+    if fresh or not path.exists():
+        return {"workloads": {}}
+    return json.loads(path.read_text())
+
+
+def save_results(path: Path, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1, default=str))
+
+
+def all_figures(results: dict) -> report.Figures:
+    return {
+        (f["row"], f["peer"]): f
+        for entry in results["workloads"].values()
+        for f in entry["figures"]
+    }
+
+
+# --- the machine ------------------------------------------------------------------------------
+
+
+def describe_machine(ctx: Context) -> dict[str, str]:
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory_kb = int(Path("/proc/meminfo").read_text().split()[1])
+    durability = ctx.server.settings(["fsync", "synchronous_commit", "full_page_writes"])
+    return {
+        "cpu": f"{cpu}, {os.cpu_count()} cores, {memory_kb / 1024**2:.0f} GB",
+        "os": platform.platform(),
+        "postgresql": f"{ctx.server.version()} on 127.0.0.1, "
+        + ", ".join(f"{k} {v}" for k, v in sorted(durability.items())),
+        "python": f"{platform.python_version()} "
+        f"(django-periodic-tasks: {_dpt_python_version(ctx)})",
+        "packages": ", ".join(_versions()) + f", {_dpt_versions(ctx)}",
+        "commit": _commit(),
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+
+
+def _versions() -> list[str]:
+    names = [
+        "Django",
+        "django-celery-beat",
+        "celery",
+        "kombu",
+        "APScheduler",
+        "SQLAlchemy",
+        "psycopg",
+    ]
+    return [f"{name} {metadata.version(name)}" for name in names]
+
+
+def _dpt_versions(ctx: Context) -> str:
+    if not ctx.dpt_python:
+        return "django-periodic-tasks not installed"
+    code = (
+        "from importlib.metadata import version as v; "
+        "print('django-periodic-tasks', v('django-periodic-tasks') + ', django-tasks',"
+        " v('django-tasks'))"
+    )
+    return subprocess.run(
+        [ctx.dpt_python, "-c", code], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _dpt_python_version(ctx: Context) -> str:
+    if not ctx.dpt_python:
+        return "n/a"
+    code = "import platform; print(platform.python_version())"
+    return subprocess.run(
+        [ctx.dpt_python, "-c", code], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _commit() -> str:
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+
+    dirty = (
+        " (with uncommitted changes)"
+        if git("status", "--porcelain", "--", "django_periodic")
+        else ""
+    )
+    return git("rev-parse", "--short", "HEAD") + dirty
+
+
+# --- main -------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    args = parse_args()
+    plan = (
+        Plan.quick_run(args.cap, not args.no_early_stop)
+        if args.quick
+        else Plan.full(args.cap, not args.no_early_stop)
+    )
+    server = Server(int(os.environ["BENCH_PG_PORT"]))
+    ctx = Context(
+        server=server,
+        root=ROOT,
+        work=ROOT / "benchmarks" / "results" / "compare",
+        python=sys.executable,
+        dpt_python=os.environ.get("BENCH_DPT_PYTHON") or None,
+    )
+    peers = make_peers(ctx, args.peers)
+    started = time.monotonic()
+    say(f"Comparison, {'quick' if plan.quick else 'full'} run: {', '.join(args.only)}")
+    for peer in peers:
+        peer.prepare()
+    say("Databases ready: " + ", ".join(peer.database for peer in peers))
+
+    path = results_path(plan.quick)
+    results = load_results(path, args.fresh)
+    results.update(plan=asdict(plan), machine=describe_machine(ctx))
+    for name in args.only:
+        figures = run_workload(name, ctx, plan, peers)
+        results["workloads"][name] = {
+            "ran_at": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "figures": [f.as_dict() for f in figures],
+        }
+        save_results(path, results)
+
+    figures = all_figures(results)
+    peer_keys = [key for key in PEERS if any(peer == key for _, peer in figures)]
+    say("\n" + report.markdown_table(figures, results["plan"], peer_keys) + "\n")
+    say("\n".join(report.details(figures, results["plan"])))
+    say(f"\nResults: {path.relative_to(ROOT)} ({(time.monotonic() - started) / 60:.0f} min)")
+    if args.docs or (not plan.quick and not args.no_docs):
+        docs_page.write(ROOT, results, figures, peer_keys)
+
+
+if __name__ == "__main__":
+    main()

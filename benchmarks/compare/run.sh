@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# django_periodic beside django-celery-beat, APScheduler 3 and django-periodic-tasks, one command.
+#
+#   bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,apscheduler,dpt]
+#
+# Builds .venv/bench (Python 3.11: this project, Django 5.2, django-celery-beat, Celery,
+# APScheduler 3, SQLAlchemy, matplotlib) and .venv/bench-dpt (Python 3.13, which
+# django-periodic-tasks requires), starts a throwaway PostgreSQL with durability on, runs
+# compare.py and stops the server. See docs/performance.md; `--help` lists every option.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+# shellcheck source=scripts/lib/venv.sh
+source scripts/lib/venv.sh
+# shellcheck source=scripts/lib/postgres.sh
+source scripts/lib/postgres.sh
+
+venv_ensure bench 3.11 -e '.[postgres]' 'django>=5.2,<6' django-environ \
+    django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib
+dpt_python=
+if venv_ensure bench-dpt 3.13 'django>=5.2,<6' 'psycopg[binary]>=3.1' \
+    'django-periodic-tasks[django-tasks]'; then
+    dpt_python=$PWD/.venv/bench-dpt/bin/python
+else
+    echo "compare: no Python 3.13 venv for django-periodic-tasks; that peer is left out" >&2
+fi
+
+trap pg_stop EXIT
+# Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
+PG_DURABLE=1 pg_start
+BENCH_PG_PORT=$PG_PORT BENCH_DPT_PYTHON=$dpt_python \
+    .venv/bench/bin/python benchmarks/compare/compare.py "$@"

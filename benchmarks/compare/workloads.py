@@ -1,0 +1,673 @@
+"""The workloads of the comparison. Each runs every selected peer (its repetitions one after
+another) and returns Figures: one table cell each, the median of its repetitions.
+
+Fires due "at once" are set up a little ahead of time, so that every scheduler is started and
+idle when they come due; the lead is learned per peer and size (a peer that loads its whole
+schedule at start needs longer).
+"""
+
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from harness import Child, Progress, cpu_seconds, median, memory, percentile, say, wait_until
+from peers import Context, Ours, Peer, now_utc
+
+SECOND = timedelta(seconds=1)
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+GB = 1024**3
+MB = 1024**2
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Sizes, repetitions and limits of one run (full or quick)."""
+
+    quick: bool
+    reps: int
+    cap: float  # seconds a peer gets per repetition of a workload
+    early_stop: bool  # give up once the rate seen shows the cap cannot be met
+    planning_sizes: tuple[int, ...]
+    lag_schedules: int
+    lag_seconds: int
+    execution_runs: int
+    due_schedules: int
+    idle_schedules: int
+    idle_window: float
+    idle_windows: int
+    rss_sizes: tuple[int, ...]
+    settle: float  # seconds after a scheduler is up before it counts as idle
+    workers: int = 8  # run_scheduler --workers where the workload runs jobs
+    rss_limit: int = 8 * GB
+    slow_repetition: float = 240.0  # a repetition longer than this is not repeated
+
+    @classmethod
+    def full(cls, cap: float, early_stop: bool) -> "Plan":
+        return cls(
+            quick=False,
+            reps=3,
+            cap=cap,
+            early_stop=early_stop,
+            planning_sizes=(1_000, 10_000, 100_000),
+            lag_schedules=1_000,
+            lag_seconds=60,
+            execution_runs=20_000,
+            due_schedules=10_000,
+            idle_schedules=100_000,
+            idle_window=120.0,
+            idle_windows=3,
+            rss_sizes=(10_000, 1_000_000),
+            settle=20.0,
+        )
+
+    @classmethod
+    def quick_run(cls, cap: float, early_stop: bool) -> "Plan":
+        return cls(
+            quick=True,
+            reps=1,
+            cap=cap,
+            early_stop=early_stop,
+            planning_sizes=(1_000, 10_000),
+            lag_schedules=200,
+            lag_seconds=20,
+            execution_runs=5_000,
+            due_schedules=10_000,
+            idle_schedules=10_000,
+            idle_window=30.0,
+            idle_windows=1,
+            rss_sizes=(1_000, 100_000),
+            settle=10.0,
+        )
+
+
+@dataclass
+class Figure:
+    """One cell of the table."""
+
+    row: str
+    peer: str
+    status: str = "ok"  # ok | dnf | unsupported | not run | error
+    value: float | None = None
+    text: str = ""
+    detail: str = ""
+    numbers: dict[str, float] = field(default_factory=dict)
+    reps: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class Unfinished(Exception):
+    """A peer did not finish a repetition within the cap (or outgrew the memory limit)."""
+
+
+# --- running repetitions ----------------------------------------------------------------------
+
+Summary = Callable[[dict[str, float]], tuple[float, str, str]]
+
+
+def measure(
+    plan: Plan, row: str, peer: str, label: str, once: Callable[[Progress], dict], summary: Summary
+) -> Figure:
+    """Run ``once`` up to ``plan.reps`` times; the figure is the median of each number."""
+    outcomes: list[dict[str, float]] = []
+    for rep in range(plan.reps):
+        progress = Progress(f"{label} (run {rep + 1}/{plan.reps})")
+        started = time.monotonic()
+        try:
+            outcome = once(progress)
+        except Unfinished as exc:
+            progress.finish(str(exc))
+            if not outcomes:
+                return Figure(row, peer, "dnf", text=str(exc))
+            break
+        except Exception as exc:  # a broken peer must not end the whole comparison
+            progress.finish(f"error: {exc}")
+            traceback.print_exc()
+            return Figure(row, peer, "error", text=f"error: {str(exc).splitlines()[0][:120]}")
+        outcomes.append(outcome)
+        progress.finish(summary(outcome)[1])
+        if time.monotonic() - started > plan.slow_repetition:
+            break
+    numbers = {key: median(o[key] for o in outcomes) for key in outcomes[0]}
+    value, text, detail = summary(numbers)
+    return Figure(row, peer, "ok", value, text, detail, numbers, len(outcomes))
+
+
+def died(children: list[Child]) -> None:
+    for child in children:
+        if not child.alive():
+            raise RuntimeError(f"{child.name} exited ({child.popen.returncode}):\n{child.tail()}")
+
+
+def check_memory(children: list[Child], limit: int) -> None:
+    for child in children:
+        rss = memory(child.pid).get("VmRSS", 0)
+        if rss > limit:
+            child.kill()
+            raise Unfinished(f"stopped at {rss / GB:.1f} GB RSS (limit {limit / GB:.0f} GB)")
+
+
+def start_due(
+    ctx: Context,
+    plan: Plan,
+    peer: Peer,
+    size: int,
+    setup: Callable[[datetime], None],
+    launch: Callable[[], list[Child]],
+) -> tuple[list[Child], float]:
+    """Create schedules due a little ahead, start the peer; return once it is up and idle.
+
+    If it was not up before the due time, start over with a longer lead (learned for the
+    next repetitions)."""
+    key = (peer.key, size)
+    for _ in range(3):
+        lead = ctx.leads.get(key, 5.0 + size * 4e-5)
+        peer.reset()
+        began = time.time()
+        due_at = began + lead
+        setup(datetime.fromtimestamp(due_at, UTC))
+        peer.analyze()
+        children = launch()
+        try:
+            up = wait_until(lambda children=children: _up(peer, children, plan), plan.cap, 0.1)
+        except BaseException:
+            peer.stop(children)
+            raise
+        if not up:
+            peer.stop(children)
+            raise Unfinished(f"not up within {plan.cap / 60:.0f} min with {size:,} schedules")
+        if time.time() < due_at - 0.5:
+            ctx.leads[key] = lead
+            return children, due_at
+        peer.stop(children)
+        ctx.leads[key] = (time.time() - began) * 1.5 + 3
+    raise Unfinished("never up before its schedules came due")
+
+
+def _up(peer: Peer, children: list[Child], plan: Plan) -> bool:
+    died(children)
+    check_memory(children, plan.rss_limit)
+    return peer.ready(children)
+
+
+def wait_for_fires(
+    plan: Plan,
+    peer: Peer,
+    kind: str,
+    total: int,
+    since: float,
+    children: list[Child],
+    progress: Progress,
+) -> None:
+    """Until ``total`` fires of ``kind``; Unfinished past the cap (or once the rate so far
+    shows that the cap cannot be met, with ``plan.early_stop``)."""
+    while (done := peer.fired(kind)) < total:
+        progress.update(done, total)
+        died(children)
+        check_memory(children, plan.rss_limit)
+        elapsed = time.time() - since
+        if elapsed > plan.cap:
+            raise Unfinished(f"did not finish in {plan.cap / 60:.0f} min ({done:,} of {total:,})")
+        if plan.early_stop and elapsed > 60 and done and elapsed * total / done > plan.cap * 1.5:
+            projected = elapsed * total / done / 60
+            raise Unfinished(
+                f"would not finish in {plan.cap / 60:.0f} min: {done:,} of {total:,} "
+                f"after {elapsed:.0f} s, about {projected:.0f} min at that rate"
+            )
+        time.sleep(0.2)
+
+
+# --- (1) planning -----------------------------------------------------------------------------
+
+
+def planning(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
+    """N schedules due at once: fires turned into runs / tasks sent per second."""
+    figures: list[Figure] = []
+    gave_up: dict[tuple[str, int], str] = {}
+    ours = next((p for p in peers if isinstance(p, Ours)), None)
+    for n in plan.planning_sizes:
+        say(f"\n[planning] {n:,} schedules due at once")
+        for processes in (1, 2):
+            row = f"planning:{n}:{processes}"
+            for peer in peers:
+                if processes > 1 and not peer.multi:
+                    figure = Figure(row, peer.key, "unsupported", text=peer.multi_note)
+                elif (peer.key, processes) in gave_up:
+                    figure = Figure(row, peer.key, "not run", text=gave_up[peer.key, processes])
+                else:
+                    figure = planning_figure(ctx, plan, peer, n, processes)
+                if figure.status == "dnf":
+                    gave_up[peer.key, processes] = f"not run: did not finish {n:,}"
+                figures.append(figure)
+        if ours:
+            figures.append(sql_figure(plan, ours, n))
+    return figures
+
+
+def planning_figure(ctx: Context, plan: Plan, peer: Peer, n: int, processes: int) -> Figure:
+    def once(progress: Progress) -> dict[str, float]:
+        return plan_fires(ctx, plan, peer, n, processes, progress)
+
+    label = f"{peer.label}, {processes} process{'es' * (processes > 1)}"
+    return measure(plan, f"planning:{n}:{processes}", peer.key, label, once, planning_summary)
+
+
+def sql_figure(plan: Plan, ours: Ours, n: int) -> Figure:
+    def once(progress: Progress) -> dict[str, float]:
+        return plan_in_one_statement(ours, n)
+
+    return measure(plan, f"planning:{n}:1", "sql", "one SQL statement", once, planning_summary)
+
+
+def plan_fires(
+    ctx: Context, plan: Plan, peer: Peer, n: int, processes: int, progress: Progress
+) -> dict[str, float]:
+    children, due_at = start_due(
+        ctx,
+        plan,
+        peer,
+        n,
+        lambda first: peer.add_schedules(n, first, HOUR),
+        lambda: [peer.start(i, plan_only=True) for i in range(processes)],
+    )
+    try:
+        wait_for_fires(plan, peer, peer.plan_kind, n, due_at, children, progress)
+        began = peer.work_started(due_at)
+        seconds = peer.last_fire(peer.plan_kind) - began
+    finally:
+        peer.stop(children)
+    return {"n": n, "rate": n / seconds, "seconds": seconds, "wake": began - due_at}
+
+
+def plan_in_one_statement(ours: Ours, n: int) -> dict[str, float]:
+    ours.reset()
+    ours.add_schedules(n, now_utc(-1), HOUR)
+    ours.analyze()
+    started = time.perf_counter()
+    inserted = ours.plan_in_one_statement()
+    seconds = time.perf_counter() - started
+    if inserted != n:
+        raise RuntimeError(f"the statement inserted {inserted} runs, not {n}")
+    return {"n": n, "rate": n / seconds, "seconds": seconds, "wake": 0.0}
+
+
+def planning_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    rate = numbers["rate"]
+    detail = f"{numbers['n']:,.0f} in {numbers['seconds']:.2f} s"
+    if numbers.get("wake", 0) > 0.5:
+        detail += f", after its next poll ({numbers['wake']:.1f} s after due)"
+    return rate, f"{rate:,.0f} fires/s", detail
+
+
+# --- (2) fire lag -----------------------------------------------------------------------------
+
+
+def fire_lag(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
+    """N schedules firing every second for S seconds: fires kept and lag percentiles."""
+    n, seconds = plan.lag_schedules, plan.lag_seconds
+    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s")
+    figures = []
+    for peer in peers:
+        if peer.min_interval > SECOND:
+            note = (
+                f"no schedule shorter than {peer.min_interval.total_seconds() / 60:.0f} min (cron)"
+            )
+            figures.append(Figure("lag", peer.key, "unsupported", text=note))
+            continue
+        processes = 2 if isinstance(peer, Ours) else 1
+        label = f"{peer.label}, {processes} process(es)"
+        once = lambda progress, peer=peer, p=processes: lag_once(ctx, plan, peer, p, progress)  # noqa: E731
+        figures.append(measure(plan, "lag", peer.key, label, once, lag_summary))
+    return figures
+
+
+def lag_once(
+    ctx: Context, plan: Plan, peer: Peer, processes: int, progress: Progress
+) -> dict[str, float]:
+    n, seconds = plan.lag_schedules, plan.lag_seconds
+    children, due_at = start_due(
+        ctx,
+        plan,
+        peer,
+        n,
+        lambda first: peer.add_schedules(n, first, SECOND, first + (seconds - 1) * SECOND),
+        lambda: [peer.start(i, workers=plan.workers) for i in range(processes)],
+    )
+    try:
+        end = due_at + seconds + 10  # 10 s to finish the last fires
+        while time.time() < end:
+            progress.update(peer.fired(peer.lag_kind), n * seconds)
+            died(children)
+            time.sleep(0.5)
+    finally:
+        peer.stop(children)
+    if isinstance(peer, Ours):
+        kept, lags, lost = ours_lags(peer, due_at, seconds)
+    else:
+        kept, lags, lost = peer_lags(peer, due_at, seconds)
+    if not lags:
+        raise RuntimeError("no fire kept")
+    return {
+        "kept": kept,
+        "expected": n * seconds,
+        "lost": lost,
+        "p50": percentile(lags, 50) * 1000,
+        "p99": percentile(lags, 99) * 1000,
+        "max": max(lags) * 1000,
+    }
+
+
+def ours_lags(ours: Ours, due_at: float, seconds: int) -> tuple[int, list[float], int]:
+    rows = ours.conn.execute(
+        "SELECT status, extract(epoch FROM started_at - plan_time) FROM django_periodic_run "
+        "WHERE plan_time >= to_timestamp(%s) AND plan_time < to_timestamp(%s)",
+        (due_at - 0.001, due_at + seconds - 0.001),
+    ).fetchall()
+    lags = [float(lag) for status, lag in rows if status == "succeeded"]
+    return len(lags), lags, len(rows) - len(lags)
+
+
+def peer_lags(peer: Peer, due_at: float, seconds: int) -> tuple[int, list[float], int]:
+    def in_window(nominal: float) -> bool:
+        return due_at - 0.001 <= nominal < due_at + seconds - 0.001
+
+    lags = [at - nominal for nominal, at in peer.fires(peer.lag_kind) if in_window(nominal)]
+    missed = [nominal for nominal, _ in peer.fires("missed") if in_window(nominal)]
+    return len(lags), lags, len(missed)
+
+
+def lag_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    text = (
+        f"{numbers['kept']:,.0f} of {numbers['expected']:,.0f} kept; p50 {numbers['p50']:,.0f} ms, "
+        f"p99 {numbers['p99']:,.0f} ms, max {numbers['max']:,.0f} ms"
+    )
+    detail = f"{numbers['lost']:,.0f} skipped or missed" if numbers["lost"] else ""
+    return numbers["p99"], text, detail
+
+
+# --- (3) execution and the 10,000-due workload (django_periodic only) -------------------------
+
+
+def execution(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+    """N pending no-op runs executed by 1 and 2 run_scheduler processes."""
+    runs = plan.execution_runs
+    say(f"\n[execution] {runs:,} pending no-op runs, --workers {plan.workers}")
+    figures = []
+    for processes in (1, 2):
+        once = lambda progress, p=processes: execution_once(plan, ours, p, progress)  # noqa: E731
+        label = f"{ours.label}, {processes} process(es)"
+        figures.append(
+            measure(plan, f"execution:{processes}", ours.key, label, once, execution_summary)
+        )
+    return figures
+
+
+def execution_once(plan: Plan, ours: Ours, processes: int, progress: Progress) -> dict[str, float]:
+    runs = plan.execution_runs
+    ours.reset()
+    # A long grace, so that no run waiting its turn is skipped: this measures execution only.
+    ours.add_schedules(runs, now_utc(-1), HOUR, misfire_grace=HOUR)
+    ours.plan_once()
+    if (pending := ours.count_runs("status = 'pending'")) != runs:
+        raise RuntimeError(f"{pending} runs pending, not {runs}")
+    ours.analyze()
+    children = [ours.start(i, workers=plan.workers) for i in range(processes)]
+    since = time.time()
+    try:
+        while (done := ours.count_runs("status = 'succeeded'")) < runs:
+            progress.update(done, runs)
+            died(children)
+            if time.time() - since > plan.cap:
+                raise Unfinished(
+                    f"did not finish in {plan.cap / 60:.0f} min ({done:,} of {runs:,})"
+                )
+            time.sleep(0.5)
+    finally:
+        ours.stop(children)
+    first, last = ours.conn.execute(
+        "SELECT extract(epoch FROM min(started_at)), extract(epoch FROM max(finished_at)) "
+        "FROM django_periodic_run"
+    ).fetchone()
+    seconds = float(last - first)
+    return {"n": runs, "rate": runs / seconds, "seconds": seconds}
+
+
+def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    rate = numbers["rate"]
+    detail = f"{numbers['n']:,.0f} in {numbers['seconds']:.1f} s (first start to last finish)"
+    return rate, f"{rate:,.0f} runs/s", detail
+
+
+def due_at_once(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+    """N schedules due at once, default settings, one run_scheduler --workers 8."""
+    n = plan.due_schedules
+    say(f"\n[due at once] {n:,} schedules due at once, one run_scheduler --workers {plan.workers}")
+    once = lambda progress: due_once(ctx, plan, ours, progress)  # noqa: E731
+    return [measure(plan, "due", ours.key, ours.label, once, due_summary)]
+
+
+def due_once(ctx: Context, plan: Plan, ours: Ours, progress: Progress) -> dict[str, float]:
+    n = plan.due_schedules
+    children, due_at = start_due(
+        ctx,
+        plan,
+        ours,
+        n,
+        lambda first: ours.add_schedules(n, first, HOUR),
+        lambda: [ours.start(0, workers=plan.workers)],
+    )
+    final = "status IN ('succeeded', 'failed', 'skipped', 'cancelled')"
+    try:
+        # Every run ends by its start deadline (plan time + misfire_grace, 60 s by default).
+        while (done := ours.count_runs(final)) < n and time.time() < due_at + 90:
+            progress.update(done, n)
+            died(children)
+            time.sleep(0.5)
+    finally:
+        ours.stop(children)
+    row = ours.conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'succeeded' AND finished_at <= plan_time + "
+        "interval '10 seconds'), count(*) FILTER (WHERE status = 'succeeded'), "
+        "count(*) FILTER (WHERE status = 'skipped'), "
+        "extract(epoch FROM max(finished_at) - min(plan_time)) FROM django_periodic_run"
+    ).fetchone()
+    within, succeeded, skipped, last = (float(x or 0) for x in row)
+    return {"n": n, "within": within, "succeeded": succeeded, "skipped": skipped, "last": last}
+
+
+def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    text = (
+        f"{numbers['within']:,.0f} of {numbers['n']:,.0f} succeeded within 10 s; "
+        f"{numbers['skipped']:,.0f} skipped"
+    )
+    detail = (
+        f"{numbers['succeeded']:,.0f} succeeded in all, "
+        f"the last {numbers['last']:.1f} s after the fire"
+    )
+    return numbers["within"], text, detail
+
+
+# --- (4) idle cost and (5) memory: all peers side by side, each in its own database ----------
+
+
+def idle(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
+    """Schedules none of which is due: transactions/s in the peer's database, CPU of its process.
+
+    The peers run at the same time: each is measured on its own database and its own process.
+    """
+    n = plan.idle_schedules
+    windows = f"{plan.idle_windows} window(s) of {plan.idle_window:.0f} s"
+    say(f"\n[idle] {n:,} schedules not due, {windows}")
+    load_all(peers, n)
+    running, failures = start_all(plan, peers)
+    samples: dict[str, list[tuple[float, float]]] = {key: [] for key in running}
+    try:
+        for window in range(plan.idle_windows):
+            progress = Progress(f"window {window + 1}/{plan.idle_windows}")
+            before = {
+                key: idle_counters(ctx, peer, children) for key, (peer, children) in running.items()
+            }
+            pause(progress, plan.idle_window)
+            for key, (peer, children) in running.items():
+                xacts, cpu, at = idle_counters(ctx, peer, children)
+                xacts0, cpu0, at0 = before[key]
+                samples[key].append(
+                    ((xacts - xacts0) / (at - at0), (cpu - cpu0) / (at - at0) * 100)
+                )
+            progress.finish("measured")
+    finally:
+        for peer, children in running.values():
+            peer.stop(children)
+    return idle_figures(peers, samples, failures)
+
+
+def pause(progress: Progress, seconds: float) -> None:
+    """Sleep, showing the time go by."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        progress.update(0, note=f"{left:.0f} s left")
+        time.sleep(min(left, 1.0))
+
+
+def idle_counters(ctx: Context, peer: Peer, children: list[Child]) -> tuple[float, float, float]:
+    cpu = sum(cpu_seconds(child.pid) for child in children)
+    return ctx.server.transactions(peer.database), cpu, time.monotonic()
+
+
+def idle_figures(
+    peers: list[Peer], samples: dict[str, list[tuple[float, float]]], failures: dict[str, str]
+) -> list[Figure]:
+    figures = []
+    for peer in peers:
+        if peer.key in failures:
+            for row in ("idle:xacts", "idle:cpu"):
+                figures.append(Figure(row, peer.key, "dnf", text=failures[peer.key]))
+            continue
+        xacts = [x for x, _ in samples[peer.key]]
+        cpu = [c for _, c in samples[peer.key]]
+        reps = len(xacts)
+        figures.append(
+            Figure(
+                "idle:xacts",
+                peer.key,
+                "ok",
+                median(xacts),
+                f"{median(xacts):.3f} /s",
+                f"highest window {max(xacts):.3f} /s",
+                {"median": median(xacts)},
+                reps,
+            )
+        )
+        figures.append(
+            Figure(
+                "idle:cpu",
+                peer.key,
+                "ok",
+                median(cpu),
+                f"{median(cpu):.3f} %",
+                f"highest window {max(cpu):.3f} %",
+                {"median": median(cpu)},
+                reps,
+            )
+        )
+    return figures
+
+
+def memory_use(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
+    """RSS of each scheduler process, settled, with N schedules (none due), side by side."""
+    results: dict[tuple[str, int], list[float]] = {}
+    failures: dict[tuple[str, int], str] = {}
+    for n in plan.rss_sizes:
+        say(f"\n[memory] {n:,} schedules not due")
+        load_all(peers, n)
+        for rep in range(plan.reps):
+            say(f"  start {rep + 1}/{plan.reps}")
+            live = [p for p in peers if (p.key, n) not in failures]
+            running, failed = start_all(plan, live)
+            for key, message in failed.items():
+                failures[key, n] = message
+            for key, (peer, children) in running.items():
+                rss = memory(children[0].pid)["VmRSS"]
+                results.setdefault((key, n), []).append(rss)
+                say(f"    {peer.label}: {rss / MB:,.1f} MB")
+                peer.stop(children)
+    return memory_figures(plan, peers, results, failures)
+
+
+def memory_figures(
+    plan: Plan,
+    peers: list[Peer],
+    results: dict[tuple[str, int], list[float]],
+    failures: dict[tuple[str, int], str],
+) -> list[Figure]:
+    figures = []
+    low, high = plan.rss_sizes[0], plan.rss_sizes[-1]
+    for peer in peers:
+        for n in plan.rss_sizes:
+            if (peer.key, n) in failures:
+                figures.append(Figure(f"rss:{n}", peer.key, "dnf", text=failures[peer.key, n]))
+            else:
+                rss = median(results[peer.key, n])
+                reps = len(results[peer.key, n])
+                figures.append(
+                    Figure(
+                        f"rss:{n}",
+                        peer.key,
+                        "ok",
+                        rss / MB,
+                        f"{rss / MB:,.1f} MB",
+                        "",
+                        {"rss": rss},
+                        reps,
+                    )
+                )
+        if (peer.key, low) in results and (peer.key, high) in results:
+            growth = (median(results[peer.key, high]) - median(results[peer.key, low])) / MB
+            figures.append(Figure("rss:growth", peer.key, "ok", growth, f"{growth:+,.1f} MB"))
+        else:
+            figures.append(Figure("rss:growth", peer.key, "not run", text="n/a"))
+    return figures
+
+
+def load_all(peers: list[Peer], n: int) -> None:
+    """Every peer gets N schedules whose first fire is a day away."""
+    for peer in peers:
+        progress = Progress(f"loading {n:,} schedules for {peer.label}")
+        peer.reset()
+        peer.add_schedules(n, now_utc(DAY.total_seconds()), DAY)
+        peer.analyze()
+        progress.finish("loaded")
+
+
+def start_all(
+    plan: Plan, peers: list[Peer]
+) -> tuple[dict[str, tuple[Peer, list[Child]]], dict[str, str]]:
+    """Start one scheduler per peer; return those up and settled, and why the others are not."""
+    pending = {peer.key: (peer, [peer.start(0)]) for peer in peers}
+    running: dict[str, tuple[Peer, list[Child]]] = {}
+    failures: dict[str, str] = {}
+    up_at: dict[str, float] = {}
+    started = time.monotonic()
+    progress = Progress("starting " + ", ".join(peer.label for peer in peers))
+    while pending:
+        for key, (peer, children) in list(pending.items()):
+            try:
+                if key not in up_at and _up(peer, children, plan):
+                    up_at[key] = time.monotonic()
+                elif time.monotonic() - started > plan.cap:
+                    raise Unfinished(f"not settled within {plan.cap / 60:.0f} min")
+            except (Unfinished, RuntimeError) as exc:
+                failures[key] = str(exc).splitlines()[0]
+                peer.stop(children)
+                del pending[key]
+                continue
+            if key in up_at and time.monotonic() - up_at[key] >= plan.settle:
+                running[key] = pending.pop(key)
+        progress.update(len(running), len(peers))
+        time.sleep(0.5)
+    progress.finish(f"{len(running)} up" + (f", {len(failures)} failed" if failures else ""))
+    return running, failures
