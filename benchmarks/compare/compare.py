@@ -52,6 +52,9 @@ def parse_args() -> argparse.Namespace:
     )
     docs.add_argument("--no-docs", action="store_true", help="do not write the docs page")
     parser.add_argument("--fresh", action="store_true", help="forget results of earlier runs")
+    parser.add_argument(
+        "--report", action="store_true", help="measure nothing: print (and --docs) saved results"
+    )
     args = parser.parse_args()
     args.only = _choices(args.only, WORKLOADS, "workload")
     args.peers = _choices(args.peers, tuple(PEERS), "peer")
@@ -198,28 +201,36 @@ def _commit() -> str:
 
 def main() -> None:
     args = parse_args()
-    plan = (
-        Plan.quick_run(args.cap, not args.no_early_stop)
-        if args.quick
-        else Plan.full(args.cap, not args.no_early_stop)
-    )
-    server = Server(int(os.environ["BENCH_PG_PORT"]))
+    early_stop = not args.no_early_stop
+    plan = Plan.quick_run(args.cap, early_stop) if args.quick else Plan.full(args.cap, early_stop)
+    path = results_path(plan.quick)
+    results = load_results(path, args.fresh)
+    started = time.monotonic()
+    if not args.report:
+        measure_all(args, plan, results, path)
+    figures = all_figures(results)
+    peer_keys = [key for key in PEERS if any(peer == key for _, peer in figures)]
+    say("\n" + report.markdown_table(figures, results["plan"], peer_keys) + "\n")
+    say("\n".join(report.details(figures, results["plan"])))
+    say(f"\nResults: {path.relative_to(ROOT)} ({(time.monotonic() - started) / 60:.0f} min)")
+    if args.docs or (not plan.quick and not args.no_docs and not args.report):
+        docs_page.write(ROOT, results, figures, peer_keys)
+
+
+def measure_all(args: argparse.Namespace, plan: Plan, results: dict, path: Path) -> None:
+    """Prepare the peers' databases, run the chosen workloads, save after each one."""
     ctx = Context(
-        server=server,
+        server=Server(int(os.environ["BENCH_PG_PORT"])),
         root=ROOT,
         work=ROOT / "benchmarks" / "results" / "compare",
         python=sys.executable,
         dpt_python=os.environ.get("BENCH_DPT_PYTHON") or None,
     )
     peers = make_peers(ctx, args.peers)
-    started = time.monotonic()
     say(f"Comparison, {'quick' if plan.quick else 'full'} run: {', '.join(args.only)}")
     for peer in peers:
         peer.prepare()
     say("Databases ready: " + ", ".join(peer.database for peer in peers))
-
-    path = results_path(plan.quick)
-    results = load_results(path, args.fresh)
     results.update(plan=asdict(plan), machine=describe_machine(ctx))
     for name in args.only:
         figures = run_workload(name, ctx, plan, peers)
@@ -228,14 +239,6 @@ def main() -> None:
             "figures": [f.as_dict() for f in figures],
         }
         save_results(path, results)
-
-    figures = all_figures(results)
-    peer_keys = [key for key in PEERS if any(peer == key for _, peer in figures)]
-    say("\n" + report.markdown_table(figures, results["plan"], peer_keys) + "\n")
-    say("\n".join(report.details(figures, results["plan"])))
-    say(f"\nResults: {path.relative_to(ROOT)} ({(time.monotonic() - started) / 60:.0f} min)")
-    if args.docs or (not plan.quick and not args.no_docs):
-        docs_page.write(ROOT, results, figures, peer_keys)
 
 
 if __name__ == "__main__":

@@ -16,8 +16,8 @@ HOW_TO = """\
 ## How to reproduce
 
 ```
-bash benchmarks/compare/run.sh            # everything, 3 repetitions each: about {minutes} min
-bash benchmarks/compare/run.sh --quick    # 1 repetition, smaller sizes: about 20 min
+bash benchmarks/compare/run.sh            # everything, 3 repetitions each: about {minutes}
+bash benchmarks/compare/run.sh --quick    # 1 repetition, smaller sizes: about 15 minutes
 bash benchmarks/compare/run.sh --only planning,idle --peers ours,celery-beat
 ```
 
@@ -38,8 +38,9 @@ workload; `--no-early-stop` waits out the cap even when the rate seen shows it c
 DEFINITIONS = """\
 ## What is measured
 
-Each figure is the median of {reps} runs (a run that took more than 4 minutes is not repeated;
-the cell says so). Every peer runs the same workload in the same run, one peer at a time,
+Each figure is the median of {reps} runs (a run that took more than {slow:.0f} minutes is not
+repeated; the cell says so; idle cost is the median of {reps} windows of one run).
+Every peer runs the same workload in the same run, one peer at a time,
 except idle cost and memory, where the peers' schedulers run side by side, each measured on
 its own process and its own database. A peer that cannot finish a run in {cap:.0f} minutes
 gets "did not finish" (with `early stop`, once the rate it has kept for a minute shows it
@@ -136,8 +137,13 @@ def page(results: dict, figures: Figures, peers: list[str]) -> str:
         "`../shared/LIMITS.md` measured the same machine's limits: planning set-based "
         "35,000-46,000 rows/s, claim + finish at best 3,300 runs/s with synchronous commit.",
         "",
-        DEFINITIONS.format(reps=plan["reps"], cap=plan["cap"] / 60, settle=plan["settle"]),
-        HOW_TO.format(minutes=90),
+        DEFINITIONS.format(
+            reps=plan["reps"],
+            slow=plan["slow_repetition"] / 60,
+            cap=plan["cap"] / 60,
+            settle=plan["settle"],
+        ),
+        HOW_TO.format(minutes="an hour"),
     ]
     return "\n".join(parts)
 

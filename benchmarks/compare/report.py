@@ -130,7 +130,7 @@ def cell(figure: dict | None, plan: dict) -> str:
         and 0 < figure["reps"] < plan["reps"]
         and figure["row"].split(":")[0] not in ("idle",)
     ):
-        text += f" ({figure['reps']} of {plan['reps']} runs: each took minutes)"
+        text += f" ({figure['reps']} of {plan['reps']} runs: it took minutes)"
     return text
 
 
