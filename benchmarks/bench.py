@@ -31,7 +31,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_periodic import clock, leases, planner  # noqa: E402
+from django_periodic import claims, clock, leases, planner  # noqa: E402
 from django_periodic.conf import get_settings  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
 from django_periodic.scheduler import Scheduler  # noqa: E402
@@ -96,10 +96,10 @@ def bench_claim_finish(n: int, batch: int) -> dict:
     process = SchedulerProcess.objects.create(host="bench", pid=0, started_at=now, heartbeat_at=now)
     started = time.perf_counter()
     done = 0
-    while claims := leases.claim(process, now, batch):
-        for claim in claims:
+    while batch_claims := claims.claim(process, now, batch):
+        for claim in batch_claims:
             leases.succeed(claim, now, None)
-        done += len(claims)
+        done += len(batch_claims)
     elapsed = time.perf_counter() - started
     assert done == n
     return {

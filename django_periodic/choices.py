@@ -64,4 +64,5 @@ class LeaseOutcome(models.TextChoices):
     INTERRUPTED = "interrupted", _("interrupted at shutdown")
     TIMEOUT = "timeout", _("timed out")
     CANCELLED = "cancelled", _("cancelled")
+    SKIPPED = "skipped", _("skipped: claimed ahead, but too late to start")
     EXPIRED = "expired", _("expired: its process stopped heartbeating")

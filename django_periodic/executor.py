@@ -8,12 +8,14 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError, connections
 
-from django_periodic import clock, leases, registry
+from django_periodic import clock, leases, outcomes, registry
+from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import JobContext, StopRequest
 from django_periodic.models import Run
@@ -21,47 +23,113 @@ from django_periodic.models import Run
 logger = logging.getLogger("django_periodic")
 
 
-# How long a worker keeps trying to record an outcome while the database is away.
+# How long the recorder keeps trying to record outcomes while the database is away.
 RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
+RECORD_PATIENCE = sum(RECORD_RETRY_DELAYS) + 5.0
 
 
-def execute(claim: leases.Claim, stop: StopRequest | None = None) -> str | None:
+def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:
     """Run the claimed job to completion and record the outcome.
 
-    Returns the run's new status, or None when the outcome was not recorded because the
-    lease was lost (or given up at shutdown): whoever holds the run now decides.
+    Returns the run's new status, or None when nothing was recorded because the lease was
+    lost (or given up at shutdown): whoever holds the run now decides.
+    """
+    outcome = run_job(claim, stop or StopRequest())
+    if outcome is None or not record([outcome]):
+        return None
+    return outcome.status
+
+
+def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
+    """Call the claimed run's job and decide its outcome (recording is the caller's).
+
+    None means there is nothing for this worker to record: an async job cancelled for a
+    shutdown or a lost lease, whose run its scheduler gives up (or already lost).
     """
     run = claim.run
-    stop = stop or StopRequest()
+    started_at = _started_at(claim)
+    if _too_late(run, started_at):
+        return outcomes.skipped_late(claim)
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
-        return _record_failure(claim, leases.Failure("unknown_job", str(exc), retryable=False))
+        failure = outcomes.Failure("unknown_job", str(exc), retryable=False)
+        return outcomes.failed(claim, failure).started(started_at)
     context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
     try:
         result = _call(job.func, args, run.kwargs, stop)
     except BaseException as exc:  # SystemExit too: it fails the run, not the worker
-        stopped, status = _record_stop(claim, stop)
-        if stopped:
-            return status
+        if stop.reason in _STOP_OUTCOMES:
+            return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
         if isinstance(exc, asyncio.CancelledError) and stop.is_set():
-            return None  # cancelled for a shutdown or a lost lease: not this worker's to record
-        return _record_failure(claim, _failure_of(exc))
-    stopped, status = _record_stop(claim, stop)
-    if stopped:
-        return status
-    if not _recorded(leases.succeed, claim, capped_result(result)):
-        logger.warning("Run %s finished after losing its lease; result dropped.", run.pk)
+            return None
+        return outcomes.failed(claim, _failure_of(exc)).started(started_at)
+    if stop.reason in _STOP_OUTCOMES:
+        return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
+    return outcomes.succeeded(claim, capped_result(result)).started(started_at)
+
+
+# A job that was cancelled or timed out ends so, however it returned.
+_STOP_OUTCOMES = {StopRequest.CANCEL: outcomes.cancelled, StopRequest.TIMEOUT: outcomes.timed_out}
+
+
+def record(batch: list[outcomes.Outcome]) -> set[int]:
+    """Record outcomes of one database, retrying while it is unreachable; the ids recorded.
+
+    The token guard makes a repeat harmless if a first try did commit. Giving up leaves
+    the runs to their leases: the sweeper settles them once the leases expire.
+    """
+    using = batch[0].claim.using
+    for delay in (*RECORD_RETRY_DELAYS, None):
+        try:
+            recorded = outcomes.record(batch, None, using)
+            break
+        except (OperationalError, InterfaceError) as exc:
+            if delay is None:
+                raise
+            logger.warning(
+                "Could not record %d outcomes (%s); retry in %s s.", len(batch), exc, delay
+            )
+            connections[using].close()
+            time.sleep(delay)
+    for outcome in batch:
+        _log(outcome, outcome.claim.run.pk in recorded)
+    return recorded
+
+
+def _log(outcome: outcomes.Outcome, recorded: bool) -> None:
+    run = outcome.claim.run
+    if not recorded:
+        logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)
+    elif outcome.status in (Run.Status.FAILED, Run.Status.RETRYING):
+        logger.warning(
+            "Run %s of %s %s: %s", run.pk, run.job_name, outcome.status, outcome.error_message
+        )
+
+
+def _too_late(run: Run, started_at: datetime | None) -> bool:
+    """A first start that waited past its start deadline (claimed ahead, all threads busy)."""
+    deadline = run.start_deadline
+    if run.attempt != 1 or deadline is None or started_at is None:
+        return False
+    return started_at > deadline
+
+
+def _started_at(claim: Claim) -> datetime | None:
+    """When the job starts, on the database's clock: the claim's time plus the wait since."""
+    if claim.run.started_at is None:
         return None
-    return Run.Status.SUCCEEDED
+    return claim.run.started_at + timedelta(seconds=time.monotonic() - claim.claimed_at)
 
 
-def _lease_extender(claim: leases.Claim) -> Callable[[], bool]:
+def _lease_extender(claim: Claim) -> Callable[[], bool]:
     return lambda: leases.extend(claim, clock.now(claim.using))
 
 
-def _call(func: Callable[..., Any], args: list, kwargs: dict, stop: StopRequest) -> Any:
+def _call(
+    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], stop: StopRequest
+) -> Any:
     """Call a job; an async one (or one returning an awaitable) runs on its own event loop."""
     result = func(*args, **kwargs)
     if inspect.isawaitable(result):
@@ -86,53 +154,12 @@ async def _supervised(awaitable: Awaitable[Any], stop: StopRequest) -> Any:
         stop.call_on_set(None)
 
 
-def _recorded(record: Callable, claim: leases.Claim, *args) -> Any:
-    """Call ``record(claim, now, *args)``, retrying while the database is unreachable.
-
-    The token guard makes a repeat harmless if the first try did commit. Giving up leaves
-    the run to its lease: the sweeper settles it once the lease expires.
-    """
-    for delay in RECORD_RETRY_DELAYS:
-        try:
-            return record(claim, clock.now(claim.using), *args)
-        except (OperationalError, InterfaceError) as exc:
-            logger.warning("Could not record run %s (%s); retry in %s s.", claim.run.pk, exc, delay)
-            connections[claim.using].close()
-            time.sleep(delay)
-    return record(claim, clock.now(claim.using), *args)
-
-
-# A job that was cancelled or timed out ends so, however it returned.
-_STOP_OUTCOMES = {
-    StopRequest.CANCEL: (leases.cancelled, Run.Status.CANCELLED),
-    StopRequest.TIMEOUT: (leases.timed_out, Run.Status.FAILED),
-}
-
-
-def _record_stop(claim: leases.Claim, stop: StopRequest) -> tuple[bool, str | None]:
-    """Record the end of a cancelled or timed-out job: (whether it was one, its status)."""
-    if stop.reason not in _STOP_OUTCOMES:
-        return False, None
-    record, status = _STOP_OUTCOMES[stop.reason]
-    return True, (status if _recorded(record, claim) else None)
-
-
-def _record_failure(claim: leases.Claim, failure: leases.Failure) -> str | None:
-    run = claim.run
-    status = _recorded(leases.fail, claim, failure)
-    if status is None:
-        logger.warning("Run %s failed after losing its lease; error dropped.", run.pk)
-        return None
-    logger.warning("Run %s of %s %s: %s", run.pk, run.job_name, status, failure.message)
-    return status
-
-
-def _failure_of(exc: BaseException) -> leases.Failure:
+def _failure_of(exc: BaseException) -> outcomes.Failure:
     """The recorded failure of a job's exception. Only an ``Exception`` is retried: a job
     raising SystemExit or KeyboardInterrupt asked to stop, not to be run again."""
     limit = get_settings().ERROR_MAX_CHARS
     text = "".join(traceback.format_exception(exc))
-    return leases.Failure(
+    return outcomes.Failure(
         code=type(exc).__qualname__[:200],
         message=str(exc)[:limit],
         traceback=text[-limit:],  # the end of a traceback says where it broke

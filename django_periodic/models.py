@@ -1,14 +1,14 @@
 """The ledger: schedules, the runs they fire, and the leases under which runs execute."""
 
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
 from typing import Any, Self
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import models, transaction
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db import IntegrityError, models, transaction
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import choices, clock, policies, registry, triggers, wakeups
@@ -395,6 +395,31 @@ class RunQuerySet(models.QuerySet["Run"]):
             next_retry_at=None,
             finished_at=now,
         )
+
+    def promote_queued(self, schedule_ids: Iterable[int] | None) -> int:
+        """Make the oldest queued run of each schedule pending once it has no active run.
+
+        ``None`` means every schedule: the sweeper's pass for runs a crash left queued.
+        """
+        oldest = self.filter(schedule_id=OuterRef("schedule_id"), status=Run.Status.QUEUED)
+        holding = self.filter(
+            schedule_id=OuterRef("schedule_id"), exclusive=True, status__in=Run.SLOT_STATUSES
+        )
+        first = Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
+        candidates = self.filter(status=Run.Status.QUEUED, pk=first).filter(~Exists(holding))
+        if schedule_ids is not None:
+            schedule_ids = list(schedule_ids)
+            if not schedule_ids:
+                return 0
+            candidates = candidates.filter(schedule_id__in=schedule_ids)
+        try:
+            with transaction.atomic(using=self.db):
+                promoted = candidates.update(status=Run.Status.PENDING)
+        except IntegrityError:
+            return 0  # another process promoted a run of the same schedule first: it starts
+        if promoted:
+            wakeups.notify(self.db)
+        return promoted
 
     def claimable(self, now: datetime) -> "RunQuerySet":
         """Runs a worker may start now: pending ones, and retries whose delay has passed."""

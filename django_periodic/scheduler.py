@@ -6,16 +6,16 @@ the worker threads and the wake-ups, and survives a database that goes away.
 
 import logging
 import os
-import queue
 import socket
-import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
 from django.db.models import Min
 
-from django_periodic import clock, executor, leases, planner, sync, wakeups
+from django_periodic import claims, clock, executor, leases, outcomes, planner, sync, wakeups
+from django_periodic import workers as workers_
 from django_periodic.conf import get_settings
 from django_periodic.context import StopRequest
 from django_periodic.models import Run, Schedule, SchedulerProcess
@@ -24,92 +24,6 @@ from django_periodic.stop_signals import StopSignals
 logger = logging.getLogger("django_periodic")
 
 MAX_ERROR_BACKOFF = 30.0
-
-
-class WorkerPool:
-    """Threads that execute claimed runs; ``on_done`` is called after each one."""
-
-    def __init__(self, size: int, on_done) -> None:
-        self.size = size
-        self._on_done = on_done
-        self._queue: queue.Queue = queue.Queue()
-        self._lock = threading.Condition()
-        self._in_flight: dict[leases.Claim, StopRequest] = {}
-        self._abandoned: set[leases.Claim] = set()
-        self._threads = 0
-        for _ in range(size):
-            self._start_thread()
-
-    def _start_thread(self) -> None:
-        self._threads += 1
-        name = f"periodic-worker-{self._threads}"
-        threading.Thread(target=self._work, name=name, daemon=True).start()
-
-    def free(self) -> int:
-        with self._lock:
-            return self.size - len(self._in_flight)
-
-    def submit(self, claim: leases.Claim) -> None:
-        with self._lock:
-            self._in_flight[claim] = StopRequest()
-        self._queue.put(claim)
-
-    def in_flight(self) -> dict[leases.Claim, StopRequest]:
-        with self._lock:
-            return dict(self._in_flight)
-
-    def idle(self) -> bool:
-        with self._lock:
-            return not self._in_flight
-
-    def stop_all(self, reason: str) -> None:
-        with self._lock:
-            for stop in self._in_flight.values():
-                stop.set(reason)
-
-    def abandon(self, claim: leases.Claim) -> None:
-        """Stop counting a run whose job overran: a new thread takes its place.
-
-        Python cannot kill a thread; the old one ends when its job returns, and its
-        late outcome is refused by the lease's token.
-        """
-        with self._lock:
-            if self._in_flight.pop(claim, None) is None:
-                return
-            self._abandoned.add(claim)
-            self._lock.notify_all()
-            self._start_thread()
-
-    def stop(self) -> None:
-        """Let each idle thread exit; a thread still running a job exits after it."""
-        for _ in range(self.size):
-            self._queue.put(None)
-
-    def _work(self) -> None:
-        while (claim := self._queue.get()) is not None:
-            self._execute(claim)
-            with self._lock:
-                if claim in self._abandoned:
-                    self._abandoned.discard(claim)
-                    break  # its replacement already serves the queue
-        connections.close_all()  # this thread's own connections
-
-    def _execute(self, claim: leases.Claim) -> None:
-        with self._lock:
-            stop = self._in_flight[claim]
-        try:
-            close_old_connections()
-            executor.execute(claim, stop)
-        except BaseException:
-            # Never lose the thread. The run keeps its lease until it expires (its
-            # heartbeat stops below, with its claim); the sweeper then settles it.
-            logger.exception("Could not record the outcome of run %s.", claim.run.pk)
-        finally:
-            close_old_connections()
-            with self._lock:
-                self._in_flight.pop(claim, None)
-                self._lock.notify_all()
-            self._on_done()
 
 
 class Scheduler:
@@ -131,7 +45,14 @@ class Scheduler:
         # One alarm ends every sleep: a stop signal, a NOTIFY, a finished job.
         self._alarm = self.stop.alarm
         self._failures = 0
-        self.pool = WorkerPool(workers, on_done=self._alarm.set) if workers else None
+        self.recorder = workers_.Recorder()
+        self.pool = (
+            workers_.WorkerPool(
+                workers, self._capacity_freed, self.recorder, prefetch=self.settings.PREFETCH
+            )
+            if workers
+            else None
+        )
         self.listener = wakeups.Listener(using, self._alarm)
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
@@ -190,8 +111,7 @@ class Scheduler:
         # Heartbeat first: after an outage longer than a lease, the sweep must not find
         # this process's own live runs expired.
         if now >= self._next_heartbeat:
-            leases.heartbeat(self.process, now, self.using)
-            self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+            self._heartbeat(now)
         fired = self._plan(now).fired if self.plan else 0
         if now >= self._next_sweep:
             self._sweep(now)
@@ -204,15 +124,39 @@ class Scheduler:
             wakeups.notify(self.using)  # runs are left: let other processes take them
         return now, self._next_wake(now)
 
-    def _claim(self, now: datetime) -> int:
-        claims = leases.claim(self.process, now, self.pool.free(), self.using)
-        for claim in claims:
+    def _claim(self, now: datetime | None) -> int:
+        """Claim as many runs as the pool takes (``now`` None: at the database's clock)."""
+        assert self.pool is not None and self.process is not None
+        claimed = claims.claim(self.process, now, self.pool.free(), self.using)
+        for claim in claimed:
             self.pool.submit(claim)
-        return len(claims)
+        return len(claimed)
+
+    def _capacity_freed(self) -> None:
+        self._alarm.set(wakeups.CAPACITY)
+
+    def _claim_freed_capacity(self) -> None:
+        """Between ticks, hand slots that jobs freed to a claim: no planning, no clock read.
+
+        Batched under load: a claim waits until half the pool is free, unless a thread is
+        idle with no claim waiting for it.
+        """
+        assert self.pool is not None
+        if self.stop.requested:
+            return
+        if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
+            self._claim(None)
+
+    def _heartbeat(self, now: datetime) -> None:
+        assert self.process is not None
+        leases.heartbeat(self.process, now, self.using)
+        self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
 
     def _watch_running(self, now: datetime) -> None:
         """Pass on cancel requests; stop runs past their timeout, fail them past its grace."""
-        in_flight = self.pool.in_flight()
+        pool = self.pool
+        assert pool is not None
+        in_flight = pool.in_flight()
         asked = leases.cancel_requested(in_flight, self.using)
         for claim, stop in in_flight.items():
             if claim.run.pk in asked:
@@ -223,12 +167,12 @@ class Scheduler:
             stop.set(StopRequest.TIMEOUT)
             if now >= deadline + self.settings.TIMEOUT_GRACE and leases.timed_out(claim, now):
                 logger.error("Run %s timed out; its worker thread is replaced.", claim.run.pk)
-                self.pool.abandon(claim)
+                pool.abandon(claim)
 
     @staticmethod
-    def _timeout_at(claim: leases.Claim) -> datetime | None:
-        timeout = claim.run.schedule.timeout
-        return None if timeout is None else claim.run.started_at + timeout
+    def _timeout_at(claim: claims.Claim) -> datetime | None:
+        timeout, started_at = claim.run.schedule.timeout, claim.run.started_at
+        return None if timeout is None or started_at is None else started_at + timeout
 
     def _plan(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
@@ -247,7 +191,8 @@ class Scheduler:
             logger.warning(
                 "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
             )
-        leases.promote_queued(None, self.using)
+        Run.objects.using(self.using).promote_queued(None)
+        claims.skip_late(now, self.using)
         SchedulerProcess.objects.using(self.using).stale(now).forgettable().delete()
         self._next_sweep = now + self.settings.SWEEP_INTERVAL
         return swept
@@ -277,10 +222,14 @@ class Scheduler:
         close_old_connections()
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
-        spent = time.monotonic() - self._clock_read_at
-        self._alarm.wait(max((wake_at - now).total_seconds() - spent, 0.001))
+        wake = self._clock_read_at + (wake_at - now).total_seconds()
+        while (left := wake - time.monotonic()) > 0:
+            reasons = self._alarm.wait(left)
+            if not reasons or reasons.strip(wakeups.CAPACITY):
+                return  # time is up, or a stop, a NOTIFY: a whole tick
+            self._claim_freed_capacity()
 
-    def _guarded(self, step) -> bool:
+    def _guarded(self, step: Callable[[], object]) -> bool:
         """Run a step; on a database error log it, reconnect later, back off 1, 2, 4... 30 s."""
         try:
             step()
@@ -304,7 +253,9 @@ class Scheduler:
         while not self.stop.requested:
             self._alarm.clear()
             self.tick()
-            if not self.pool or (self.pool.free() == self.pool.size and not self._claimable()):
+            if not self.pool:
+                return
+            if self.pool.idle() and self.recorder.flush() and not self._claimable():
                 return
             self._alarm.wait(1.0)
 
@@ -323,26 +274,27 @@ class Scheduler:
             )
             self._drain()
             self.pool.stop()
+        self.recorder.stop(timeout=executor.RECORD_PATIENCE)
         if self.process:
             SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk).delete()
             logger.info("Scheduler %s stopped.", self.process)
 
     def _drain(self) -> None:
         """Wait out the grace for running jobs (a second stop signal ends it), then release."""
+        pool = self.pool
+        assert pool is not None
         now = clock.now(self.using)
         deadline = now + self.settings.SHUTDOWN_GRACE
-        while now < deadline and not self.pool.idle() and not self.stop.hurried:
+        while now < deadline and not pool.idle() and not self.stop.hurried:
             self._alarm.wait(min(self.settings.HEARTBEAT_INTERVAL, deadline - now).total_seconds())
             now = clock.now(self.using)
             if now >= self._next_heartbeat:
-                leases.heartbeat(self.process, now, self.using)
-                self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+                self._heartbeat(now)
         if self.stop.hurried:
             logger.warning("Second stop signal: giving up the running jobs now.")
         # Taken before the jobs are told: one that ends at once still gets released here.
-        unfinished = self.pool.in_flight()
-        self.pool.stop_all(StopRequest.SHUTDOWN)
-        now = clock.now(self.using)
-        for claim in unfinished:
-            if leases.release(claim, now):
-                logger.warning("Gave up run %s unfinished at shutdown.", claim.run.pk)
+        unfinished = pool.in_flight()
+        pool.stop_all(StopRequest.SHUTDOWN)
+        given_up = [outcomes.released(claim) for claim in unfinished]
+        for run_id in outcomes.record(given_up, using=self.using) if given_up else ():
+            logger.warning("Gave up run %s unfinished at shutdown.", run_id)

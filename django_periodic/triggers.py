@@ -50,7 +50,7 @@ MACROS = {
 _MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
 _WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
 # (name, low, high, names); day-of-week allows 7 for Sunday, as in Vixie cron.
-_FIELDS = (
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minute", 0, 59, {}),
     ("hour", 0, 23, {}),
     ("day-of-month", 1, 31, {}),

@@ -17,6 +17,9 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 logger = logging.getLogger("django_periodic")
 
 CHANNEL = "django_periodic"
+# Why an Alarm rang: anything that calls for a whole tick, or only capacity freed.
+WAKE = b"!"
+CAPACITY = b"c"
 MAX_RECONNECT_DELAY = 30.0
 
 
@@ -47,20 +50,23 @@ class Alarm:
     def write_fd(self) -> int:
         return self._write
 
-    def set(self) -> None:
+    def set(self, reason: bytes = WAKE) -> None:
+        """Wake the sleeper, saying why in one byte (``WAKE`` unless told)."""
         with contextlib.suppress(BlockingIOError):  # full: the sleeper wakes anyway
-            os.write(self._write, b"\0")
+            os.write(self._write, reason)
 
-    def wait(self, timeout: float | None) -> bool:
-        """Sleep until set or ``timeout`` seconds pass; True if set. Clears it."""
-        ready, _, _ = select.select([self._read], [], [], timeout)
-        self.clear()
-        return bool(ready)
+    def wait(self, timeout: float | None) -> bytes:
+        """Sleep until set or ``timeout`` seconds pass; return the reasons set (b"" if none).
+        Clears them."""
+        select.select([self._read], [], [], timeout)
+        return self.clear()
 
-    def clear(self) -> None:
+    def clear(self) -> bytes:
+        reasons = b""
         with contextlib.suppress(BlockingIOError):  # empty
-            while os.read(self._read, 4096):
-                pass
+            while chunk := os.read(self._read, 4096):
+                reasons += chunk
+        return reasons
 
     def close(self) -> None:
         for fd in (self._read, self._write):

@@ -41,7 +41,7 @@ class SchedulerProcessFactory(DjangoModelFactory):
 
 
 class LeaseFactory(DjangoModelFactory):
-    """A held lease on the run's current attempt, as ``leases.claim`` writes it."""
+    """A held lease on the run's current attempt, as ``claims.claim`` writes it."""
 
     class Meta:
         model = Lease

@@ -51,9 +51,10 @@ def test_sqlite_without_immediate_transactions_is_warned_about():
     assert "'default'" in warnings[0].msg
 
 
+@pytest.mark.django_db  # Django 6's check command also runs the database checks
 @pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
 def test_sqlite_without_immediate_transactions_shows_in_manage_py_check(settings):
-    loose = {**settings.DATABASES["default"], "OPTIONS": {}}
+    loose = {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
     settings.DATABASES = {**settings.DATABASES, "loose": loose}
     out, err = StringIO(), StringIO()
     call_command("check", stdout=out, stderr=err)

@@ -1,19 +1,31 @@
+import asyncio
 import threading
+from dataclasses import replace
+from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 
-from django_periodic import JobContext, executor, leases
+from django_periodic import JobContext, claims, executor, leases
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
-from django_periodic.scheduler import WorkerPool
+from django_periodic.workers import Recorder, WorkerPool
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
 
 
-def claimed(process, now, **schedule_fields) -> leases.Claim:
+@pytest.fixture(autouse=True)
+def _close_async_connections():
+    """Async jobs' ORM calls run on asgiref's thread, whose connection outlives the test."""
+    yield
+    asyncio.run(sync_to_async(connections.close_all)())  # the same thread: no outer loop
+
+
+def claimed(process, now, **schedule_fields) -> claims.Claim:
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
-    (claim,) = leases.claim(process, now, 1)
+    (claim,) = claims.claim(process, now, 1)
     return claim
 
 
@@ -94,10 +106,17 @@ def test_an_async_job_can_heartbeat_both_ways_and_read_cancelled(process, now):
     assert Lease.objects.get().heartbeat_at > before
 
 
-def execute_in_thread(claim: leases.Claim, stop: StopRequest) -> tuple[threading.Thread, list]:
+def execute_in_thread(claim: claims.Claim, stop: StopRequest) -> tuple[threading.Thread, list]:
     """Execute like a worker thread does; the list receives the status it returns."""
     status: list = []
-    thread = threading.Thread(target=lambda: status.append(executor.execute(claim, stop)))
+
+    def work() -> None:
+        try:
+            status.append(executor.execute(claim, stop))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    thread = threading.Thread(target=work)
     thread.start()
     return thread, status
 
@@ -153,15 +172,30 @@ def test_a_worker_lives_on_after_a_job_raises_system_exit(process, now):
     RunFactory(schedule=exits, plan_time=now)
     RunFactory(schedule=adds, plan_time=now)
     done = threading.Semaphore(0)
-    pool = WorkerPool(1, on_done=done.release)
+    recorder = Recorder()
+    pool = WorkerPool(1, on_done=done.release, recorder=recorder)
     try:
-        first, second = leases.claim(process, now, 2)
+        first, second = claims.claim(process, now, 2)
         pool.submit(first)
         pool.submit(second)  # the one thread must survive the first to run it
         for _ in range(2):
             assert done.acquire(timeout=10)
         assert pool.idle()
+        assert recorder.flush(timeout=10)
     finally:
         pool.stop()
+        recorder.stop()
     statuses = dict(Run.objects.values_list("schedule__job", "status"))
     assert statuses == {"tests.jobs.raise_base_exception": "failed", "tests.jobs.add": "succeeded"}
+
+
+@pytest.mark.django_db
+def test_a_claimed_run_that_waited_past_its_start_deadline_is_skipped_not_started(process, now):
+    schedule = ScheduleFactory(misfire_grace=timedelta(seconds=1))
+    RunFactory(schedule=schedule, plan_time=now, start_deadline=now + timedelta(seconds=1))
+    (claim,) = claims.claim(process, now, 1)
+    waited = replace(claim, claimed_at=claim.claimed_at - 5)  # a prefetched claim, 5 s later
+    assert executor.execute(waited) == "skipped"
+    run = Run.objects.get()
+    assert (run.error_code, run.started_at, run.result) == ("start_deadline", None, None)
+    assert Lease.objects.get().outcome == "skipped"

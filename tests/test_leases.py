@@ -4,19 +4,19 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 
-from django_periodic import leases
+from django_periodic import claims, leases, outcomes
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 
-def claim_one(process, now, **schedule_fields) -> leases.Claim:
+def claim_one(process, now, **schedule_fields) -> claims.Claim:
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
-    (claim,) = leases.claim(process, now, 1)
+    (claim,) = claims.claim(process, now, 1)
     return claim
 
 
-def failure(retryable=True) -> leases.Failure:
-    return leases.Failure("ValueError", "bad value", "Traceback ...", retryable)
+def failure(retryable=True) -> outcomes.Failure:
+    return outcomes.Failure("ValueError", "bad value", "Traceback ...", retryable)
 
 
 @pytest.mark.django_db
@@ -32,15 +32,15 @@ def test_a_claim_sets_the_run_running_under_a_new_lease(process, now):
 @pytest.mark.django_db
 def test_claim_takes_at_most_the_limit_oldest_first(process, now):
     runs = [RunFactory(plan_time=now - timedelta(seconds=s)) for s in (1, 3, 2)]
-    claims = leases.claim(process, now, 2)
-    assert [c.run.pk for c in claims] == [runs[1].pk, runs[2].pk]
+    taken = claims.claim(process, now, 2)
+    assert [c.run.pk for c in taken] == [runs[1].pk, runs[2].pk]
 
 
 @pytest.mark.django_db
 def test_retries_are_claimable_only_once_their_delay_has_passed(process, now):
     RunFactory(status="retrying", next_retry_at=now + timedelta(seconds=5))
-    assert leases.claim(process, now, 10) == []
-    assert len(leases.claim(process, now + timedelta(seconds=5), 10)) == 1
+    assert claims.claim(process, now, 10) == []
+    assert len(claims.claim(process, now + timedelta(seconds=5), 10)) == 1
 
 
 @pytest.mark.django_db
@@ -82,9 +82,9 @@ def test_a_failure_that_is_not_retryable_fails_at_once(process, now):
 def test_backoff_doubles_with_jitter_and_is_capped():
     base = timedelta(seconds=10)
     for attempt, nominal in ((1, 10), (2, 20), (3, 40)):
-        delay = leases.retry_delay(base, attempt).total_seconds()
+        delay = outcomes.retry_delay(base, attempt).total_seconds()
         assert nominal / 2 <= delay <= nominal
-    assert leases.retry_delay(base, 200) <= leases.MAX_RETRY_DELAY
+    assert outcomes.retry_delay(base, 200) <= outcomes.MAX_RETRY_DELAY
 
 
 @pytest.mark.django_db
@@ -92,7 +92,7 @@ def test_a_lost_lease_cannot_overwrite_a_newer_attempt(process, now):
     claim = claim_one(process, now, allow_stale_reentry=True, lease_timeout=timedelta(seconds=5))
     later = now + timedelta(seconds=6)
     assert leases.sweep(later).reentered == 1
-    (newer,) = leases.claim(process, later, 1)
+    (newer,) = claims.claim(process, later, 1)
     assert newer.run.attempt == 2
     assert not leases.succeed(claim, later, "stale result")
     assert leases.fail(claim, later, failure()) is None
@@ -121,7 +121,7 @@ def test_stale_reentry_is_bounded(process, now, settings):
         moment += timedelta(seconds=2)
         leases.sweep(moment)
         assert Run.objects.get().status == expected
-        leases.claim(process, moment, 1)
+        claims.claim(process, moment, 1)
 
 
 @pytest.mark.django_db
@@ -142,7 +142,7 @@ def test_release_gives_a_reentrant_run_back_for_another_process(process, now):
     assert leases.release(claim, now)
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.interruptions) == ("pending", 1)
-    (again,) = leases.claim(process, now, 1)
+    (again,) = claims.claim(process, now, 1)
     assert again.run.attempt == 2
 
 
@@ -152,7 +152,7 @@ def test_release_fails_an_at_most_once_run_rather_than_run_it_twice(process, now
     assert leases.release(claim, now)
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.error_code) == ("failed", "interrupted")
-    assert leases.claim(process, now, 1) == []
+    assert claims.claim(process, now, 1) == []
 
 
 @pytest.mark.django_db
@@ -174,7 +174,7 @@ def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
     def claim_all(process):
         try:
             barrier.wait()
-            while batch := leases.claim(process, now, 5):
+            while batch := claims.claim(process, now, 5):
                 claimed.extend(claim.run.pk for claim in batch)
         finally:
             connections.close_all()

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, connections, transaction
 
-from django_periodic import leases, planner
+from django_periodic import claims, leases, planner
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -79,8 +79,8 @@ def test_a_pending_fire_must_start_within_its_misfire_grace(now):
     fire(schedule, late)
     run = Run.objects.get(schedule=schedule)
     assert run.start_deadline == now - timedelta(seconds=5) + GRACE
-    assert leases.skip_late(run.start_deadline, "default") == 0  # not yet: deadline is inclusive
-    assert leases.skip_late(run.start_deadline + timedelta(microseconds=1)) == 1
+    assert claims.skip_late(run.start_deadline, "default") == []  # not yet: deadline is inclusive
+    assert len(claims.skip_late(run.start_deadline + timedelta(microseconds=1))) == 1
     assert statuses(schedule) == [("skipped", "start_deadline")]
 
 
@@ -101,7 +101,7 @@ def test_claim_skips_late_runs_and_promotes_the_queue_behind_them(process, now):
     fire(schedule, now - timedelta(minutes=5))
     fire(schedule, now - timedelta(minutes=5) + timedelta(seconds=1))
     assert statuses(schedule) == [("pending", ""), ("queued", "")]
-    (claim,) = leases.claim(process, now, 1)
+    (claim,) = claims.claim(process, now, 1)
     assert statuses(schedule) == [("skipped", "start_deadline"), ("running", "")]
     assert claim.run.plan_time == now - timedelta(minutes=5) + timedelta(seconds=1)
 
@@ -109,7 +109,7 @@ def test_claim_skips_late_runs_and_promotes_the_queue_behind_them(process, now):
 @pytest.mark.django_db
 def test_a_retried_run_is_not_skipped_by_its_start_deadline(process, now):
     run = RunFactory(plan_time=now, start_deadline=now, status="pending", attempt=1)
-    assert leases.skip_late(now + timedelta(minutes=1)) == 0
+    assert claims.skip_late(now + timedelta(minutes=1)) == []
     assert Run.objects.get(pk=run.pk).status == "pending"
 
 
@@ -118,8 +118,8 @@ def test_the_next_queued_run_starts_when_the_active_one_ends(process, now):
     schedule = every_second(overlap="queue")
     fire(schedule, now)
     fire(schedule, now + timedelta(seconds=1))
-    (claim,) = leases.claim(process, now, 5)
-    assert leases.claim(process, now, 5) == []  # the queued run waits
+    (claim,) = claims.claim(process, now, 5)
+    assert claims.claim(process, now, 5) == []  # the queued run waits
     leases.succeed(claim, now, None)
     assert statuses(schedule) == [("succeeded", ""), ("pending", "")]
 
@@ -129,9 +129,9 @@ def test_the_sweeper_promotes_a_queued_run_left_without_an_active_one(now):
     schedule = every_second(overlap="queue")
     RunFactory(schedule=schedule, plan_time=now, status="queued")
     RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=1), status="queued")
-    assert leases.promote_queued(None) == 1
+    assert Run.objects.promote_queued(None) == 1
     assert statuses(schedule) == [("pending", ""), ("queued", "")]
-    assert leases.promote_queued(None) == 0  # one active run at a time
+    assert Run.objects.promote_queued(None) == 0  # one active run at a time
 
 
 @pytest.mark.django_db

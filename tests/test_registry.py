@@ -48,6 +48,7 @@ def test_bad_code_schedules_fail_at_import(clean_registry, options, message):
         job(name="bad", **options)(lambda: None)
 
 
+@pytest.mark.django_db  # Django 6's check command also runs the database checks
 @pytest.mark.parametrize(
     ("options", "message"),
     [

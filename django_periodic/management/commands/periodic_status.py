@@ -1,6 +1,7 @@
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Count
 
 from django_periodic import clock
@@ -14,10 +15,10 @@ class Command(BaseCommand):
         "Ends with OK, or fails with exit status 1 naming what needs attention."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--database", default="default")
 
-    def handle(self, *args, database, **options):
+    def handle(self, *args: Any, database: str, **options: Any) -> None:
         now = clock.now(database)
         stale_after = SchedulerProcess.stale_after()
         schedules = Schedule.objects.using(database)

@@ -1,7 +1,8 @@
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections, transaction
 from django.db.models import QuerySet, signals
 
@@ -17,7 +18,7 @@ class Command(BaseCommand):
         "Active runs are kept, and schedule cursors keep old plan times from firing again."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--days", type=int, default=30, help="Keep this many days (30).")
         parser.add_argument(
             "--batch-size",
@@ -30,7 +31,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default="default", help="Database alias to use.")
 
-    def handle(self, *args, days, batch_size, dry_run, database, verbosity, **options):
+    def handle(
+        self,
+        *args: Any,
+        days: int,
+        batch_size: int,
+        dry_run: bool,
+        database: str,
+        verbosity: int,
+        **options: Any,
+    ) -> None:
         if days < 0:
             raise CommandError("--days must not be negative.")
         if batch_size < 1:
@@ -95,7 +105,7 @@ def _delete_batch(pks: list[int], using: str) -> tuple[int, int]:
     return runs, leases
 
 
-def _delete(rows: QuerySet) -> int:
+def _delete(rows: QuerySet[Any]) -> int:
     """Delete ``rows`` in one statement and return how many went.
 
     ``QuerySet.delete()`` would first fetch every full run row to collect the lease

@@ -1,0 +1,258 @@
+"""How attempts end: outcomes decided in Python, recorded many per statement.
+
+Every outcome first releases its lease *by token*; only the runs whose lease was still held
+change. A process that lost a lease (to the sweeper, or at shutdown) can therefore never
+overwrite a newer attempt, however many outcomes it records at once. On PostgreSQL a batch
+is one statement at the database's clock; elsewhere one transaction through the ORM.
+"""
+
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections, transaction
+from django.db.models import F
+
+from django_periodic import clock, policies
+from django_periodic.claims import LATE_MESSAGE, Claim
+from django_periodic.models import Lease, Run, Schedule
+
+MAX_RETRY_DELAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an attempt failed; ``retryable`` False fails the run even with attempts left."""
+
+    code: str
+    message: str
+    traceback: str = ""
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt ended: the lease's outcome and the run's new state."""
+
+    claim: Claim
+    lease_outcome: str
+    status: str
+    result: Any = None
+    error_code: str = ""
+    error_message: str = ""
+    traceback: str = ""
+    retry_in: timedelta | None = None
+    interrupted: bool = False  # cut short by its process stopping (counts as no attempt)
+    started_at: datetime | None = None  # when the job really started, if after the claim
+
+    def started(self, at: datetime | None) -> "Outcome":
+        return replace(self, started_at=at)
+
+
+def succeeded(claim: Claim, result: Any) -> Outcome:
+    return Outcome(claim, Lease.Outcome.SUCCEEDED, Run.Status.SUCCEEDED, result=result)
+
+
+def failed(claim: Claim, failure: Failure) -> Outcome:
+    """A failed attempt: retried later while attempts remain, else the run fails."""
+    run = claim.run
+    attempts_used = run.attempt - run.interruptions
+    retry = failure.retryable and attempts_used < run.max_attempts
+    return Outcome(
+        claim,
+        Lease.Outcome.RETRY if retry else Lease.Outcome.FAILED,
+        Run.Status.RETRYING if retry else Run.Status.FAILED,
+        error_code=failure.code,
+        error_message=failure.message,
+        traceback=failure.traceback,
+        retry_in=retry_delay(run.schedule.retry_backoff, attempts_used) if retry else None,
+    )
+
+
+def retry_delay(backoff: timedelta, attempts_used: int) -> timedelta:
+    """Exponential backoff with jitter: about backoff, 2x, 4x... each between 50% and 100%."""
+    exponent = min(attempts_used - 1, 30)
+    delay: timedelta = min(backoff * (2**exponent), MAX_RETRY_DELAY)
+    return delay * random.uniform(0.5, 1.0)
+
+
+def timed_out(claim: Claim) -> Outcome:
+    timeout = claim.run.schedule.timeout
+    message = f"Still running {timeout} after it started (its timeout) plus a grace."
+    return Outcome(
+        claim,
+        Lease.Outcome.TIMEOUT,
+        Run.Status.FAILED,
+        error_code="timeout",
+        error_message=message,
+    )
+
+
+def cancelled(claim: Claim) -> Outcome:
+    return Outcome(
+        claim,
+        Lease.Outcome.CANCELLED,
+        Run.Status.CANCELLED,
+        error_code="cancelled",
+        error_message="Cancelled while running.",
+    )
+
+
+def skipped_late(claim: Claim) -> Outcome:
+    """A claimed run that waited for a thread (prefetched) past its start deadline."""
+    return Outcome(
+        claim,
+        Lease.Outcome.SKIPPED,
+        Run.Status.SKIPPED,
+        error_code=policies.SKIPPED_START_DEADLINE,
+        error_message=LATE_MESSAGE,
+    )
+
+
+def released(claim: Claim) -> Outcome:
+    """Given up unfinished at shutdown: back to pending with reentry, else failed.
+
+    Without ``allow_stale_reentry`` the job may have had effects already, so it is not run
+    again.
+    """
+    if claim.run.schedule.allow_stale_reentry:
+        return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
+    return Outcome(
+        claim,
+        Lease.Outcome.INTERRUPTED,
+        Run.Status.FAILED,
+        error_code="interrupted",
+        error_message="Its scheduler stopped before the job finished; not run again.",
+        interrupted=True,
+    )
+
+
+def record(
+    outcomes: Sequence[Outcome], now: datetime | None = None, using: str = "default"
+) -> set[int]:
+    """Record outcomes (all of one database); return the ids of the runs that changed.
+
+    A run missing from the result had lost its lease: its outcome was dropped. ``now``
+    None means the database's clock at the statement.
+    """
+    if not outcomes:
+        return set()
+    with transaction.atomic(using=using):
+        if connections[using].vendor == "postgresql":
+            recorded = _record_postgresql(outcomes, now, using)
+        else:
+            recorded = _record_orm(outcomes, now or clock.now(using), using)
+        Run.objects.using(using).promote_queued(_queues_to_move(outcomes, recorded))
+    return recorded
+
+
+def _queues_to_move(outcomes: Sequence[Outcome], recorded: set[int]) -> set[int]:
+    # Only a queue schedule has runs waiting; one left by a policy change is the sweeper's.
+    return {
+        o.claim.run.schedule_id
+        for o in outcomes
+        if o.claim.run.pk in recorded
+        and o.status in Run.FINAL_STATUSES
+        and o.claim.run.schedule.overlap == Schedule.Overlap.QUEUE
+    }
+
+
+def _record_orm(outcomes: Sequence[Outcome], now: datetime, using: str) -> set[int]:
+    recorded = set()
+    for outcome in outcomes:
+        held = Lease.objects.using(using).filter(
+            token=outcome.claim.token, released_at__isnull=True
+        )
+        if held.update(released_at=now, outcome=outcome.lease_outcome):
+            run = outcome.claim.run
+            Run.objects.using(using).filter(pk=run.pk).update(**_run_fields(outcome, now))
+            recorded.add(run.pk)
+    return recorded
+
+
+def _run_fields(outcome: Outcome, now: datetime) -> dict[str, Any]:
+    never_started = outcome.status == Run.Status.SKIPPED
+    started_at = None if never_started else outcome.started_at or outcome.claim.run.started_at
+    ended = outcome.status != Run.Status.PENDING
+    retry = outcome.retry_in
+    return {
+        "status": outcome.status,
+        "result": outcome.result,
+        "error_code": outcome.error_code,
+        "error_message": outcome.error_message,
+        "traceback": outcome.traceback,
+        "next_retry_at": None if retry is None else now + retry,
+        "started_at": started_at,
+        "finished_at": now if ended else None,
+        "duration": now - started_at if ended and started_at else None,
+        "interruptions": F("interruptions") + int(outcome.interrupted),
+    }
+
+
+# The same as _record_orm, for a whole batch in one statement.
+RECORD_SQL = """
+WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
+v AS (
+    SELECT * FROM unnest(
+        %(token)s::uuid[], %(run_id)s::bigint[], %(lease_outcome)s::text[], %(status)s::text[],
+        %(result)s::text[], %(error_code)s::text[], %(error_message)s::text[],
+        %(traceback)s::text[], %(retry_in)s::interval[], %(interrupted)s::integer[],
+        %(started_at)s::timestamptz[]
+    ) AS v (token, run_id, lease_outcome, status, result, error_code, error_message,
+            traceback, retry_in, interrupted, started_at)
+),
+released AS (
+    UPDATE {lease} l SET released_at = t.now, outcome = v.lease_outcome
+    FROM v CROSS JOIN t
+    WHERE l.token = v.token AND l.released_at IS NULL
+    RETURNING l.run_id
+)
+UPDATE {run} r SET
+    status = v.status, result = v.result::jsonb, error_code = v.error_code,
+    error_message = v.error_message, traceback = v.traceback,
+    next_retry_at = t.now + v.retry_in,
+    started_at = CASE WHEN v.status = 'skipped' THEN NULL
+                      ELSE COALESCE(v.started_at, r.started_at) END,
+    finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE t.now END,
+    duration = CASE WHEN v.status IN ('pending', 'skipped') THEN NULL
+                    ELSE t.now - COALESCE(v.started_at, r.started_at) END,
+    interruptions = r.interruptions + v.interrupted
+FROM v JOIN released x ON x.run_id = v.run_id CROSS JOIN t
+WHERE r.id = v.run_id
+RETURNING r.id
+"""
+
+
+@cache
+def _record_sql(using: str) -> str:
+    quote = connections[using].ops.quote_name
+    return RECORD_SQL.format(run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table))
+
+
+def _record_postgresql(outcomes: Sequence[Outcome], now: datetime | None, using: str) -> set[int]:
+    params = {
+        "now": now,
+        "token": [o.claim.token for o in outcomes],
+        "run_id": [o.claim.run.pk for o in outcomes],
+        "lease_outcome": [o.lease_outcome for o in outcomes],
+        "status": [o.status for o in outcomes],
+        "result": [_json(o.result) for o in outcomes],
+        "error_code": [o.error_code for o in outcomes],
+        "error_message": [o.error_message for o in outcomes],
+        "traceback": [o.traceback for o in outcomes],
+        "retry_in": [o.retry_in for o in outcomes],
+        "interrupted": [int(o.interrupted) for o in outcomes],
+        "started_at": [o.started_at for o in outcomes],
+    }
+    with connections[using].cursor() as cursor:
+        cursor.execute(_record_sql(using), params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)

@@ -1,0 +1,189 @@
+"""Executing claimed runs off the loop: worker threads call the jobs, and one recorder
+thread records their outcomes, as many per statement as have arrived meanwhile."""
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+from django.db import close_old_connections, connections
+
+from django_periodic import executor
+from django_periodic.claims import Claim
+from django_periodic.context import StopRequest
+from django_periodic.outcomes import Outcome
+
+logger = logging.getLogger("django_periodic")
+
+# At most this many outcomes in one statement.
+MAX_RECORD_BATCH = 500
+
+
+class Recorder:
+    """One thread that records outcomes in batches: whatever arrived while it wrote the last.
+
+    ``on_recorded`` is called (on the recorder thread) after each batch.
+    """
+
+    def __init__(self, on_recorded: Callable[[], None] = lambda: None) -> None:
+        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self._on_recorded = on_recorded
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="periodic-recorder", daemon=True)
+        self._thread.start()
+
+    def put(self, outcome: Outcome) -> None:
+        with self._idle:
+            self._pending += 1
+        self._queue.put(outcome)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every outcome put so far is recorded (or given up); False on timeout."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Record what is queued, then end the thread."""
+        self._queue.put(None)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while (first := self._queue.get()) is not None:
+            batch = [first, *self._drain(MAX_RECORD_BATCH - 1)]
+            stop = None in batch
+            outcomes = [outcome for outcome in batch if outcome is not None]
+            self._record(outcomes)
+            if stop:
+                break
+        connections.close_all()  # this thread's own connections
+
+    def _drain(self, limit: int) -> list[Outcome | None]:
+        drained: list[Outcome | None] = []
+        while len(drained) < limit:
+            try:
+                drained.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return drained
+
+    def _record(self, outcomes: list[Outcome]) -> None:
+        by_database: dict[str, list[Outcome]] = {}
+        for outcome in outcomes:
+            by_database.setdefault(outcome.claim.using, []).append(outcome)
+        try:
+            close_old_connections()
+            for batch in by_database.values():
+                executor.record(batch)
+        except Exception:
+            # The runs keep their leases until they expire; the sweeper then settles them.
+            logger.exception("Could not record the outcomes of %d runs.", len(outcomes))
+        finally:
+            with self._idle:
+                self._pending -= len(outcomes)
+                self._idle.notify_all()
+            self._on_recorded()
+
+
+class WorkerPool:
+    """Threads that execute claimed runs, and the claims waiting for one (the prefetch).
+
+    ``on_done`` is called each time a claim leaves the pool (its job returned), on the
+    worker's thread; the outcome goes to the recorder.
+    """
+
+    def __init__(
+        self, size: int, on_done: Callable[[], None], recorder: Recorder, prefetch: int = 0
+    ) -> None:
+        self.size = size
+        self.capacity = size + prefetch
+        self._on_done = on_done
+        self._recorder = recorder
+        self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._lock = threading.Condition()
+        self._in_flight: dict[Claim, StopRequest] = {}
+        self._abandoned: set[Claim] = set()
+        self._busy = 0  # threads running a job
+        self._threads = 0
+        for _ in range(size):
+            self._start_thread()
+
+    def _start_thread(self) -> None:
+        self._threads += 1
+        name = f"periodic-worker-{self._threads}"
+        threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    def free(self) -> int:
+        """How many more claims the pool takes: idle threads plus room in the prefetch."""
+        with self._lock:
+            return self.capacity - len(self._in_flight)
+
+    def starving(self) -> bool:
+        """A thread is idle and no claim waits for one: claim now, even a single run."""
+        with self._lock:
+            return len(self._in_flight) < self.size
+
+    def submit(self, claim: Claim) -> None:
+        with self._lock:
+            self._in_flight[claim] = StopRequest()
+        self._queue.put(claim)
+
+    def in_flight(self) -> dict[Claim, StopRequest]:
+        with self._lock:
+            return dict(self._in_flight)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._in_flight
+
+    def stop_all(self, reason: str) -> None:
+        with self._lock:
+            for stop in self._in_flight.values():
+                stop.set(reason)
+
+    def abandon(self, claim: Claim) -> None:
+        """Stop counting a run whose job overran: a new thread takes its place.
+
+        Python cannot kill a thread; the old one ends when its job returns, and its
+        late outcome is refused by the lease's token.
+        """
+        with self._lock:
+            if self._in_flight.pop(claim, None) is None:
+                return
+            self._abandoned.add(claim)
+            self._lock.notify_all()
+            self._start_thread()
+
+    def stop(self) -> None:
+        """Let each idle thread exit; a thread still running a job exits after it."""
+        for _ in range(self.size):
+            self._queue.put(None)
+
+    def _work(self) -> None:
+        while (claim := self._queue.get()) is not None:
+            self._execute(claim)
+            with self._lock:
+                if claim in self._abandoned:
+                    self._abandoned.discard(claim)
+                    break  # its replacement already serves the queue
+        connections.close_all()  # this thread's own connections
+
+    def _execute(self, claim: Claim) -> None:
+        with self._lock:
+            stop = self._in_flight.get(claim)
+        outcome = None
+        try:
+            if stop is not None:  # else given up at shutdown before a thread took it
+                close_old_connections()
+                outcome = executor.run_job(claim, stop)
+        except BaseException:
+            # Never lose the thread. The run keeps its lease until it expires; the
+            # sweeper then settles it.
+            logger.exception("Could not execute run %s.", claim.run.pk)
+        finally:
+            with self._lock:
+                self._in_flight.pop(claim, None)
+                self._lock.notify_all()
+            if outcome is not None:
+                self._recorder.put(outcome)
+            self._on_done()
