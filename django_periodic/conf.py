@@ -14,7 +14,7 @@ class PeriodicSettings:
     """Every key of ``DJANGO_PERIODIC`` with its default. Durations accept seconds or timedelta."""
 
     WORKERS: int = 4
-    PREFETCH: int = 0
+    PREFETCH: int = 32
     POLL_INTERVAL: timedelta = timedelta(seconds=5)
     HEARTBEAT_INTERVAL: timedelta = timedelta(seconds=10)
     SWEEP_INTERVAL: timedelta = timedelta(seconds=10)

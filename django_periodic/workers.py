@@ -4,6 +4,7 @@ thread records their outcomes, as many per statement as have arrived meanwhile."
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from django.db import close_old_connections, connections
@@ -17,6 +18,11 @@ logger = logging.getLogger("django_periodic")
 
 # At most this many outcomes in one statement.
 MAX_RECORD_BATCH = 500
+# Claims are taken ahead of the threads (the prefetch) only while jobs are this short on
+# average: a run claimed ahead then waits milliseconds, never behind a long job.
+SHORT_JOB = 0.05
+# Weight of the latest job in the running average of durations.
+DURATION_WEIGHT = 0.1
 
 
 class Recorder:
@@ -89,14 +95,17 @@ class WorkerPool:
     """Threads that execute claimed runs, and the claims waiting for one (the prefetch).
 
     ``on_done`` is called each time a claim leaves the pool (its job returned), on the
-    worker's thread; the outcome goes to the recorder.
+    worker's thread; the outcome goes to the recorder. Up to ``prefetch`` claims may wait
+    for a thread, while the jobs are short (``SHORT_JOB``).
     """
 
     def __init__(
         self, size: int, on_done: Callable[[], None], recorder: Recorder, prefetch: int = 0
     ) -> None:
         self.size = size
-        self.capacity = size + prefetch
+        self.prefetch = prefetch
+        # Unknown at first: as long as a slow job, so that nothing is claimed ahead.
+        self._average_duration = float("inf")
         self._on_done = on_done
         self._recorder = recorder
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
@@ -113,10 +122,16 @@ class WorkerPool:
         name = f"periodic-worker-{self._threads}"
         threading.Thread(target=self._work, name=name, daemon=True).start()
 
+    @property
+    def capacity(self) -> int:
+        """Threads, plus the prefetch while jobs are short."""
+        short = self._average_duration < SHORT_JOB
+        return self.size + (self.prefetch if short else 0)
+
     def free(self) -> int:
         """How many more claims the pool takes: idle threads plus room in the prefetch."""
         with self._lock:
-            return self.capacity - len(self._in_flight)
+            return max(self.capacity - len(self._in_flight), 0)
 
     def starving(self) -> bool:
         """A thread is idle and no claim waits for one: claim now, even a single run."""
@@ -159,6 +174,13 @@ class WorkerPool:
         for _ in range(self.size):
             self._queue.put(None)
 
+    def _note_duration(self, seconds: float) -> None:
+        if self._average_duration == float("inf"):
+            self._average_duration = seconds
+        else:
+            weight = DURATION_WEIGHT
+            self._average_duration += weight * (seconds - self._average_duration)
+
     def _work(self) -> None:
         while (claim := self._queue.get()) is not None:
             self._execute(claim)
@@ -172,6 +194,7 @@ class WorkerPool:
         with self._lock:
             stop = self._in_flight.get(claim)
         outcome = None
+        started = time.monotonic()
         try:
             if stop is not None:  # else given up at shutdown before a thread took it
                 close_old_connections()
@@ -183,6 +206,7 @@ class WorkerPool:
         finally:
             with self._lock:
                 self._in_flight.pop(claim, None)
+                self._note_duration(time.monotonic() - started)
                 self._lock.notify_all()
             if outcome is not None:
                 self._recorder.put(outcome)
