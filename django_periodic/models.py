@@ -561,7 +561,10 @@ class SchedulerProcess(models.Model):
     @classmethod
     def stale_after(cls) -> timedelta:
         """How long without a heartbeat before operators should presume a process dead."""
-        return get_settings().HEARTBEAT_INTERVAL * cls.STALE_AFTER_HEARTBEATS
+        # A process holding no lease heartbeats once an IDLE_INTERVAL only.
+        settings = get_settings()
+        interval = max(settings.HEARTBEAT_INTERVAL, settings.IDLE_INTERVAL)
+        return interval * cls.STALE_AFTER_HEARTBEATS
 
 
 class LeaseQuerySet(models.QuerySet["Lease"]):

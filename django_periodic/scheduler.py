@@ -12,13 +12,22 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, InterfaceError, close_old_connections, connections
-from django.db.models import Min
 
-from django_periodic import claims, clock, executor, leases, outcomes, planner, sync, wakeups
+from django_periodic import (
+    claims,
+    clock,
+    executor,
+    horizon,
+    leases,
+    outcomes,
+    planner,
+    sync,
+    wakeups,
+)
 from django_periodic import workers as workers_
 from django_periodic.conf import get_settings
 from django_periodic.context import StopRequest
-from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.models import Run, SchedulerProcess
 from django_periodic.stop_signals import StopSignals
 
 logger = logging.getLogger("django_periodic")
@@ -56,6 +65,7 @@ class Scheduler:
         self.listener = wakeups.Listener(using, self._alarm)
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
+        self._wake_at_monotonic = 0.0  # when the current sleep ends
 
     def request_stop(self) -> None:
         """Stop claiming and leave the loop; a second request stops waiting for jobs."""
@@ -105,24 +115,25 @@ class Scheduler:
         self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
 
     def tick(self) -> tuple[datetime, datetime]:
-        """Do everything that is due now; return (now, when to wake up next)."""
-        now = clock.now(self.using)
+        """Do what the horizon says is due now; return (now, when to wake up next)."""
+        ahead = horizon.look_ahead(self.using)
+        now = ahead.now
         self._clock_read_at = time.monotonic()
         # Heartbeat first: after an outage longer than a lease, the sweep must not find
         # this process's own live runs expired.
         if now >= self._next_heartbeat:
             self._heartbeat(now)
-        fired = self._plan(now).fired if self.plan else 0
-        if now >= self._next_sweep:
+        fired = self._plan(now).fired if self.plan and ahead.fire_due() else 0
+        if now >= self._next_sweep or ahead.lease_expired():
             self._sweep(now)
         claimed = 0
         if self.pool:
             self._watch_running(now)
-            if not self.stop.requested:
+            if not self.stop.requested and (fired or ahead.claimable()):
                 claimed = self._claim(now)
         if fired > claimed:
             wakeups.notify(self.using)  # runs are left: let other processes take them
-        return now, self._next_wake(now)
+        return now, self._next_wake(now, ahead)
 
     def _claim(self, now: datetime | None) -> int:
         """Claim as many runs as the pool takes (``now`` None: at the database's clock)."""
@@ -130,7 +141,24 @@ class Scheduler:
         claimed = claims.claim(self.process, now, self.pool.free(), self.using)
         for claim in claimed:
             self.pool.submit(claim)
+        if claimed:
+            self._hold_leases(claimed[0].run.started_at)
         return len(claimed)
+
+    def _hold_leases(self, claimed_at: datetime | None) -> None:
+        """Holding leases now: heartbeat and sweep at the busy pace from the claim on."""
+        if claimed_at is None:
+            return
+        soon = claimed_at + self.settings.HEARTBEAT_INTERVAL
+        if soon < self._next_heartbeat:
+            self._next_heartbeat = soon
+            self._wake_at_monotonic = min(
+                self._wake_at_monotonic, self._monotonic_at(soon, claimed_at)
+            )
+        self._next_sweep = min(self._next_sweep, claimed_at + self.settings.SWEEP_INTERVAL)
+
+    def _monotonic_at(self, at: datetime, now: datetime) -> float:
+        return time.monotonic() + (at - now).total_seconds()
 
     def _capacity_freed(self) -> None:
         self._alarm.set(wakeups.CAPACITY)
@@ -148,9 +176,16 @@ class Scheduler:
             self._claim(None)
 
     def _heartbeat(self, now: datetime) -> None:
+        """Heartbeat; often while holding leases, once an idle interval while holding none
+        (``SchedulerProcess.stale_after()`` allows for the longer of the two)."""
         assert self.process is not None
         leases.heartbeat(self.process, now, self.using)
-        self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+        self._next_heartbeat = now + self._interval()
+
+    def _interval(self) -> timedelta:
+        """Between heartbeats and sweeps: short while holding leases, long when idle."""
+        holding = self.pool is not None and not self.pool.idle()
+        return self.settings.HEARTBEAT_INTERVAL if holding else self.settings.IDLE_INTERVAL
 
     def _watch_running(self, now: datetime) -> None:
         """Pass on cancel requests; stop runs past their timeout, fail them past its grace."""
@@ -194,18 +229,19 @@ class Scheduler:
         Run.objects.using(self.using).promote_queued(None)
         claims.skip_late(now, self.using)
         SchedulerProcess.objects.using(self.using).stale(now).forgettable().delete()
-        self._next_sweep = now + self.settings.SWEEP_INTERVAL
+        holding = self.pool is not None and not self.pool.idle()
+        self._next_sweep = now + (self.settings.SWEEP_INTERVAL if holding else self._interval())
         return swept
 
-    def _next_wake(self, now: datetime) -> datetime:
-        """The earliest of: next fire, retry, sweep, heartbeat and timeout; the poll cap."""
-        candidates = [now + self.poll, self._next_sweep, self._next_heartbeat]
+    def _next_wake(self, now: datetime, ahead: horizon.Horizon) -> datetime:
+        """The earliest of: next fire, retry, lease expiry, sweep, heartbeat and timeout;
+        capped by the poll interval (the idle interval while LISTEN wakes us)."""
+        cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
+        candidates = [now + cap, self._next_sweep, self._next_heartbeat, ahead.next_expiry]
         if self.plan:
-            fires = Schedule.objects.using(self.using).enabled()
-            candidates.append(fires.aggregate(at=Min("next_fire_at"))["at"])
+            candidates.append(ahead.next_fire)
         if self.pool:
-            retries = Run.objects.using(self.using).filter(status=Run.Status.RETRYING)
-            candidates.append(retries.aggregate(at=Min("next_retry_at"))["at"])
+            candidates.append(ahead.next_retry)
             for claim in self.pool.in_flight():
                 timeout_at = self._timeout_at(claim)
                 if timeout_at is not None:
@@ -222,8 +258,8 @@ class Scheduler:
         close_old_connections()
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
-        wake = self._clock_read_at + (wake_at - now).total_seconds()
-        while (left := wake - time.monotonic()) > 0:
+        self._wake_at_monotonic = self._clock_read_at + (wake_at - now).total_seconds()
+        while (left := self._wake_at_monotonic - time.monotonic()) > 0:
             reasons = self._alarm.wait(left)
             if not reasons or reasons.strip(wakeups.CAPACITY):
                 return  # time is up, or a stop, a NOTIFY: a whole tick

@@ -84,6 +84,7 @@ class Listener:
         self.using = using
         self.wake = wake
         self._stop = threading.Event()
+        self._listening = threading.Event()
         self._thread: threading.Thread | None = None
         self._failures = 0
 
@@ -94,6 +95,11 @@ class Listener:
         from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
         return is_psycopg3  # psycopg2 has no blocking wait for notifications with a timeout
+
+    @property
+    def listening(self) -> bool:
+        """Whether notifications reach this process now (so the loop may sleep long)."""
+        return self._listening.is_set()
 
     def start(self) -> bool:
         """Start listening; False where the database cannot notify (the loop then polls)."""
@@ -120,6 +126,7 @@ class Listener:
                 self.wake.set()  # meanwhile the loop polls; let it look now
                 self._stop.wait(delay)
             finally:
+                self._listening.clear()
                 wrapper.close()
 
     def _listen(self, wrapper: BaseDatabaseWrapper) -> None:
@@ -127,6 +134,7 @@ class Listener:
         raw = wrapper.connection
         raw.autocommit = True
         raw.execute(f"LISTEN {CHANNEL}")
+        self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening
         while not self._stop.is_set():
