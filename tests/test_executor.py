@@ -20,7 +20,10 @@ from tests.processes import wait_for
 def _close_async_connections():
     """Async jobs' ORM calls run on asgiref's thread, whose connection outlives the test."""
     yield
-    asyncio.run(sync_to_async(connections.close_all)())  # the same thread: no outer loop
+    # From a thread of its own, like a worker: no event loop of the test's in the way.
+    closer = threading.Thread(target=asyncio.run, args=(sync_to_async(connections.close_all)(),))
+    closer.start()
+    closer.join()
 
 
 def claimed(process, now, **schedule_fields) -> claims.Claim:
