@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+from django.db import DatabaseError, InterfaceError, connections, transaction
 
 from django_periodic import (
     claims,
@@ -119,13 +119,8 @@ class Scheduler:
         ahead = horizon.look_ahead(self.using)
         now = ahead.now
         self._clock_read_at = time.monotonic()
-        # Heartbeat first: after an outage longer than a lease, the sweep must not find
-        # this process's own live runs expired.
-        if now >= self._next_heartbeat:
-            self._heartbeat(now)
+        self._keep_house(now, ahead)
         fired = self._plan(now).fired if self.plan and ahead.fire_due() else 0
-        if now >= self._next_sweep or ahead.lease_expired():
-            self._sweep(now)
         claimed = 0
         if self.pool:
             self._watch_running(now)
@@ -174,6 +169,20 @@ class Scheduler:
             return
         if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
             self._claim(None)
+
+    def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
+        """Heartbeat and sweep when due, in one transaction (idle: one a minute)."""
+        heartbeat = now >= self._next_heartbeat
+        sweep = now >= self._next_sweep or ahead.lease_expired()
+        if not (heartbeat or sweep):
+            return
+        with transaction.atomic(using=self.using):
+            # Heartbeat first: after an outage longer than a lease, the sweep must not
+            # find this process's own live runs expired.
+            if heartbeat:
+                self._heartbeat(now)
+            if sweep:
+                self._sweep(now)
 
     def _heartbeat(self, now: datetime) -> None:
         """Heartbeat; often while holding leases, once an idle interval while holding none
@@ -254,8 +263,9 @@ class Scheduler:
             self._guarded(self._tick_and_sleep)
 
     def _tick_and_sleep(self) -> None:
+        # The loop keeps its connection between ticks (reconnecting costs statements);
+        # _guarded closes it after a database error.
         self._alarm.clear()
-        close_old_connections()
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
         self._wake_at_monotonic = self._clock_read_at + (wake_at - now).total_seconds()
