@@ -21,7 +21,7 @@ class PeriodicSettings:
     IDLE_INTERVAL: timedelta = timedelta(seconds=60)
     SHUTDOWN_GRACE: timedelta = timedelta(seconds=30)
     TIMEOUT_GRACE: timedelta = timedelta(seconds=10)
-    PLAN_BATCH_SIZE: int = 500
+    PLAN_BATCH_SIZE: int = 5000
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
     PLANNING_FAILURE_LIMIT: int = 3

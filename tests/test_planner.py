@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import planner
+from django_periodic import planner, triggers
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -258,3 +258,38 @@ def test_run_now_records_a_pending_manual_run(now):
     run = schedule.run_now()
     assert (run.trigger, run.status, run.schedule_id) == ("manual", "pending", schedule.pk)
     assert abs(run.plan_time - now) < timedelta(seconds=5)
+
+
+@pytest.mark.django_db
+def test_schedules_sharing_a_trigger_compute_their_next_fire_once(monkeypatch):
+    calls = []
+    next_after = triggers.CronTrigger.next_after
+
+    def counted(self, after):
+        calls.append(after)
+        return next_after(self, after)
+
+    cursor = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    now = cursor + timedelta(seconds=30)
+    for i in range(50):
+        schedule = ScheduleFactory(name=f"shared-{i}", cron="*/5 * * * *", interval=None)
+        Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=cursor)
+    # What each would compute alone, without the batch's memo.
+    expected = {}
+    for schedule in Schedule.objects.all():
+        alone = planner._due_times(schedule.trigger, schedule.next_fire_at, now, 100)
+        expected[schedule.pk] = (alone.cursor, alone.times)
+    monkeypatch.setattr(triggers.CronTrigger, "next_after", counted)
+    result = planner.plan_due(now, batch_size=100)
+    assert result.schedules == 50 and result.fired == 50
+    assert len(calls) == 1
+    for schedule in Schedule.objects.all():
+        cursor_after, times = expected[schedule.pk]
+        assert schedule.next_fire_at == cursor_after
+        assert [plan_time for plan_time, _, _ in runs_of(schedule)] == times
+
+
+def test_array_literals_quote_what_postgresql_would_misread():
+    assert planner._array([1, None, True]) == "{1,NULL,t}"
+    assert planner._array(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert planner._array([T0]) == "{2026-01-01T00:00:00+00:00}"
