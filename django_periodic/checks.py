@@ -11,7 +11,7 @@ from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 
 from django_periodic import sync
-from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, SETTING_NAME
+from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, MAY_BE_ZERO, SETTING_NAME
 from django_periodic.models import Schedule
 
 
@@ -77,6 +77,8 @@ def _check_value(key: str, value: object) -> str | None:
             seconds = float(value)
         else:
             return "must be a number of seconds or a timedelta."
+        if key in MAY_BE_ZERO:
+            return None if seconds >= 0 else "must not be negative."
         return None if seconds > 0 else "must be positive."
     if key in INTEGER_KEYS:
         if not isinstance(value, int) or isinstance(value, bool):

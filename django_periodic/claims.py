@@ -11,13 +11,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import F, Field, Model
+from django.db.models import F, Field, Model, Value
+from django.db.models.functions import Greatest
 
 from django_periodic import clock, policies
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
@@ -34,6 +35,32 @@ class Claim:
     using: str = "default"
     # When this process made the claim (time.monotonic()), to date the job's real start.
     claimed_at: float = field(default_factory=time.monotonic, compare=False)
+    # The database's clock at the claim; None: the run's started_at (claimed when due).
+    db_claimed_at: datetime | None = field(default=None, compare=False)
+
+    def db_time(self, monotonic: float) -> datetime | None:
+        """The database's clock at ``monotonic`` (a later time.monotonic()) as this process
+        counts it: the claim's time plus the time since."""
+        claimed = self.db_claimed_at or self.run.started_at
+        if claimed is None:
+            return None
+        return claimed + timedelta(seconds=monotonic - self.claimed_at)
+
+    def too_late(self, at: datetime | None) -> bool:
+        """Whether a first start at ``at`` comes past the run's start deadline (it waited
+        for a thread, claimed ahead, while all were busy): it must be skipped instead."""
+        deadline = self.run.start_deadline
+        if self.run.attempt != 1 or deadline is None or at is None:
+            return False
+        return at > deadline
+
+    def starts_at(self) -> float:
+        """When the run may start (time.monotonic()): at once, or at its plan time if it was
+        claimed ahead of it."""
+        claimed = self.db_claimed_at or self.run.started_at
+        if claimed is None or self.run.plan_time <= claimed:
+            return self.claimed_at
+        return self.claimed_at + (self.run.plan_time - claimed).total_seconds()
 
 
 @dataclass
@@ -43,50 +70,71 @@ class ClaimResult:
 
 
 def claim(
-    process: SchedulerProcess, now: datetime | None, limit: int, using: str = "default"
+    process: SchedulerProcess,
+    now: datetime | None,
+    limit: int,
+    using: str = "default",
+    *,
+    ahead: timedelta | None = None,
 ) -> list[Claim]:
     """Claim up to ``limit`` runs that may start now, skipping rows other processes hold.
 
-    ``now`` None means the database's clock at the statement (no clock read first).
+    ``now`` None means the database's clock at the statement (no clock read first). With
+    ``ahead``, claim instead pending runs due within ``ahead`` of now and not yet: the
+    caller holds them until their plan time, so that they start on time.
     """
-    return claim_batch(process, now, limit, using).claims
+    return claim_batch(process, now, limit, using, ahead=ahead).claims
 
 
 def claim_batch(
-    process: SchedulerProcess, now: datetime | None, limit: int, using: str = "default"
+    process: SchedulerProcess,
+    now: datetime | None,
+    limit: int,
+    using: str = "default",
+    *,
+    ahead: timedelta | None = None,
 ) -> ClaimResult:
     """``claim()``, also reporting the schedules of the runs it skipped as too late."""
     if limit <= 0:
         return ClaimResult()
     if connections[using].vendor == "postgresql":
-        result = _claim_postgresql(process, now, limit, using)
+        result = _claim_postgresql(process, now, limit, using, ahead)
     else:
-        result = _claim_orm(process, now, limit, using)
+        result = _claim_orm(process, now, limit, using, ahead)
     promoted = result.late and Run.objects.using(using).promote_queued(result.late)
     if promoted and len(result.claims) < limit:
         # A late run skipped made way for a queued one: it may start now too.
-        more = claim_batch(process, now, limit - len(result.claims), using)
+        more = claim_batch(process, now, limit - len(result.claims), using, ahead=ahead)
         result.claims += more.claims
     return result
 
 
 def _claim_orm(
-    process: SchedulerProcess, now: datetime | None, limit: int, using: str
+    process: SchedulerProcess,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
 ) -> ClaimResult:
     now = now or clock.now(using)
-    result = ClaimResult(late=skip_late(now, using))
+    result = ClaimResult(late=[] if ahead else skip_late(now, using))
+    runs_ = Run.objects.using(using)
     with transaction.atomic(using=using):
-        claimable = Run.objects.using(using).claimable(now).select_related("schedule")
+        claimable = runs_.coming(now, ahead) if ahead else runs_.claimable(now)
+        claimable = claimable.select_related("schedule")
         runs = list(claimable.select_for_update(skip_locked=True, of=("self",))[:limit])
         if not runs:
             return result
-        Run.objects.using(using).filter(pk__in=[r.pk for r in runs]).update(
-            status=Run.Status.RUNNING, attempt=F("attempt") + 1, started_at=now
+        runs_.filter(pk__in=[r.pk for r in runs]).update(
+            status=Run.Status.RUNNING,
+            attempt=F("attempt") + 1,
+            started_at=Greatest(Value(now), F("plan_time")),
         )
         leases = [_new_lease(run, process, now) for run in runs]
         Lease.objects.using(using).bulk_create(leases)
     result.claims = [
-        Claim(run, lease.token, using) for run, lease in zip(runs, leases, strict=True)
+        Claim(run, lease.token, using, db_claimed_at=now)
+        for run, lease in zip(runs, leases, strict=True)
     ]
     return result
 
@@ -112,7 +160,7 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
 def _new_lease(run: Run, process: SchedulerProcess, now: datetime) -> Lease:
     """The lease for the run's next attempt; also mirrors the claim's UPDATE on ``run``."""
     run.attempt += 1
-    run.status, run.started_at = Run.Status.RUNNING, now
+    run.status, run.started_at = Run.Status.RUNNING, max(now, run.plan_time)
     return Lease(
         run=run,
         attempt=run.attempt,
@@ -125,8 +173,9 @@ def _new_lease(run: Run, process: SchedulerProcess, now: datetime) -> Lease:
 
 
 # The oldest claimable runs, locked; those past their start deadline are skipped, the rest
-# run under a new lease each. The outer SELECT has one row even when nothing was claimed,
-# so that the skipped runs' schedules come back too.
+# run under a new lease each (started at their plan time, if claimed ahead of it). The
+# outer SELECT has one row even when nothing was claimed, so that the skipped runs'
+# schedules come back too.
 CLAIM_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
@@ -134,7 +183,7 @@ picked AS (
            COALESCE(r.status = 'pending' AND r.attempt = 0 AND r.start_deadline < t.now, false)
            AS late
     FROM {run} r CROSS JOIN t
-    WHERE r.status = 'pending' OR (r.status = 'retrying' AND r.next_retry_at <= t.now)
+    WHERE {claimable}
     ORDER BY r.plan_time, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r SKIP LOCKED
@@ -146,7 +195,8 @@ skipped AS (
     RETURNING r.schedule_id
 ),
 claimed AS (
-    UPDATE {run} r SET status = 'running', attempt = r.attempt + 1, started_at = t.now
+    UPDATE {run} r SET status = 'running', attempt = r.attempt + 1,
+        started_at = GREATEST(t.now, r.plan_time)
     FROM picked p CROSS JOIN t WHERE r.id = p.id AND NOT p.late
     RETURNING r.*
 ),
@@ -158,17 +208,26 @@ leased AS (
     FROM claimed c JOIN {schedule} s ON s.id = c.schedule_id CROSS JOIN t
     RETURNING run_id, token
 )
-SELECT k.late, l.token, {run_columns}, {schedule_columns}
-FROM (SELECT array_agg(schedule_id) AS late FROM skipped) k
+SELECT k.late, t.now, l.token, {run_columns}, {schedule_columns}
+FROM (SELECT array_agg(schedule_id) AS late FROM skipped) k CROSS JOIN t
 LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id = c.schedule_id)
     ON true
 """
+# Which runs a claim takes: those that may start now, or (ahead) those due soon.
+CLAIMABLE_NOW = (
+    "(r.status = 'pending' AND r.plan_time <= t.now)"
+    " OR (r.status = 'retrying' AND r.next_retry_at <= t.now)"
+)
+CLAIMABLE_AHEAD = (
+    "r.status = 'pending' AND r.plan_time > t.now AND r.plan_time <= t.now + %(ahead)s"
+)
 
 
 @cache
-def _claim_sql(using: str) -> str:
+def _claim_sql(using: str, ahead: bool) -> str:
     quote = connections[using].ops.quote_name
     return CLAIM_SQL.format(
+        claimable=CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW,
         run=quote(Run._meta.db_table),
         lease=quote(Lease._meta.db_table),
         schedule=quote(Schedule._meta.db_table),
@@ -182,10 +241,15 @@ def _fields(model: type[Model]) -> Sequence[Field[Any, Any]]:
 
 
 def _claim_postgresql(
-    process: SchedulerProcess, now: datetime | None, limit: int, using: str
+    process: SchedulerProcess,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
 ) -> ClaimResult:
-    params = {
+    params: dict[str, Any] = {
         "now": now,
+        "ahead": ahead,
         "limit": limit,
         "late_code": policies.SKIPPED_START_DEADLINE,
         "late_message": LATE_MESSAGE,
@@ -193,16 +257,16 @@ def _claim_postgresql(
         "process": process.pk,
     }
     with connections[using].cursor() as cursor:
-        cursor.execute(_claim_sql(using), params)
+        cursor.execute(_claim_sql(using, ahead is not None), params)
         rows = cursor.fetchall()
     result = ClaimResult(late=rows[0][0] or [])
     run_count = len(_fields(Run))
-    for row in rows:
-        if row[1] is None:
+    for _late, claimed_at, token, *columns in rows:
+        if token is None:
             continue  # the one row of a claim that claimed nothing
-        run = _instance(Run, row[2 : 2 + run_count], using)
-        run.schedule = _instance(Schedule, row[2 + run_count :], using)
-        result.claims.append(Claim(run, row[1], using))
+        run = _instance(Run, columns[:run_count], using)
+        run.schedule = _instance(Schedule, columns[run_count:], using)
+        result.claims.append(Claim(run, token, using, db_claimed_at=claimed_at))
     return result
 
 

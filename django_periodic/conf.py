@@ -15,6 +15,7 @@ class PeriodicSettings:
 
     WORKERS: int = 4
     PREFETCH: int = 32
+    PLAN_AHEAD: timedelta = timedelta(seconds=1)
     POLL_INTERVAL: timedelta = timedelta(seconds=5)
     HEARTBEAT_INTERVAL: timedelta = timedelta(seconds=10)
     SWEEP_INTERVAL: timedelta = timedelta(seconds=10)
@@ -31,6 +32,8 @@ class PeriodicSettings:
 
 DURATION_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is timedelta)
 INTEGER_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is int)
+# Keys for which 0 is a meaningful value (it turns the feature off).
+MAY_BE_ZERO = frozenset({"PLAN_AHEAD"})
 
 
 def _as_timedelta(value: Any) -> timedelta:

@@ -8,7 +8,6 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -47,8 +46,11 @@ def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
     shutdown or a lost lease, whose run its scheduler gives up (or already lost).
     """
     run = claim.run
-    started_at = _started_at(claim)
-    if _too_late(run, started_at):
+    if stop.is_set():  # before it started: cancelled, timed out, or lost, never run
+        stopped = _STOP_OUTCOMES.get(stop.reason)
+        return stopped(claim) if stopped else None
+    started_at = claim.db_time(time.monotonic())
+    if claim.too_late(started_at):
         return outcomes.skipped_late(claim)
     try:
         job = registry.get_job(run.job_name)
@@ -106,21 +108,6 @@ def _log(outcome: outcomes.Outcome, recorded: bool) -> None:
         logger.warning(
             "Run %s of %s %s: %s", run.pk, run.job_name, outcome.status, outcome.error_message
         )
-
-
-def _too_late(run: Run, started_at: datetime | None) -> bool:
-    """A first start that waited past its start deadline (claimed ahead, all threads busy)."""
-    deadline = run.start_deadline
-    if run.attempt != 1 or deadline is None or started_at is None:
-        return False
-    return started_at > deadline
-
-
-def _started_at(claim: Claim) -> datetime | None:
-    """When the job starts, on the database's clock: the claim's time plus the wait since."""
-    if claim.run.started_at is None:
-        return None
-    return claim.run.started_at + timedelta(seconds=time.monotonic() - claim.claimed_at)
 
 
 def _lease_extender(claim: Claim) -> Callable[[], bool]:

@@ -5,7 +5,7 @@ unless the horizon says something is due, so idling costs one statement per wake
 """
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cache
 
 from django.db import connections
@@ -21,17 +21,27 @@ class Horizon:
     next_fire: datetime | None  # earliest cursor of an enabled schedule
     next_retry: datetime | None  # earliest retry of a run waiting to retry
     next_expiry: datetime | None  # earliest expiry of a lease still held, by any process
-    pending: bool  # a run waits to be claimed
+    next_pending: datetime | None  # earliest plan time of a run waiting to be claimed
 
     def claimable(self) -> bool:
+        """A run may be claimed to start now."""
         retry_due = self.next_retry is not None and self.next_retry <= self.now
-        return self.pending or retry_due
+        return _reached(self.next_pending, self.now) or retry_due
 
-    def fire_due(self) -> bool:
-        return self.next_fire is not None and self.next_fire <= self.now
+    def claimable_ahead(self, ahead: timedelta) -> bool:
+        """A pending run is due within ``ahead``: it may be claimed to start on time."""
+        return _reached(self.next_pending, self.now + ahead)
+
+    def fire_due(self, ahead: timedelta = timedelta(0)) -> bool:
+        """A schedule fires within ``ahead`` (now, by default)."""
+        return _reached(self.next_fire, self.now + ahead)
 
     def lease_expired(self) -> bool:
         return self.next_expiry is not None and self.next_expiry < self.now
+
+
+def _reached(at: datetime | None, now: datetime) -> bool:
+    return at is not None and at <= now
 
 
 HORIZON_SQL = """
@@ -39,7 +49,7 @@ SELECT statement_timestamp(),
     (SELECT MIN(next_fire_at) FROM {schedule} WHERE enabled),
     (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying'),
     (SELECT MIN(expires_at) FROM {lease} WHERE released_at IS NULL),
-    EXISTS (SELECT 1 FROM {run} WHERE status = 'pending')
+    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending')
 """
 
 
@@ -67,5 +77,5 @@ def look_ahead(using: str = "default") -> Horizon:
         next_fire=Schedule.objects.using(using).enabled().aggregate(at=Min("next_fire_at"))["at"],
         next_retry=runs.filter(status=Run.Status.RETRYING).aggregate(at=Min("next_retry_at"))["at"],
         next_expiry=Lease.objects.using(using).held().aggregate(at=Min("expires_at"))["at"],
-        pending=runs.filter(status=Run.Status.PENDING).exists(),
+        next_pending=runs.filter(status=Run.Status.PENDING).aggregate(at=Min("plan_time"))["at"],
     )

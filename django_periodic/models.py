@@ -422,9 +422,16 @@ class RunQuerySet(models.QuerySet["Run"]):
         return promoted
 
     def claimable(self, now: datetime) -> "RunQuerySet":
-        """Runs a worker may start now: pending ones, and retries whose delay has passed."""
+        """Runs a worker may start now: pending ones due, and retries whose delay has passed."""
+        due = Q(status=Run.Status.PENDING, plan_time__lte=now)
         retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
-        return self.filter(Q(status=Run.Status.PENDING) | retry_due).order_by("plan_time", "pk")
+        return self.filter(due | retry_due).order_by("plan_time", "pk")
+
+    def coming(self, now: datetime, ahead: timedelta) -> "RunQuerySet":
+        """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet."""
+        pending = self.filter(status=Run.Status.PENDING)
+        soon = pending.filter(plan_time__gt=now, plan_time__lte=now + ahead)
+        return soon.order_by("plan_time", "pk")
 
 
 class Run(models.Model):

@@ -132,6 +132,12 @@ def released(claim: Claim) -> Outcome:
     )
 
 
+def unstarted(claim: Claim) -> Outcome:
+    """Given up at shutdown before its job started (held for its plan time, or waiting for
+    a thread): back to pending for any process, and no attempt spent."""
+    return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
+
+
 def record(
     outcomes: Sequence[Outcome], now: datetime | None = None, using: str = "default"
 ) -> set[int]:

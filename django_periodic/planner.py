@@ -110,6 +110,7 @@ class PlanResult:
     skipped: int = 0
     failed: list[str] = field(default_factory=list)  # schedules that could not be planned
     disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
+    deferred: int = 0  # not planned ahead: a run was in flight
 
     def __add__(self, other: "PlanResult") -> "PlanResult":
         """Two batches' results as one (for a tick of several batches)."""
@@ -120,6 +121,7 @@ class PlanResult:
             self.skipped + other.skipped,
             self.failed + other.failed,
             self.disabled + other.disabled,
+            self.deferred + other.deferred,
         )
 
 
@@ -130,14 +132,26 @@ class DueTimes:
     unlisted: datetime | None = None  # the first of the missed times not listed one by one
 
 
-def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = None) -> PlanResult:
-    """Turn every fire due at ``now`` of one batch of schedules into runs."""
+def plan_due(
+    now: datetime,
+    *,
+    using: str = "default",
+    batch_size: int | None = None,
+    ahead: timedelta = timedelta(0),
+) -> PlanResult:
+    """Turn every fire due at ``now`` of one batch of schedules into runs.
+
+    With ``ahead``, a schedule whose next fire comes within ``ahead`` of ``now`` and that has
+    nothing in flight is planned already (pending, for that plan time), so that it can be
+    claimed and start on time. One with a run in flight is left to be planned when due:
+    its overlap policy must decide on what is in flight then.
+    """
     batch_size = batch_size or get_settings().PLAN_BATCH_SIZE
     fields: tuple[str, ...] = DECISION_FIELDS
     if connections[using].vendor != "postgresql":
         fields += SNAPSHOT_FIELDS
     with transaction.atomic(using=using):
-        due = Schedule.objects.using(using).due(now).select_for_update(skip_locked=True)
+        due = Schedule.objects.using(using).due(now + ahead).select_for_update(skip_locked=True)
         # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
         anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
         due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
@@ -145,7 +159,10 @@ def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = 
         if not schedules:
             return PlanResult()
         occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
-        return _apply(decide_all(schedules, now, occupancy), now, using)
+        decisions = decide_all(schedules, now, occupancy)
+        result = _apply(decisions, now, using)
+        result.deferred = len(schedules) - len(decisions)
+        return result
 
 
 def decide_all(
@@ -154,12 +171,16 @@ def decide_all(
     """Decide a batch; each distinct trigger's due times are computed once (no database access).
 
     A schedule with nothing in flight decides by its trigger, cursor and policy alone, so
-    schedules alike in those share one decision's fires.
+    schedules alike in those share one decision's fires. A schedule not due yet (planned
+    ahead) decides as at its next fire, and only with nothing in flight; else it waits.
     """
-    memo = _Memo(now)
+    memo = _Memo()
     decisions = []
     for schedule in schedules:
         in_flight = occupancy.get(schedule.pk)
+        ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
+        if ahead and in_flight is not None:
+            continue  # decided when due, on what is in flight then
         if in_flight is not None:
             decisions.append(decide(schedule, now, in_flight, memo))
             continue
@@ -169,7 +190,9 @@ def decide_all(
         )  # fmt: skip
         shared = memo.decisions.get(key)
         if shared is None:
-            shared = memo.decisions[key] = decide(schedule, now, Occupancy(), memo)
+            at = schedule.next_fire_at if ahead else now
+            assert at is not None  # a due schedule has a cursor
+            shared = memo.decisions[key] = decide(schedule, at, Occupancy(), memo)
         decisions.append(Decision(schedule, shared.cursor, shared.fires, False, shared.error))
     return decisions
 
@@ -177,15 +200,14 @@ def decide_all(
 class _Memo:
     """What one batch has computed already, by the values it depends on."""
 
-    def __init__(self, now: datetime) -> None:
-        self.now = now
+    def __init__(self) -> None:
         self.limit = get_settings().CATCHUP_LIMIT
         self.jobs: dict[str, str] = {}  # job name -> error ("" if registered)
         self.triggers: dict[tuple[Any, ...], triggers.Trigger | str] = {}  # -> trigger or error
-        self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor) -> ...
+        self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor, now) -> ...
         self.decisions: dict[tuple[Any, ...], Decision] = {}
 
-    def due_times(self, schedule: Due) -> DueTimes:
+    def due_times(self, schedule: Due, now: datetime) -> DueTimes:
         """The schedule's due times; raises (a bad row) as computing them would."""
         error = self.jobs.get(schedule.job)
         if error is None:
@@ -202,13 +224,13 @@ class _Memo:
             self.triggers[key] = trigger
         if isinstance(trigger, str):
             raise _Failed(trigger)
-        due = self.due.get((key, schedule.next_fire_at))
+        due = self.due.get((key, schedule.next_fire_at, now))
         if due is None:
             try:
-                due = _due_times(trigger, schedule.next_fire_at, self.now, self.limit)
+                due = _due_times(trigger, schedule.next_fire_at, now, self.limit)
             except Exception as exc:
                 due = f"Cannot plan: {exc}"
-            self.due[key, schedule.next_fire_at] = due
+            self.due[key, schedule.next_fire_at, now] = due
         if isinstance(due, str):
             raise _Failed(due)
         return due
@@ -230,9 +252,9 @@ def decide(
     schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo | None" = None
 ) -> Decision:
     """The runs a due schedule records at ``now`` and its next cursor (no database access)."""
-    memo = memo or _Memo(now)
+    memo = memo or _Memo()
     try:
-        due = memo.due_times(schedule)
+        due = memo.due_times(schedule, now)
     except _Failed as exc:  # any bad row: one schedule fails, never the tick
         return Decision(schedule, cursor=None, error=str(exc))
     fires = []

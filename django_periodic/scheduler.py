@@ -33,6 +33,12 @@ from django_periodic.stop_signals import StopSignals
 logger = logging.getLogger("django_periodic")
 
 MAX_ERROR_BACKOFF = 30.0
+# Runs claimed ahead per statement: small enough that other processes, woken by the
+# planner's NOTIFY, claim their share of a burst at the same time.
+AHEAD_BATCH = 100
+# How often, within the lead, a schedule whose previous run is still in flight is looked
+# at again to be planned ahead (else it is planned when due).
+REPLANS = 4
 
 
 class Scheduler:
@@ -66,6 +72,18 @@ class Scheduler:
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
         self._wake_at_monotonic = 0.0  # when the current sleep ends
+        # Fires up to this time were planned (or left for when they are due) by the last
+        # planning pass: the next looks again when they are due, or at new fires...
+        self._planned_to = datetime.min.replace(tzinfo=UTC)
+        # ...or, if it left some because a run was in flight, at this time.
+        self._replan_at: datetime | None = None
+        # The last claim found no more runs due: freed threads wait for news (a tick).
+        self._drained = False
+
+    @property
+    def lead(self) -> timedelta:
+        """How long before their plan time fires are planned and claimed (PLAN_AHEAD)."""
+        return self.settings.PLAN_AHEAD
 
     def request_stop(self) -> None:
         """Stop claiming and leave the loop; a second request stops waiting for jobs."""
@@ -116,28 +134,64 @@ class Scheduler:
 
     def tick(self) -> tuple[datetime, datetime]:
         """Do what the horizon says is due now; return (now, when to wake up next)."""
-        ahead = horizon.look_ahead(self.using)
-        now = ahead.now
-        self._clock_read_at = time.monotonic()
-        self._keep_house(now, ahead)
-        fired = self._plan(now).fired if self.plan and ahead.fire_due() else 0
-        claimed = 0
+        # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
+        with transaction.atomic(using=self.using):
+            ahead = horizon.look_ahead(self.using)
+            now = ahead.now
+            self._clock_read_at = time.monotonic()
+            self._keep_house(now, ahead)
+        planned = self._plan_when_due(now, ahead)
         if self.pool:
             self._watch_running(now)
-            if not self.stop.requested and (fired or ahead.claimable()):
-                claimed = self._claim(now)
-        if fired > claimed:
-            wakeups.notify(self.using)  # runs are left: let other processes take them
-        return now, self._next_wake(now, ahead)
+            self._claim_due(now, ahead, planned.fired)
+            self._claim_ahead(now, ahead, planned.fired)
+        return now, now if planned.schedules else self._next_wake(now, ahead)
 
-    def _claim(self, now: datetime | None) -> int:
+    def _plan_when_due(self, now: datetime, ahead: horizon.Horizon) -> planner.PlanResult:
+        """Plan fires that are due, and those coming within the lead not looked at yet."""
+        if not self.plan or not ahead.fire_due(self.lead):
+            return planner.PlanResult()
+        assert ahead.next_fire is not None  # a fire is due
+        looked_at = ahead.next_fire <= self._planned_to
+        retry = self._replan_at is not None and now >= self._replan_at
+        if looked_at and not retry and not ahead.fire_due():
+            return planner.PlanResult()  # left for later: a run was in flight
+        planned = self._plan(now)
+        self._planned_to = now + self.lead
+        # A run in flight may end within the lead: look again a few times before the fire.
+        self._replan_at = now + self.lead / REPLANS if planned.deferred else None
+        if planned.fired > (self.pool.free() if self.pool else 0):
+            wakeups.notify(self.using)  # more than we start at once: others claim too
+        return planned
+
+    def _claim_due(self, now: datetime, ahead: horizon.Horizon, fired: int) -> None:
+        """Claim runs that may start now, as many as the pool takes."""
+        if self.stop.requested or not (fired or ahead.claimable()):
+            self._drained = True
+            return
+        asked = self.pool.free() if self.pool else 0
+        self._drained = self._claim(now) < asked
+
+    def _claim_ahead(self, now: datetime, ahead: horizon.Horizon, fired: int) -> None:
+        """Claim runs due within the lead, in batches, to be started at their plan time."""
+        assert self.pool is not None
+        if self.stop.requested or not (fired or ahead.claimable_ahead(self.lead)):
+            return
+        while (room := min(self.pool.room_ahead(), AHEAD_BATCH)) > 0:
+            if self._claim(now, room, ahead=self.lead) < room:
+                return
+
+    def _claim(
+        self, now: datetime | None, limit: int | None = None, ahead: timedelta | None = None
+    ) -> int:
         """Claim as many runs as the pool takes (``now`` None: at the database's clock)."""
         assert self.pool is not None and self.process is not None
-        claimed = claims.claim(self.process, now, self.pool.free(), self.using)
+        limit = self.pool.free() if limit is None else limit
+        claimed = claims.claim(self.process, now, limit, self.using, ahead=ahead)
         for claim in claimed:
             self.pool.submit(claim)
         if claimed:
-            self._hold_leases(claimed[0].run.started_at)
+            self._hold_leases(claimed[0].db_claimed_at or claimed[0].run.started_at)
         return len(claimed)
 
     def _hold_leases(self, claimed_at: datetime | None) -> None:
@@ -165,10 +219,11 @@ class Scheduler:
         idle with no claim waiting for it.
         """
         assert self.pool is not None
-        if self.stop.requested:
+        if self.stop.requested or self._drained:
             return
         if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
-            self._claim(None)
+            asked = self.pool.free()
+            self._drained = self._claim(None) < asked
 
     def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
         """Heartbeat and sweep when due, in one transaction (idle: one a minute)."""
@@ -197,9 +252,13 @@ class Scheduler:
         return self.settings.HEARTBEAT_INTERVAL if holding else self.settings.IDLE_INTERVAL
 
     def _watch_running(self, now: datetime) -> None:
-        """Pass on cancel requests; stop runs past their timeout, fail them past its grace."""
+        """Skip runs that waited for a thread past their start deadline; pass on cancel
+        requests; stop runs past their timeout, fail them past its grace."""
         pool = self.pool
         assert pool is not None
+        late = pool.withdraw_late()
+        if late:
+            outcomes.record([outcomes.skipped_late(claim) for claim in late], using=self.using)
         in_flight = pool.in_flight()
         asked = leases.cancel_requested(in_flight, self.using)
         for claim, stop in in_flight.items():
@@ -222,7 +281,7 @@ class Scheduler:
         batch_size = self.settings.PLAN_BATCH_SIZE
         total = planner.PlanResult()
         while True:
-            result = planner.plan_due(now, using=self.using, batch_size=batch_size)
+            result = planner.plan_due(now, using=self.using, batch_size=batch_size, ahead=self.lead)
             total += result
             if result.fired or result.skipped:
                 logger.debug("Planned %d runs, skipped %d.", result.fired, result.skipped)
@@ -247,16 +306,23 @@ class Scheduler:
         capped by the poll interval (the idle interval while LISTEN wakes us)."""
         cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
         candidates = [now + cap, self._next_sweep, self._next_heartbeat, ahead.next_expiry]
-        if self.plan:
-            candidates.append(ahead.next_fire)
+        if self.plan and ahead.next_fire is not None:
+            candidates += [self._lead_time(ahead.next_fire, self._planned_to), self._replan_at]
         if self.pool:
-            candidates.append(ahead.next_retry)
+            candidates += [ahead.next_retry, self.pool.next_start_deadline()]
+            if ahead.next_pending is not None and ahead.next_pending > now:
+                candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
             for claim in self.pool.in_flight():
                 timeout_at = self._timeout_at(claim)
                 if timeout_at is not None:
                     grace = self.settings.TIMEOUT_GRACE if timeout_at <= now else timedelta(0)
                     candidates.append(timeout_at + grace)
         return min(at for at in candidates if at is not None)
+
+    def _lead_time(self, due: datetime, looked_to: datetime) -> datetime:
+        """When to act on something due at ``due``: the lead before it, or when it is due
+        if this process already looked ahead that far (up to ``looked_to``)."""
+        return due if due <= looked_to else due - self.lead
 
     def _run_forever(self) -> None:
         while not self.stop.requested:
@@ -329,6 +395,9 @@ class Scheduler:
         """Wait out the grace for running jobs (a second stop signal ends it), then release."""
         pool = self.pool
         assert pool is not None
+        # Runs not started yet go back at once, for another process to start on time.
+        unstarted = pool.withdraw_unstarted()
+        self._give_up([outcomes.unstarted(claim) for claim in unstarted], "not started")
         now = clock.now(self.using)
         deadline = now + self.settings.SHUTDOWN_GRACE
         while now < deadline and not pool.idle() and not self.stop.hurried:
@@ -341,6 +410,13 @@ class Scheduler:
         # Taken before the jobs are told: one that ends at once still gets released here.
         unfinished = pool.in_flight()
         pool.stop_all(StopRequest.SHUTDOWN)
-        given_up = [outcomes.released(claim) for claim in unfinished]
+        started = pool.started()  # no other job starts once told to stop
+        given_up = [
+            outcomes.released(claim) if claim in started else outcomes.unstarted(claim)
+            for claim in unfinished
+        ]
+        self._give_up(given_up, "unfinished")
+
+    def _give_up(self, given_up: list[outcomes.Outcome], state: str) -> None:
         for run_id in outcomes.record(given_up, using=self.using) if given_up else ():
-            logger.warning("Gave up run %s unfinished at shutdown.", run_id)
+            logger.warning("Gave up run %s %s at shutdown.", run_id, state)

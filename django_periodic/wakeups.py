@@ -50,6 +50,11 @@ class Alarm:
     def write_fd(self) -> int:
         return self._write
 
+    @property
+    def fileno(self) -> int:
+        """The end to ``select()`` on: readable once set."""
+        return self._read
+
     def set(self, reason: bytes = WAKE) -> None:
         """Wake the sleeper, saying why in one byte (``WAKE`` unless told)."""
         with contextlib.suppress(BlockingIOError):  # full: the sleeper wakes anyway
@@ -84,6 +89,7 @@ class Listener:
         self.using = using
         self.wake = wake
         self._stop = threading.Event()
+        self._interrupt = Alarm()  # ends the listener's wait on its socket, to stop
         self._listening = threading.Event()
         self._thread: threading.Thread | None = None
         self._failures = 0
@@ -111,6 +117,7 @@ class Listener:
 
     def stop(self) -> None:
         self._stop.set()
+        self._interrupt.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
 
@@ -137,6 +144,9 @@ class Listener:
         self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening
+        # Asleep until the server sends something (or stop() interrupts): no timer, so an
+        # idle process does no work here at all. A dropped connection reads as an error.
         while not self._stop.is_set():
-            for _ in raw.notifies(timeout=1.0, stop_after=1):
+            readable, _, _ = select.select([raw.fileno(), self._interrupt.fileno], [], [])
+            if raw.fileno() in readable and list(raw.notifies(timeout=0)):
                 self.wake.set()

@@ -1,11 +1,14 @@
 """Executing claimed runs off the loop: worker threads call the jobs, and one recorder
 thread records their outcomes, as many per statement as have arrived meanwhile."""
 
+import heapq
+import itertools
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from django.db import close_old_connections, connections
 
@@ -21,6 +24,9 @@ MAX_RECORD_BATCH = 500
 # Claims are taken ahead of the threads (the prefetch) only while jobs are this short on
 # average: a run claimed ahead then waits milliseconds, never behind a long job.
 SHORT_JOB = 0.05
+# At most this many runs held for their plan time (claimed ahead of it) while jobs are
+# short or not yet timed; with long jobs, only as many as the threads take.
+MAX_HELD = 1000
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
 
@@ -91,8 +97,49 @@ class Recorder:
             self._on_recorded()
 
 
+class _Holder:
+    """Claims made ahead of their plan time, each handed on (``release``) when it comes.
+
+    One thread waits for the earliest; a run therefore starts on time to the millisecond,
+    however many were claimed for the same moment.
+    """
+
+    def __init__(self, release: Callable[[list[Claim]], None]) -> None:
+        self._release = release
+        self._heap: list[tuple[float, int, Claim]] = []
+        self._order = itertools.count()  # ties in time keep the claim order
+        self._changed = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="periodic-holder", daemon=True)
+        self._thread.start()
+
+    def hold(self, claim: Claim, starts_at: float) -> None:
+        with self._changed:
+            heapq.heappush(self._heap, (starts_at, next(self._order), claim))
+            if self._heap[0][2] is claim:
+                self._changed.notify()
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+
+    def _run(self) -> None:
+        with self._changed:
+            while not self._stopped:
+                wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                if wait is None or wait > 0:
+                    self._changed.wait(wait)
+                    continue
+                due = []
+                while self._heap and self._heap[0][0] <= time.monotonic():
+                    due.append(heapq.heappop(self._heap)[2])
+                self._release(due)
+
+
 class WorkerPool:
-    """Threads that execute claimed runs, and the claims waiting for one (the prefetch).
+    """Threads that execute claimed runs, the claims waiting for one (the prefetch), and
+    those held for their plan time (claimed ahead of it).
 
     ``on_done`` is called each time a claim leaves the pool (its job returned), on the
     worker's thread; the outcome goes to the recorder. Up to ``prefetch`` claims may wait
@@ -111,11 +158,13 @@ class WorkerPool:
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._lock = threading.Condition()
         self._in_flight: dict[Claim, StopRequest] = {}
+        self._held: set[Claim] = set()  # in flight, waiting for their plan time
+        self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
         self._abandoned: set[Claim] = set()
-        self._busy = 0  # threads running a job
         self._threads = 0
         for _ in range(size):
             self._start_thread()
+        self._holder = _Holder(self._release)
 
     def _start_thread(self) -> None:
         self._threads += 1
@@ -129,23 +178,94 @@ class WorkerPool:
         return self.size + (self.prefetch if short else 0)
 
     def free(self) -> int:
-        """How many more claims the pool takes: idle threads plus room in the prefetch."""
+        """How many more runs due now the pool takes: idle threads plus room in the prefetch."""
         with self._lock:
+            return max(self.capacity - len(self._in_flight) + len(self._held), 0)
+
+    def room_ahead(self) -> int:
+        """How many more runs the pool holds for their plan time: many while jobs are short
+        (or not timed yet), else as many as there are threads and prefetch free."""
+        with self._lock:
+            if self._short_so_far():
+                return max(MAX_HELD - len(self._held), 0)
             return max(self.capacity - len(self._in_flight), 0)
+
+    def _short_so_far(self) -> bool:
+        """No job is known to be long: short on average (or none finished yet), and none
+        running longer than a short one now."""
+        if self._average_duration >= SHORT_JOB and self._average_duration != float("inf"):
+            return False
+        now = time.monotonic()
+        return all(now - since < SHORT_JOB for since in self._started.values())
 
     def starving(self) -> bool:
         """A thread is idle and no claim waits for one: claim now, even a single run."""
         with self._lock:
-            return len(self._in_flight) < self.size
+            return len(self._in_flight) - len(self._held) < self.size
 
     def submit(self, claim: Claim) -> None:
+        """Execute a claim: at once, or at its plan time if it was claimed ahead of it."""
+        starts_at = claim.starts_at()
         with self._lock:
             self._in_flight[claim] = StopRequest()
-        self._queue.put(claim)
+            held = starts_at > time.monotonic()
+            if held:
+                self._held.add(claim)
+        if held:
+            self._holder.hold(claim, starts_at)
+        else:
+            self._queue.put(claim)
+
+    def _release(self, claims: list[Claim]) -> None:
+        with self._lock:
+            self._held.difference_update(claims)
+        for claim in claims:
+            self._queue.put(claim)
 
     def in_flight(self) -> dict[Claim, StopRequest]:
         with self._lock:
             return dict(self._in_flight)
+
+    def started(self) -> set[Claim]:
+        """The claims in flight whose job a thread has started."""
+        with self._lock:
+            return set(self._started)
+
+    def withdraw_late(self) -> list[Claim]:
+        """Take back the claims still waiting for a thread past their start deadline: they
+        are skipped at once rather than when a thread frees up."""
+        now = time.monotonic()
+        with self._lock:
+            late = [
+                claim
+                for claim in self._in_flight
+                if claim not in self._started and claim.too_late(claim.db_time(now))
+            ]
+            for claim in late:
+                del self._in_flight[claim]
+                self._held.discard(claim)
+        return late
+
+    def next_start_deadline(self) -> datetime | None:
+        """The earliest start deadline of the claims waiting for a thread (first starts)."""
+        with self._lock:
+            deadlines = [
+                claim.run.start_deadline
+                for claim in self._in_flight
+                if claim not in self._started and claim.run.attempt == 1
+            ]
+        return min((d for d in deadlines if d is not None), default=None)
+
+    def withdraw_unstarted(self) -> list[Claim]:
+        """Take back every claim whose job has not started (held for its plan time, or
+        waiting for a thread): none of them will start here."""
+        with self._lock:
+            unstarted = [claim for claim in self._in_flight if claim not in self._started]
+            for claim in unstarted:
+                self._in_flight.pop(claim).set(StopRequest.SHUTDOWN)
+                self._held.discard(claim)
+            self._lock.notify_all()
+        return unstarted
 
     def idle(self) -> bool:
         with self._lock:
@@ -171,6 +291,7 @@ class WorkerPool:
 
     def stop(self) -> None:
         """Let each idle thread exit; a thread still running a job exits after it."""
+        self._holder.stop()
         for _ in range(self.size):
             self._queue.put(None)
 
@@ -193,10 +314,14 @@ class WorkerPool:
     def _execute(self, claim: Claim) -> None:
         with self._lock:
             stop = self._in_flight.get(claim)
+            started = time.monotonic()
+            if stop is not None and stop.reason != StopRequest.SHUTDOWN:
+                self._started[claim] = started
+            else:
+                stop = None  # given up at shutdown before a thread took it
         outcome = None
-        started = time.monotonic()
         try:
-            if stop is not None:  # else given up at shutdown before a thread took it
+            if stop is not None:
                 close_old_connections()
                 outcome = executor.run_job(claim, stop)
         except BaseException:
@@ -206,6 +331,7 @@ class WorkerPool:
         finally:
             with self._lock:
                 self._in_flight.pop(claim, None)
+                self._started.pop(claim, None)
                 self._note_duration(time.monotonic() - started)
                 self._lock.notify_all()
             if outcome is not None:

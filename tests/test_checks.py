@@ -28,10 +28,16 @@ def test_no_setting_and_good_settings_pass(settings):
         ({"POLL_INTERVAL": -1}, ["django_periodic.E003"]),
         ({"POLL_INTERVAL": "5s"}, ["django_periodic.E003"]),
         ({"HEARTBEAT_INTERVAL": True}, ["django_periodic.E003"]),
+        ({"POLL_INTERVAL": 0}, ["django_periodic.E003"]),
+        ({"PLAN_AHEAD": -1}, ["django_periodic.E003"]),
     ],
 )
 def test_bad_settings_are_reported_with_stable_ids(settings, value, expected):
     assert ids(value, settings) == expected
+
+
+def test_planning_ahead_may_be_turned_off_with_zero(settings):
+    assert ids({"PLAN_AHEAD": 0}, settings) == []
 
 
 def test_durations_accept_seconds_or_timedelta(settings):

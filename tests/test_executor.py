@@ -83,6 +83,29 @@ def test_heartbeat_after_losing_the_lease_cancels_the_job(process, now):
     assert context.cancelled
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "reason, status", [(StopRequest.CANCEL, "cancelled"), (StopRequest.TIMEOUT, "failed")]
+)
+def test_a_run_stopped_before_its_job_started_ends_so_without_calling_it(
+    process, now, reason, status
+):
+    claim = claimed(process, now, job="tests.jobs.record")
+    stop = StopRequest()
+    stop.set(reason)
+    assert executor.execute(claim, stop) == status
+    assert not Execution.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_run_given_up_at_shutdown_before_its_job_started_is_left_to_the_release(process, now):
+    claim = claimed(process, now, job="tests.jobs.record")
+    stop = StopRequest()
+    stop.set(StopRequest.SHUTDOWN)
+    assert executor.run_job(claim, stop) is None
+    assert not Execution.objects.exists()
+
+
 def test_results_that_are_too_big_or_not_json_are_stored_safely(settings):
     settings.DJANGO_PERIODIC = {"RESULT_MAX_BYTES": 20}
     assert executor.capped_result({"a": 1}) == {"a": 1}

@@ -37,6 +37,26 @@ def test_claim_takes_at_most_the_limit_oldest_first(process, now):
 
 
 @pytest.mark.django_db
+def test_a_claim_ahead_takes_only_runs_due_within_the_lead_and_starts_them_then(process, now):
+    due = RunFactory(plan_time=now)
+    soon = RunFactory(plan_time=now + timedelta(seconds=1))
+    RunFactory(plan_time=now + timedelta(seconds=5))
+    (claim,) = claims.claim(process, now, 10, ahead=timedelta(seconds=2))
+    assert claim.run.pk == soon.pk
+    assert Run.objects.get(pk=soon.pk).started_at == now + timedelta(seconds=1)
+    assert claim.db_claimed_at == now
+    assert Lease.objects.get(token=claim.token).acquired_at == now
+    assert [c.run.pk for c in claims.claim(process, now, 10)] == [due.pk]  # not ahead
+
+
+@pytest.mark.django_db
+def test_a_run_planned_ahead_is_not_claimed_to_start_before_its_plan_time(process, now):
+    RunFactory(plan_time=now + timedelta(seconds=1))
+    assert claims.claim(process, now, 10) == []
+    assert len(claims.claim(process, now + timedelta(seconds=1), 10)) == 1
+
+
+@pytest.mark.django_db
 def test_retries_are_claimable_only_once_their_delay_has_passed(process, now):
     RunFactory(status="retrying", next_retry_at=now + timedelta(seconds=5))
     assert claims.claim(process, now, 10) == []

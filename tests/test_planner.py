@@ -52,6 +52,38 @@ def test_a_schedule_not_yet_due_is_not_touched():
 
 
 @pytest.mark.django_db
+def test_a_fire_within_the_lead_is_planned_ahead_for_its_plan_time():
+    schedule = due_schedule(cursor=T0 + EVERY)
+    now = T0 + EVERY - timedelta(seconds=1)
+    result = planner.plan_due(now, ahead=timedelta(seconds=2))
+    schedule.refresh_from_db()
+    assert (result.fired, result.late, result.deferred) == (1, 0, 0)
+    assert runs_of(schedule) == [(T0 + EVERY, "pending", "")]
+    run = Run.objects.get(schedule=schedule)
+    assert run.start_deadline == T0 + EVERY + schedule.misfire_grace  # from its plan time
+    assert schedule.next_fire_at == T0 + 2 * EVERY  # one fire ahead, not every one in reach
+
+
+@pytest.mark.django_db
+def test_a_fire_within_the_lead_waits_while_a_run_is_in_flight():
+    schedule = due_schedule(cursor=T0 + EVERY)
+    RunFactory(schedule=schedule, plan_time=T0, status="running")
+    result = planner.plan_due(T0 + EVERY - timedelta(seconds=1), ahead=timedelta(seconds=2))
+    schedule.refresh_from_db()
+    assert (result.schedules, result.deferred) == (0, 1)
+    assert schedule.next_fire_at == T0 + EVERY  # its overlap policy decides when it is due
+    assert runs_of(schedule) == [(T0, "running", "")]
+    assert planner.plan_due(T0 + EVERY).skipped == 1  # due, and the run still in flight
+
+
+@pytest.mark.django_db
+def test_a_fire_beyond_the_lead_is_not_planned():
+    schedule = due_schedule(cursor=T0 + EVERY)
+    assert planner.plan_due(T0, ahead=timedelta(seconds=2)).schedules == 0
+    assert runs_of(schedule) == []
+
+
+@pytest.mark.django_db
 def test_a_disabled_schedule_is_not_planned():
     schedule = due_schedule()
     Schedule.objects.filter(pk=schedule.pk).update(enabled=False)

@@ -127,6 +127,27 @@ def test_a_schedule_created_while_running_fires_and_succeeds(children):
 
 
 @pytest.mark.processes
+def test_fires_are_planned_and_claimed_ahead_and_start_at_their_plan_time(children):
+    child = children.start("--workers", "2", settings={"PLAN_AHEAD": 3})
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    schedule = ScheduleFactory(
+        job="tests.jobs.record",
+        interval=timedelta(seconds=1),
+        start_at=start,
+        end_at=start + timedelta(seconds=2),
+    )
+    done = Run.objects.filter(schedule=schedule, status="succeeded")
+    wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
+    assert child.terminate() == 0
+    for run in Run.objects.filter(schedule=schedule):
+        assert run.started_at >= run.plan_time  # held until then, never started early
+    first = Run.objects.get(schedule=schedule, plan_time=start)
+    assert first.created_at < start  # planned within the lead, not when due
+    assert Lease.objects.get(run=first).acquired_at < start  # and claimed
+
+
+@pytest.mark.processes
 def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
     """Two processes, 100 schedules firing every second for 30 s: one run per plan time."""
     seconds = 30

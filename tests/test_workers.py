@@ -1,0 +1,81 @@
+import threading
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+
+from django_periodic import claims
+from django_periodic.models import Lease, Run
+from django_periodic.scheduler import Scheduler
+from django_periodic.workers import Recorder, WorkerPool
+from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.models import Execution
+
+LEAD = timedelta(minutes=2)
+
+
+def claimed_ahead(process, now, seconds: float, **schedule_fields) -> claims.Claim:
+    """A run of ``tests.jobs.record`` due in ``seconds``, claimed ahead of its plan time."""
+    schedule = ScheduleFactory(job="tests.jobs.record", **schedule_fields)
+    RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=seconds))
+    (claim,) = claims.claim(process, now, 1, ahead=LEAD)
+    return claim
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_claimed_ahead_is_held_and_starts_at_its_plan_time_never_before(process, now):
+    claim = claimed_ahead(process, now, 2)
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(2, on_done=done.release, recorder=recorder)
+    try:
+        pool.submit(claim)
+        assert pool.started() == set()  # held, not started
+        assert pool.free() == 2  # a held run does not take a thread from runs due now
+        assert done.acquire(timeout=30)
+        assert recorder.flush(timeout=10)
+    finally:
+        pool.stop()
+        recorder.stop()
+    run = Run.objects.get()
+    assert run.status == "succeeded"
+    assert run.started_at >= run.plan_time
+    assert Execution.objects.get().executed_at >= run.plan_time
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("reentry", [False, True])
+def test_a_run_held_for_its_plan_time_goes_back_to_pending_at_shutdown(process, now, reentry):
+    """Never started, so not run again elsewhere as a second attempt, nor failed."""
+    claim = claimed_ahead(process, now, 60, allow_stale_reentry=reentry)
+    scheduler = Scheduler(workers=2)
+    scheduler.process = process
+    scheduler.pool.submit(claim)
+    scheduler.request_stop()
+    scheduler.shutdown()  # does not wait out the grace for a run that has not started
+    run = Run.objects.get()
+    assert (run.status, run.attempt, run.interruptions) == ("pending", 1, 1)
+    assert Lease.objects.get().outcome == "released"
+    assert not Execution.objects.exists()
+    another = SchedulerProcessFactory()
+    assert [c.run.pk for c in claims.claim(another, run.plan_time, 1)] == [run.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_waiting_past_its_start_deadline_is_withdrawn_without_a_thread(process, now):
+    schedule = ScheduleFactory(job="tests.jobs.record")
+    RunFactory(
+        schedule=schedule,
+        plan_time=now + timedelta(seconds=60),
+        start_deadline=now + timedelta(seconds=1),
+    )
+    (claim,) = claims.claim(process, now, 1, ahead=LEAD)
+    waited = replace(claim, db_claimed_at=now + timedelta(seconds=5))  # as if 5 s later
+    pool = WorkerPool(1, on_done=lambda: None, recorder=Recorder())
+    try:
+        pool.submit(waited)
+        assert pool.withdraw_late() == [waited]
+        assert pool.idle()
+    finally:
+        pool.stop()
+    assert not Execution.objects.exists()
