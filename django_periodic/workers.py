@@ -6,10 +6,11 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 
 from django.db import close_old_connections, connections
 
-from django_periodic import executor
+from django_periodic import eventloop, executor
 from django_periodic.claims import Claim
 from django_periodic.context import StopRequest
 from django_periodic.outcomes import Outcome
@@ -170,9 +171,11 @@ class WorkerPool:
             self._start_thread()
 
     def stop(self) -> None:
-        """Let each idle thread exit; a thread still running a job exits after it."""
+        """Let each idle thread exit; a thread still running a job exits after it, and the
+        event loop after the async jobs it awaits."""
         for _ in range(self.size):
             self._queue.put(None)
+        eventloop.stop()
 
     def _note_duration(self, seconds: float) -> None:
         if self._average_duration == float("inf"):
@@ -198,16 +201,36 @@ class WorkerPool:
         try:
             if stop is not None:  # else given up at shutdown before a thread took it
                 close_old_connections()
-                outcome = executor.run_job(claim, stop)
+                called = executor.call_job(claim, stop)
+                if isinstance(called, executor.AsyncRun):
+                    self._await(claim, called, started)
+                    return  # this thread is free; the run stays in flight until it ends
+                outcome = called
         except BaseException:
             # Never lose the thread. The run keeps its lease until it expires; the
             # sweeper then settles it.
             logger.exception("Could not execute run %s.", claim.run.pk)
-        finally:
+        self._leave(claim, outcome, started)
+
+    def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
+        """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""
+
+        def ended(future: Future[Outcome | None]) -> None:  # on the event loop's thread
             with self._lock:
-                self._in_flight.pop(claim, None)
-                self._note_duration(time.monotonic() - started)
-                self._lock.notify_all()
-            if outcome is not None:
-                self._recorder.put(outcome)
-            self._on_done()
+                if claim in self._abandoned:
+                    # Its timeout gave it a replacement thread, but it held none: retire one.
+                    self._abandoned.discard(claim)
+                    self._queue.put(None)
+            self._leave(claim, run.ended(future), started)
+
+        eventloop.submit(run.outcome()).add_done_callback(ended)
+
+    def _leave(self, claim: Claim, outcome: Outcome | None, started: float) -> None:
+        """A run leaves the pool (from any thread): its outcome goes to the recorder."""
+        with self._lock:
+            self._in_flight.pop(claim, None)
+            self._note_duration(time.monotonic() - started)
+            self._lock.notify_all()
+        if outcome is not None:
+            self._recorder.put(outcome)
+        self._on_done()
