@@ -72,10 +72,10 @@ def call_job(claim: Claim, stop: StopRequest) -> "outcomes.Outcome | AsyncRun | 
     try:
         result = job.func(*args, **run.kwargs)
     except BaseException as exc:  # SystemExit too: it fails the run, not the worker
-        return _ended(claim, stop, started_at, error=exc)
+        return _outcome_of(claim, stop, started_at, error=exc)
     if inspect.isawaitable(result):
         return AsyncRun(claim, stop, started_at, result)
-    return _ended(claim, stop, started_at, result)
+    return _outcome_of(claim, stop, started_at, result)
 
 
 @dataclass(frozen=True)
@@ -97,8 +97,8 @@ class AsyncRun:
             result = await _supervised(self.awaitable, self.stop)
         except BaseException as exc:
             # Caught here, in the task: a SystemExit escaping a task stops the whole loop.
-            return _ended(self.claim, self.stop, self.started_at, error=exc)
-        return _ended(self.claim, self.stop, self.started_at, result)
+            return _outcome_of(self.claim, self.stop, self.started_at, error=exc)
+        return _outcome_of(self.claim, self.stop, self.started_at, result)
 
     def ended(self, future: "Future[outcomes.Outcome | None]") -> outcomes.Outcome | None:
         """The outcome from ``outcome()``'s future, waiting for it if need be. A run whose
@@ -107,13 +107,13 @@ class AsyncRun:
             return future.result()
         except Exception:
             logger.exception("Run %s: its event loop ended before its job.", self.claim.run.pk)
-            return outcomes.released(self.claim, LOOP_ENDED).started(self.started_at)
+            return outcomes.released(self.claim, _LOOP_ENDED).started(self.started_at)
 
 
-LOOP_ENDED = "Its event loop ended before the job finished; not run again."
+_LOOP_ENDED = "Its event loop ended before the job finished; not run again."
 
 
-def _ended(
+def _outcome_of(
     claim: Claim,
     stop: StopRequest,
     started_at: datetime | None,

@@ -1,5 +1,6 @@
 import asyncio
 import threading
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import timedelta
 
@@ -367,3 +368,17 @@ def test_a_job_blocking_the_loop_still_ends_timed_out_when_it_returns(process, n
     pool.wait(1)
     run = Run.objects.get()
     assert (run.status, run.error_code) == ("failed", "timeout")
+
+
+@pytest.mark.django_db
+def test_an_awaited_run_whose_event_loop_ended_first_is_given_up(process, now):
+    claim = claimed(process, now, job="tests.jobs.add_later", args=[1, 2])
+    called = executor.call_job(claim, StopRequest())
+    assert isinstance(called, executor.AsyncRun)
+    called.awaitable.close()  # never awaited: as if its loop went away
+    gone: Future = Future()
+    gone.set_exception(eventloop.EventLoopStopped("The event loop ended before the job."))
+    assert executor.record([called.ended(gone)])
+    run = Run.objects.get()
+    assert (run.status, run.error_code, run.interruptions) == ("failed", "interrupted", 1)
+    assert "event loop ended" in run.error_message
