@@ -8,12 +8,15 @@ import logging
 import time
 import traceback
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import InterfaceError, OperationalError, connections
 
-from django_periodic import clock, leases, outcomes, registry
+from django_periodic import clock, eventloop, leases, outcomes, registry
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import JobContext, StopRequest
@@ -42,9 +45,19 @@ def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:
 def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
     """Call the claimed run's job and decide its outcome (recording is the caller's).
 
-    None means there is nothing for this worker to record: an async job cancelled for a
-    shutdown or a lost lease, whose run its scheduler gives up (or already lost).
+    An async job is awaited on the process's event loop while this thread waits. None means
+    there is nothing for this worker to record: an async job cancelled for a shutdown or a
+    lost lease, whose run its scheduler gives up (or already lost).
     """
+    called = call_job(claim, stop)
+    if isinstance(called, AsyncRun):
+        return called.ended(eventloop.submit(called.outcome()))
+    return called
+
+
+def call_job(claim: Claim, stop: StopRequest) -> "outcomes.Outcome | AsyncRun | None":
+    """Call the claimed run's job: the outcome of a sync job, or the ``AsyncRun`` still to
+    await of an async one (a job that returned an awaitable)."""
     run = claim.run
     if stop.is_set():  # before it started: cancelled, timed out, or lost, never run
         stopped = _STOP_OUTCOMES.get(stop.reason)
@@ -60,16 +73,65 @@ def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
     context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
     try:
-        result = _call(job.func, args, run.kwargs, stop)
+        result = job.func(*args, **run.kwargs)
     except BaseException as exc:  # SystemExit too: it fails the run, not the worker
-        if stop.reason in _STOP_OUTCOMES:
-            return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
-        if isinstance(exc, asyncio.CancelledError) and stop.is_set():
-            return None
-        return outcomes.failed(claim, _failure_of(exc)).started(started_at)
+        return _outcome_of(claim, stop, started_at, error=exc)
+    if inspect.isawaitable(result):
+        return AsyncRun(claim, stop, started_at, result)
+    return _outcome_of(claim, stop, started_at, result)
+
+
+@dataclass(frozen=True)
+class AsyncRun:
+    """An async job's run, called but not yet awaited.
+
+    ``outcome()`` is the coroutine to await on the event loop: it ends with the run's
+    outcome, whatever the job does. ``ended()`` reads that outcome from its future.
+    """
+
+    claim: Claim
+    stop: StopRequest
+    started_at: datetime | None
+    awaitable: Awaitable[Any]
+
+    async def outcome(self) -> outcomes.Outcome | None:
+        """Await the job; a stop request (timeout, cancel, shutdown) cancels it."""
+        try:
+            result = await _supervised(self.awaitable, self.stop)
+        except BaseException as exc:
+            # Caught here, in the task: a SystemExit escaping a task stops the whole loop.
+            return _outcome_of(self.claim, self.stop, self.started_at, error=exc)
+        return _outcome_of(self.claim, self.stop, self.started_at, result)
+
+    def ended(self, future: "Future[outcomes.Outcome | None]") -> outcomes.Outcome | None:
+        """The outcome from ``outcome()``'s future, waiting for it if need be. A run whose
+        coroutine never ended (its loop stopped first) is given up, as at a shutdown."""
+        try:
+            return future.result()
+        except Exception:
+            logger.exception("Run %s: its event loop ended before its job.", self.claim.run.pk)
+            return outcomes.released(self.claim, _LOOP_ENDED).started(self.started_at)
+
+
+_LOOP_ENDED = "Its event loop ended before the job finished; not run again."
+
+
+def _outcome_of(
+    claim: Claim,
+    stop: StopRequest,
+    started_at: datetime | None,
+    result: Any = None,
+    *,
+    error: BaseException | None = None,
+) -> outcomes.Outcome | None:
+    """The outcome of a job that returned ``result`` or raised ``error``."""
     if stop.reason in _STOP_OUTCOMES:
         return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
-    return outcomes.succeeded(claim, capped_result(result)).started(started_at)
+    if error is None:
+        return outcomes.succeeded(claim, capped_result(result)).started(started_at)
+    if isinstance(error, asyncio.CancelledError) and stop.is_set():
+        return None
+    return outcomes.failed(claim, _failure_of(error)).started(started_at)
 
 
 # A job that was cancelled or timed out ends so, however it returned.
@@ -112,16 +174,6 @@ def _log(outcome: outcomes.Outcome, recorded: bool) -> None:
 
 def _lease_extender(claim: Claim) -> Callable[[], bool]:
     return lambda: leases.extend(claim, clock.now(claim.using))
-
-
-def _call(
-    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], stop: StopRequest
-) -> Any:
-    """Call a job; an async one (or one returning an awaitable) runs on its own event loop."""
-    result = func(*args, **kwargs)
-    if inspect.isawaitable(result):
-        return asyncio.run(_supervised(result, stop))
-    return result
 
 
 async def _supervised(awaitable: Awaitable[Any], stop: StopRequest) -> Any:

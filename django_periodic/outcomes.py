@@ -114,11 +114,14 @@ def skipped_late(claim: Claim) -> Outcome:
     )
 
 
-def released(claim: Claim) -> Outcome:
-    """Given up unfinished at shutdown: back to pending with reentry, else failed.
+SHUTDOWN_MESSAGE = "Its scheduler stopped before the job finished; not run again."
+
+
+def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> Outcome:
+    """Given up unfinished (at shutdown): back to pending with reentry, else failed.
 
     Without ``allow_stale_reentry`` the job may have had effects already, so it is not run
-    again.
+    again; ``message`` says why it stopped.
     """
     if claim.run.schedule.allow_stale_reentry:
         return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
@@ -127,7 +130,7 @@ def released(claim: Claim) -> Outcome:
         Lease.Outcome.INTERRUPTED,
         Run.Status.FAILED,
         error_code="interrupted",
-        error_message="Its scheduler stopped before the job finished; not run again.",
+        error_message=message,
         interrupted=True,
     )
 

@@ -63,7 +63,11 @@ class Scheduler:
         self.recorder = workers_.Recorder()
         self.pool = (
             workers_.WorkerPool(
-                workers, self._capacity_freed, self.recorder, prefetch=self.settings.PREFETCH
+                workers,
+                self._capacity_freed,
+                self.recorder,
+                prefetch=self.settings.PREFETCH,
+                on_handoff=self._capacity_freed,
             )
             if workers
             else None
@@ -408,14 +412,10 @@ class Scheduler:
         if self.stop.hurried:
             logger.warning("Second stop signal: giving up the running jobs now.")
         # Taken before the jobs are told: one that ends at once still gets released here.
+        # All started: runs not started were withdrawn above, and none is claimed since.
         unfinished = pool.in_flight()
         pool.stop_all(StopRequest.SHUTDOWN)
-        started = pool.started()  # no other job starts once told to stop
-        given_up = [
-            outcomes.released(claim) if claim in started else outcomes.unstarted(claim)
-            for claim in unfinished
-        ]
-        self._give_up(given_up, "unfinished")
+        self._give_up([outcomes.released(claim) for claim in unfinished], "unfinished")
 
     def _give_up(self, given_up: list[outcomes.Outcome], state: str) -> None:
         for run_id in outcomes.record(given_up, using=self.using) if given_up else ():

@@ -8,11 +8,12 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from datetime import datetime
 
 from django.db import close_old_connections, connections
 
-from django_periodic import executor
+from django_periodic import eventloop, executor
 from django_periodic.claims import Claim
 from django_periodic.context import StopRequest
 from django_periodic.outcomes import Outcome
@@ -27,6 +28,9 @@ SHORT_JOB = 0.05
 # At most this many runs held for their plan time (claimed ahead of it) while jobs are
 # short or not yet timed; with long jobs, only as many as the threads take.
 MAX_HELD = 1000
+# At most this many async runs awaited at once on the event loop: beyond, no more claims
+# (one process must not take every I/O-bound run of a fleet).
+MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
 
@@ -142,24 +146,33 @@ class WorkerPool:
     those held for their plan time (claimed ahead of it).
 
     ``on_done`` is called each time a claim leaves the pool (its job returned), on the
-    worker's thread; the outcome goes to the recorder. Up to ``prefetch`` claims may wait
-    for a thread, while the jobs are short (``SHORT_JOB``).
+    worker's thread (the event loop's, for an async job); the outcome goes to the recorder.
+    ``on_handoff`` is called when a thread hands an async job to the event loop, and so is
+    free again. Up to ``prefetch`` claims may wait for a thread, while the jobs are short
+    (``SHORT_JOB``).
     """
 
     def __init__(
-        self, size: int, on_done: Callable[[], None], recorder: Recorder, prefetch: int = 0
+        self,
+        size: int,
+        on_done: Callable[[], None],
+        recorder: Recorder,
+        prefetch: int = 0,
+        on_handoff: Callable[[], None] = lambda: None,
     ) -> None:
         self.size = size
         self.prefetch = prefetch
         # Unknown at first: as long as a slow job, so that nothing is claimed ahead.
         self._average_duration = float("inf")
         self._on_done = on_done
+        self._on_handoff = on_handoff
         self._recorder = recorder
         self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
         self._lock = threading.Condition()
         self._in_flight: dict[Claim, StopRequest] = {}
         self._held: set[Claim] = set()  # in flight, waiting for their plan time
         self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
+        self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
         self._abandoned: set[Claim] = set()
         self._threads = 0
         for _ in range(size):
@@ -178,9 +191,12 @@ class WorkerPool:
         return self.size + (self.prefetch if short else 0)
 
     def free(self) -> int:
-        """How many more runs due now the pool takes: idle threads plus room in the prefetch."""
+        """How many more runs due now the pool takes: idle threads plus room in the prefetch
+        (async runs awaited on the event loop hold no thread, up to ``MAX_AWAITING``)."""
         with self._lock:
-            return max(self.capacity - len(self._in_flight) + len(self._held), 0)
+            waiting_or_busy = len(self._in_flight) - len(self._held) - len(self._awaiting)
+            room = min(self.capacity - waiting_or_busy, MAX_AWAITING - len(self._awaiting))
+            return max(room, 0)
 
     def room_ahead(self) -> int:
         """How many more runs the pool holds for their plan time: many while jobs are short
@@ -201,7 +217,8 @@ class WorkerPool:
     def starving(self) -> bool:
         """A thread is idle and no claim waits for one: claim now, even a single run."""
         with self._lock:
-            return len(self._in_flight) - len(self._held) < self.size
+            busy = len(self._in_flight) - len(self._held) - len(self._awaiting)
+            return busy < self.size
 
     def submit(self, claim: Claim) -> None:
         """Execute a claim: at once, or at its plan time if it was claimed ahead of it."""
@@ -225,11 +242,6 @@ class WorkerPool:
     def in_flight(self) -> dict[Claim, StopRequest]:
         with self._lock:
             return dict(self._in_flight)
-
-    def started(self) -> set[Claim]:
-        """The claims in flight whose job a thread has started."""
-        with self._lock:
-            return set(self._started)
 
     def withdraw_late(self) -> list[Claim]:
         """Take back the claims still waiting for a thread past their start deadline: they
@@ -290,10 +302,12 @@ class WorkerPool:
             self._start_thread()
 
     def stop(self) -> None:
-        """Let each idle thread exit; a thread still running a job exits after it."""
+        """Let each idle thread exit; a thread still running a job exits after it, and the
+        event loop after the async jobs it awaits."""
         self._holder.stop()
         for _ in range(self.size):
             self._queue.put(None)
+        eventloop.stop()
 
     def _note_duration(self, seconds: float) -> None:
         if self._average_duration == float("inf"):
@@ -323,17 +337,41 @@ class WorkerPool:
         try:
             if stop is not None:
                 close_old_connections()
-                outcome = executor.run_job(claim, stop)
+                called = executor.call_job(claim, stop)
+                if isinstance(called, executor.AsyncRun):
+                    self._await(claim, called, started)
+                    return  # this thread is free; the run stays in flight until it ends
+                outcome = called
         except BaseException:
             # Never lose the thread. The run keeps its lease until it expires; the
             # sweeper then settles it.
             logger.exception("Could not execute run %s.", claim.run.pk)
-        finally:
+        self._leave(claim, outcome, started)
+
+    def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
+        """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""
+
+        def ended(future: Future[Outcome | None]) -> None:  # on the event loop's thread
             with self._lock:
-                self._in_flight.pop(claim, None)
-                self._started.pop(claim, None)
-                self._note_duration(time.monotonic() - started)
-                self._lock.notify_all()
-            if outcome is not None:
-                self._recorder.put(outcome)
-            self._on_done()
+                self._awaiting.discard(claim)
+                if claim in self._abandoned:
+                    # Its timeout gave it a replacement thread, but it held none: retire one.
+                    self._abandoned.discard(claim)
+                    self._queue.put(None)
+            self._leave(claim, run.ended(future), started)
+
+        with self._lock:
+            self._awaiting.add(claim)
+        eventloop.submit(run.outcome()).add_done_callback(ended)
+        self._on_handoff()  # its thread is free for another run
+
+    def _leave(self, claim: Claim, outcome: Outcome | None, started: float) -> None:
+        """A run leaves the pool (from any thread): its outcome goes to the recorder."""
+        with self._lock:
+            self._in_flight.pop(claim, None)
+            self._started.pop(claim, None)
+            self._note_duration(time.monotonic() - started)
+            self._lock.notify_all()
+        if outcome is not None:
+            self._recorder.put(outcome)
+        self._on_done()

@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import threading
 import time
 
 from django_periodic import job
@@ -102,6 +103,54 @@ async def linger_async(context, seconds: float = 30.0):
     )
     await asyncio.sleep(seconds)
     return "finished"
+
+
+@job
+async def nap(seconds: float = 0.0):
+    """Awaits ``seconds``; says which event loop and thread it was awaited on."""
+    await asyncio.sleep(seconds)
+    return {"loop": id(asyncio.get_running_loop()), "thread": threading.current_thread().name}
+
+
+@job
+async def add_at_once(a: int, b: int) -> int:
+    """Adds two numbers without ever awaiting."""
+    return a + b
+
+
+@job
+async def explode_later(message: str = "boom"):
+    """Raises after yielding to the event loop once."""
+    await asyncio.sleep(0)
+    raise RuntimeError(message)
+
+
+@job
+async def raise_base_exception_async(name: str = "SystemExit"):
+    """``raise_base_exception``, from a coroutine: asyncio lets these out of its loop."""
+    await asyncio.sleep(0)
+    raise_base_exception(name)
+
+
+@job
+async def break_out_of_the_loop(name: str = "SystemExit"):
+    """Has a callback of its own raise ``name`` out of the event loop, then finishes."""
+    asyncio.get_running_loop().call_soon(raise_base_exception, name)
+    await asyncio.sleep(0.05)
+    return "carried on"
+
+
+@job(takes_context=True)
+async def block_the_loop(context, seconds: float = 1.0):
+    """Writes an Execution row, then blocks its event loop for ``seconds`` (a sync sleep)."""
+    await Execution.objects.acreate(
+        schedule=context.run.schedule.name,
+        plan_time=context.plan_time,
+        attempt=context.attempt,
+        pid=os.getpid(),
+    )
+    time.sleep(seconds)
+    return "unblocked"
 
 
 @job

@@ -1,5 +1,6 @@
 import asyncio
 import threading
+from concurrent.futures import Future
 from dataclasses import replace
 from datetime import timedelta
 
@@ -7,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import JobContext, claims, executor, leases
+from django_periodic import JobContext, claims, eventloop, executor, leases
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.workers import Recorder, WorkerPool
@@ -225,3 +226,182 @@ def test_a_claimed_run_that_waited_past_its_start_deadline_is_skipped_not_starte
     run = Run.objects.get()
     assert (run.error_code, run.started_at, run.result) == ("start_deadline", None, None)
     assert Lease.objects.get().outcome == "skipped"
+
+
+class Pool:
+    """A real worker pool and recorder, for a test; ``wait(n)`` waits for n runs to leave it
+    and for their outcomes to be recorded."""
+
+    def __init__(self, threads: int) -> None:
+        self._left = threading.Semaphore(0)
+        self.recorder = Recorder()
+        self.pool = WorkerPool(threads, on_done=self._left.release, recorder=self.recorder)
+
+    def submit_all(self, process, now, count: int) -> list[claims.Claim]:
+        claimed = claims.claim(process, now, count)
+        for claim in claimed:
+            self.pool.submit(claim)
+        return claimed
+
+    def wait(self, runs: int) -> None:
+        for _ in range(runs):
+            assert self._left.acquire(timeout=10)
+        assert self.recorder.flush(timeout=10)
+
+    def close(self) -> None:
+        self.pool.stop()
+        self.recorder.stop()
+
+
+@pytest.fixture
+def pool():
+    """A pool of two worker threads (``pool.pool``)."""
+    started = Pool(2)
+    yield started
+    started.close()
+
+
+def plan(now, job: str, **schedule_fields) -> None:
+    """A run of ``job`` due now, of a schedule of its own."""
+    RunFactory(schedule=ScheduleFactory(job=job, **schedule_fields), plan_time=now)
+
+
+def result_of(job: str) -> object:
+    return Run.objects.get(schedule__job=job).result
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_jobs_await_side_by_side_on_fewer_threads_than_jobs(process, now, pool):
+    for _ in range(20):
+        plan(now, "tests.jobs.nap", kwargs={"seconds": 0.5})
+    pool.submit_all(process, now, 20)
+    pool.wait(20)
+    runs = list(Run.objects.all())
+    assert {run.status for run in runs} == {"succeeded"}
+    # Every run started before the first one ended: the two threads did not take them in turn.
+    assert max(run.started_at for run in runs) < min(run.finished_at for run in runs)
+    span = max(run.finished_at for run in runs) - min(run.started_at for run in runs)
+    assert span < timedelta(seconds=0.5 * 20 / 2)  # what two threads would need, in turn
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_runs_share_one_event_loop_on_a_thread_of_its_own(process, now, pool):
+    for _ in range(3):
+        plan(now, "tests.jobs.nap")
+    for _ in range(3):
+        pool.submit_all(process, now, 1)
+        pool.wait(1)  # one after the other: each could have had a loop of its own
+    loop = eventloop.current()
+    assert loop is not None
+    results = list(Run.objects.values_list("result", flat=True))
+    assert results == [{"loop": id(loop.loop), "thread": "periodic-event-loop"}] * 3
+    pool.close()
+    assert loop.join(timeout=10)  # stopped with the pool
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("reason", "status", "code"),
+    [(StopRequest.CANCEL, "cancelled", "cancelled"), (StopRequest.TIMEOUT, "failed", "timeout")],
+)
+def test_an_awaited_run_holds_no_thread_and_stays_in_flight_until_stopped(
+    process, now, reason, status, code
+):
+    plan(now, "tests.jobs.linger_async", kwargs={"seconds": 600})
+    plan(now, "tests.jobs.add", args=[1, 1])
+    one_thread = Pool(1)
+    try:
+        claimed = {c.run.job_name: c for c in one_thread.submit_all(process, now, 2)}
+        lingering = claimed["tests.jobs.linger_async"]
+        one_thread.wait(1)  # the add, on the one thread, while the async job awaits
+        assert result_of("tests.jobs.add") == 2
+        assert list(one_thread.pool.in_flight()) == [lingering]
+        one_thread.pool.in_flight()[lingering].set(reason)
+        one_thread.wait(1)
+    finally:
+        one_thread.close()
+    run = Run.objects.get(schedule__job="tests.jobs.linger_async")
+    assert (run.status, run.error_code) == (status, code)
+    assert one_thread.pool.idle()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_awaited_run_cancelled_at_shutdown_leaves_the_pool_for_the_release(process, now, pool):
+    plan(now, "tests.jobs.linger_async", kwargs={"seconds": 600})
+    (claim,) = pool.submit_all(process, now, 1)
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    pool.pool.stop_all(StopRequest.SHUTDOWN)
+    pool.wait(1)
+    assert pool.pool.idle()
+    assert Run.objects.get().status == "running"  # nothing recorded: the scheduler releases it
+    assert leases.release(claim, now)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("job", "max_attempts", "status", "code"),
+    [
+        ("tests.jobs.explode_later", 1, "failed", "RuntimeError"),
+        ("tests.jobs.explode_later", 2, "retrying", "RuntimeError"),
+        ("tests.jobs.raise_base_exception_async", 3, "failed", "SystemExit"),
+    ],
+)
+def test_an_awaited_job_that_raises_fails_its_run_and_the_loop_lives_on(
+    process, now, pool, job, max_attempts, status, code
+):
+    plan(now, job, max_attempts=max_attempts)
+    pool.submit_all(process, now, 1)
+    pool.wait(1)
+    run = Run.objects.get()
+    assert (run.status, run.error_code) == (status, code)
+    assert "Traceback" in run.traceback
+    plan(now, "tests.jobs.add_later", args=[1, 2])
+    pool.submit_all(process, now, 1)
+    pool.wait(1)
+    assert result_of("tests.jobs.add_later") == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_breaking_out_of_the_event_loop_does_not_stop_it(process, now, pool):
+    plan(now, "tests.jobs.break_out_of_the_loop")
+    plan(now, "tests.jobs.nap", kwargs={"seconds": 0.2})
+    pool.submit_all(process, now, 2)
+    pool.wait(2)
+    assert result_of("tests.jobs.break_out_of_the_loop") == "carried on"
+    assert result_of("tests.jobs.nap")["thread"] == "periodic-event-loop"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_job_that_never_awaits_and_one_that_heartbeats_run_in_the_pool(process, now, pool):
+    plan(now, "tests.jobs.add_at_once", args=[2, 3])
+    plan(now, "tests.jobs.report_context_async")
+    pool.submit_all(process, now, 2)
+    pool.wait(2)
+    assert result_of("tests.jobs.add_at_once") == 5
+    expected = {"heartbeat": True, "aheartbeat": True, "cancelled": False}
+    assert result_of("tests.jobs.report_context_async") == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_blocking_the_loop_still_ends_timed_out_when_it_returns(process, now, pool):
+    plan(now, "tests.jobs.block_the_loop", kwargs={"seconds": 1})
+    (claim,) = pool.submit_all(process, now, 1)
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    pool.pool.in_flight()[claim].set(StopRequest.TIMEOUT)  # no await to cancel it at
+    pool.wait(1)
+    run = Run.objects.get()
+    assert (run.status, run.error_code) == ("failed", "timeout")
+
+
+@pytest.mark.django_db
+def test_an_awaited_run_whose_event_loop_ended_first_is_given_up(process, now):
+    claim = claimed(process, now, job="tests.jobs.add_later", args=[1, 2])
+    called = executor.call_job(claim, StopRequest())
+    assert isinstance(called, executor.AsyncRun)
+    called.awaitable.close()  # never awaited: as if its loop went away
+    gone: Future = Future()
+    gone.set_exception(eventloop.EventLoopStopped("The event loop ended before the job."))
+    assert executor.record([called.ended(gone)])
+    run = Run.objects.get()
+    assert (run.status, run.error_code, run.interruptions) == ("failed", "interrupted", 1)
+    assert "event loop ended" in run.error_message

@@ -154,8 +154,9 @@ def test_a_run_past_its_timeout_fails_and_its_worker_is_replaced(children, coope
     assert Run.objects.get(schedule=slow).status == "failed"  # a late finish changes nothing
 
 
-def test_cancel_asks_a_running_job_to_stop(children):
-    slow = lingering(60, interval=timedelta(hours=1))
+@pytest.mark.parametrize("job", ["tests.jobs.linger", "tests.jobs.linger_async"])
+def test_cancel_asks_a_running_job_to_stop(children, job):
+    slow = ScheduleFactory(job=job, kwargs={"seconds": 60}, interval=timedelta(hours=1))
     slow.run_now()
     child = children.start("--workers", "1", settings=FAST)
     running = Run.objects.filter(schedule=slow, status="running")

@@ -6,7 +6,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.db.models import Count
 
-from django_periodic import clock, leases
+from django_periodic import clock, eventloop, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
@@ -29,6 +29,16 @@ def test_once_plans_runs_and_waits_for_what_is_due():
     assert Run.objects.get(schedule=broken).status == "failed"
     assert not SchedulerProcess.objects.exists()
     assert not Lease.objects.held().exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_once_awaits_async_jobs_too():
+    add = due_now(job="tests.jobs.add_later", args=[1, 2])
+    broken = due_now(job="tests.jobs.explode_later")
+    call_command("run_scheduler", "--once", workers=1, verbosity=0)
+    assert Run.objects.get(schedule=add).result == 3
+    assert Run.objects.get(schedule=broken).error_code == "RuntimeError"
+    assert eventloop.current() is None  # stopped with the pool
 
 
 @pytest.mark.django_db(transaction=True)
@@ -80,6 +90,16 @@ def test_sigterm_past_the_grace_gives_up_an_unfinished_run(children, reentry, st
     run = Run.objects.get(schedule=schedule)
     assert (run.status, run.interruptions) == (status, 1)
     assert Lease.objects.get(run=run).outcome == outcome
+
+
+@pytest.mark.processes
+def test_sigterm_past_the_grace_cancels_an_awaited_run_and_gives_it_up(children):
+    schedule = due_now(job="tests.jobs.linger_async", kwargs={"seconds": 600})
+    child = children.start("--workers", "1", settings={"SHUTDOWN_GRACE": 0.5})
+    wait_for(Execution.objects.exists, 30, "the job to start")
+    assert child.terminate() == 0  # the event loop does not hold the process up
+    run = Run.objects.get(schedule=schedule)
+    assert (run.status, run.error_code, run.interruptions) == ("failed", "interrupted", 1)
 
 
 @pytest.mark.processes

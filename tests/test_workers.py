@@ -5,11 +5,13 @@ from datetime import timedelta
 import pytest
 
 from django_periodic import claims
+from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.scheduler import Scheduler
 from django_periodic.workers import Recorder, WorkerPool
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
+from tests.processes import wait_for
 
 LEAD = timedelta(minutes=2)
 
@@ -30,7 +32,7 @@ def test_a_run_claimed_ahead_is_held_and_starts_at_its_plan_time_never_before(pr
     pool = WorkerPool(2, on_done=done.release, recorder=recorder)
     try:
         pool.submit(claim)
-        assert pool.started() == set()  # held, not started
+        assert not Execution.objects.exists()  # held, not started
         assert pool.free() == 2  # a held run does not take a thread from runs due now
         assert done.acquire(timeout=30)
         assert recorder.flush(timeout=10)
@@ -79,3 +81,25 @@ def test_a_claim_waiting_past_its_start_deadline_is_withdrawn_without_a_thread(p
     finally:
         pool.stop()
     assert not Execution.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_run_awaited_on_the_event_loop_holds_no_thread(process, now):
+    schedule = ScheduleFactory(job="tests.jobs.linger_async", kwargs={"seconds": 600})
+    RunFactory(schedule=schedule, plan_time=now)
+    (claim,) = claims.claim(process, now, 1)
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(1, on_done=done.release, recorder=recorder)
+    try:
+        pool.submit(claim)
+        wait_for(Execution.objects.exists, 10, "the async job to start")
+        wait_for(lambda: pool.free() == 1, 10, "its thread to be free")
+        assert pool.starving() and not pool.idle()
+        pool.stop_all(StopRequest.CANCEL)
+        assert done.acquire(timeout=10)
+        assert recorder.flush(timeout=10)
+    finally:
+        pool.stop()
+        recorder.stop()
+    assert Run.objects.get().status == "cancelled"
