@@ -19,7 +19,7 @@ class PeriodicSettings:
     POLL_INTERVAL: timedelta = timedelta(seconds=5)
     HEARTBEAT_INTERVAL: timedelta = timedelta(seconds=10)
     SWEEP_INTERVAL: timedelta = timedelta(seconds=10)
-    IDLE_INTERVAL: timedelta = timedelta(seconds=60)
+    IDLE_INTERVAL: timedelta = timedelta(seconds=120)
     SHUTDOWN_GRACE: timedelta = timedelta(seconds=30)
     TIMEOUT_GRACE: timedelta = timedelta(seconds=10)
     PLAN_BATCH_SIZE: int = 5000

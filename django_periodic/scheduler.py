@@ -235,6 +235,8 @@ class Scheduler:
         sweep = now >= self._next_sweep or ahead.lease_expired()
         if not (heartbeat or sweep):
             return
+        if self._interval() == self.settings.IDLE_INTERVAL:
+            heartbeat = sweep = True  # idle: both in the one wake-up, never two a minute
         with transaction.atomic(using=self.using):
             # Heartbeat first: after an outage longer than a lease, the sweep must not
             # find this process's own live runs expired.
