@@ -149,7 +149,10 @@ class Ours(Peer):
         "bench_run_inserts",
     )
     multi = True
-    lag_definition = "`Run.started_at - Run.plan_time` (the claim's database time)"
+    lag_definition = (
+        "`Run.started_at - Run.plan_time`: when the job was called, on the database's clock "
+        "(the claim's time plus the time since)"
+    )
 
     def env(self) -> dict[str, str]:
         return self.ctx.env(
@@ -213,7 +216,11 @@ class Ours(Peer):
         argv = [self.ctx.python, "-m", "django", "run_scheduler", "-v", "0"]
         argv += ["--plan-only"] if plan_only else []
         argv += ["--workers", str(workers)] if workers else []
-        return self._spawn(index, argv, self.env())
+        env = self.env()
+        if plan_only:
+            # Planning throughput is timed from the due time: no head start from PLAN_AHEAD.
+            env["PERIODIC_TEST_SETTINGS"] = json.dumps({**OURS_DEFAULT_SETTINGS, "PLAN_AHEAD": 0})
+        return self._spawn(index, argv, env)
 
     def plan_once(self) -> None:
         """``run_scheduler --plan-only --once``: plan what is due now, then exit."""
