@@ -128,11 +128,12 @@ def test_a_stop_signal_while_starting_exits_cleanly(children, signum):
     assert not Run.objects.exists()
 
 
-@pytest.mark.processes
-def test_a_schedule_created_while_running_fires_and_succeeds(children):
-    child = children.start("--workers", "2")
+def three_fires_of_a_running_scheduler(children, start_in: float, **settings) -> Schedule:
+    """A schedule firing every second three times from ``start_in`` seconds after a started
+    scheduler registered; returns once all three succeeded and the scheduler stopped."""
+    child = children.start("--workers", "2", settings=settings)
     wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
-    start = clock.now() + timedelta(seconds=1)
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=start_in)
     schedule = ScheduleFactory(
         job="tests.jobs.record",
         interval=timedelta(seconds=1),
@@ -142,24 +143,20 @@ def test_a_schedule_created_while_running_fires_and_succeeds(children):
     done = Run.objects.filter(schedule=schedule, status="succeeded")
     wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
     assert child.terminate() == 0
+    return schedule
+
+
+@pytest.mark.processes
+def test_a_schedule_created_while_running_fires_and_succeeds(children):
+    schedule = three_fires_of_a_running_scheduler(children, 1)
     plan_times = sorted(Execution.objects.values_list("plan_time", flat=True))
-    assert plan_times == [start + timedelta(seconds=s) for s in range(3)]
+    assert plan_times == [schedule.start_at + timedelta(seconds=s) for s in range(3)]
 
 
 @pytest.mark.processes
 def test_fires_are_planned_and_claimed_ahead_and_start_at_their_plan_time(children):
-    child = children.start("--workers", "2", settings={"PLAN_AHEAD": 3})
-    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
-    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
-    schedule = ScheduleFactory(
-        job="tests.jobs.record",
-        interval=timedelta(seconds=1),
-        start_at=start,
-        end_at=start + timedelta(seconds=2),
-    )
-    done = Run.objects.filter(schedule=schedule, status="succeeded")
-    wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
-    assert child.terminate() == 0
+    schedule = three_fires_of_a_running_scheduler(children, 5, PLAN_AHEAD=3)
+    start = schedule.start_at
     for run in Run.objects.filter(schedule=schedule):
         assert run.started_at >= run.plan_time  # held until then, never started early
     first = Run.objects.get(schedule=schedule, plan_time=start)

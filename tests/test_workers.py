@@ -84,7 +84,7 @@ def test_a_claim_waiting_past_its_start_deadline_is_withdrawn_without_a_thread(p
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_async_run_awaited_on_the_event_loop_holds_no_thread(process, now):
+def test_free_threads_do_not_count_an_async_run_being_awaited(process, now):
     schedule = ScheduleFactory(job="tests.jobs.linger_async", kwargs={"seconds": 600})
     RunFactory(schedule=schedule, plan_time=now)
     (claim,) = claims.claim(process, now, 1)
