@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import planner, triggers
+from django_periodic import planner, recording, triggers
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -290,6 +290,6 @@ def test_schedules_sharing_a_trigger_compute_their_next_fire_once(monkeypatch):
 
 
 def test_array_literals_quote_what_postgresql_would_misread():
-    assert planner._array([1, None, True]) == "{1,NULL,t}"
-    assert planner._array(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
-    assert planner._array([T0]) == "{2026-01-01T00:00:00+00:00}"
+    assert recording._array([1, None, True]) == "{1,NULL,t}"
+    assert recording._array(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert recording._array([T0]) == "{2026-01-01T00:00:00+00:00}"
