@@ -143,8 +143,12 @@ class Schedule(models.Model):
     class Meta:
         ordering = ["name"]
         indexes = [
+            # In due()'s order (cursor, then id), so a batch reads its rows off the index;
+            # on the cursor alone every batch sorted every due row to take the first ones.
             models.Index(
-                fields=["next_fire_at"], condition=Q(enabled=True), name="periodic_schedule_due"
+                fields=["next_fire_at", "id"],
+                condition=Q(enabled=True),
+                name="periodic_schedule_due",
             ),
         ]
 
