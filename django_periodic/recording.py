@@ -40,13 +40,21 @@ def record(
 
 def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
     """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
-    advanced = _advance_cursors(decisions, using)
+    if not decisions:
+        return []
+    if connections[using].vendor == "postgresql":
+        return _record_postgresql(decisions, now, using)
+    advanced = _advance_cursors_serialized(decisions, using)
     planned = [d for d in decisions if d.schedule.pk in advanced]
-    superseding = [d.schedule.pk for d in planned if d.supersedes_retry]
-    if superseding:
-        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
+    _supersede_retries(planned, now, using)
     _insert_runs(planned, now, using)
     return planned
+
+
+def _supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:
+    superseding = [d.schedule.pk for d in decisions if d.supersedes_retry]
+    if superseding:
+        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
 
 
 def _record_one_by_one(
@@ -82,23 +90,6 @@ def record_failure(schedule: Due, error: str, using: str) -> bool:
     return disable
 
 
-def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
-    """Move each cursor from its loaded value to its new one; return the ids that moved."""
-    if not decisions:
-        return set()
-    if connections[using].vendor == "postgresql":
-        return _advance_cursors_postgresql(decisions, using)
-    return _advance_cursors_serialized(decisions, using)
-
-
-ADVANCE_CURSORS_SQL = """
-UPDATE {table} AS s SET next_fire_at = v.new_cursor, last_error = '', planning_failures = 0
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v (id, old_cursor, new_cursor)
-WHERE s.id = v.id AND s.next_fire_at = v.old_cursor
-RETURNING s.id
-"""
-
-
 def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[int]:
     # SQLite runs one write transaction at a time (BEGIN IMMEDIATE), so the rows we read
     # cannot have changed under us; executemany of a prepared UPDATE is its fastest form.
@@ -118,21 +109,8 @@ def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any
     return None if value is None else connection.ops.adapt_datetimefield_value(value)
 
 
-def _advance_cursors_postgresql(decisions: list[Decision], using: str) -> set[int]:
-    connection = connections[using]
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    ids = _array([d.schedule.pk for d in decisions])
-    old = _array([d.schedule.next_fire_at for d in decisions])
-    new = _array([d.cursor for d in decisions])
-    with connection.cursor() as cursor:
-        cursor.execute(ADVANCE_CURSORS_SQL.format(table=table), [ids, old, new])
-        return {row[0] for row in cursor.fetchall()}
-
-
 def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
     """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
-    if connections[using].vendor == "postgresql":
-        return _insert_runs_postgresql(decisions, now, using)
     runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
     recorded = _recorded_plan_times(runs, using)
     new = [run for run in runs if (run.schedule_id, run.plan_time) not in recorded]
@@ -176,30 +154,97 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime
     return set(recorded.values_list("schedule_id", "plan_time"))
 
 
-# One statement for the whole batch; the snapshot of job and arguments is taken from the
-# schedule rows this transaction has locked. Only a plan time already recorded is ignored:
-# any other conflict (a second active run) is an error that rolls the batch back. The
-# decisions (status, exclusive, start deadline) come from Python, where their rules live.
-INSERT_RUNS_SQL = """
-INSERT INTO {run} (
-    schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
-    exclusive, start_deadline, finished_at,
-    error_code, error_message, traceback, job_name, args, kwargs, created_at
+# One statement for the whole batch: move every cursor by compare-and-set, then insert the
+# runs of the schedules whose cursor moved, with the snapshot of job and arguments taken
+# from the rows the UPDATE returns (this transaction has locked them). Only a plan time
+# already recorded is ignored: any other conflict (a second active run) is an error that
+# rolls the batch back. It returns the ids whose cursor did not move.
+#
+# The decisions (status, exclusive, start deadline, cursors) come from Python, where their
+# rules live. Most schedules of a batch decide alike (same cursor, same fires), so each
+# distinct outcome, a "shape", is sent once and a schedule sends only its id and shape:
+# formatting one value per schedule and column cost more than the statement itself.
+RECORD_SQL = """
+WITH batch AS (
+    SELECT * FROM unnest(%(id)s::bigint[], %(shape)s::bigint[]) AS b (id, shape)
+), moved AS (
+    UPDATE {schedule} AS s
+    SET next_fire_at = c.new_cursor, last_error = '', planning_failures = 0
+    FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
+        WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
+    WHERE s.id = batch.id AND s.next_fire_at = c.old_cursor
+    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts
+), inserted AS (
+    INSERT INTO {run} (
+        schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
+        exclusive, start_deadline, finished_at,
+        error_code, error_message, traceback, job_name, args, kwargs, created_at
+    )
+    SELECT m.id, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+           f.exclusive, f.start_deadline,
+           CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
+           f.error_code, f.error_message, '', m.job, m.args, m.kwargs, %(now)s
+    FROM moved AS m JOIN unnest(
+        %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
+        %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
+        %(start_deadline)s::timestamptz[]
+    ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline)
+    USING (shape)
+    ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
 )
-SELECT f.schedule_id, f.plan_time, 'schedule', f.status, 0, s.max_attempts, 0,
-       f.exclusive, f.start_deadline,
-       CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
-       f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %(now)s
-FROM unnest(
-    %(schedule_id)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
-    %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
-    %(start_deadline)s::timestamptz[]
-) AS f (schedule_id, plan_time, status, error_code, error_message, exclusive, start_deadline)
-JOIN {schedule} AS s ON s.id = f.schedule_id
-ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
+SELECT id FROM batch WHERE id NOT IN (SELECT id FROM moved)
 """
-INSERT_COLUMNS = (
-    "schedule_id",
+
+
+def _record_postgresql(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+    # A retry this batch supersedes ends first: it holds the active slot the new run takes.
+    # Every cursor then moves: this transaction has held the rows' locks since it read the
+    # cursors, so the compare-and-set cannot fail and no retry ends without its successor.
+    _supersede_retries(decisions, now, using)
+    connection = connections[using]
+    sql = RECORD_SQL.format(
+        run=connection.ops.quote_name(Run._meta.db_table),
+        schedule=connection.ops.quote_name(Schedule._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now, **_shapes(decisions, now)})
+        stuck = {row[0] for row in cursor.fetchall()}
+    return [d for d in decisions if d.schedule.pk not in stuck]
+
+
+def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
+    """RECORD_SQL's arrays: each schedule's id and shape, each distinct shape's cursors and
+    fires once."""
+    shapes: dict[tuple[Any, ...], int] = {}
+    ids: list[int] = []
+    shape_of: list[int] = []
+    cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": []}
+    fires: dict[str, list[Any]] = {name: [] for name in FIRE_COLUMNS}
+    pending = Run.Status.PENDING
+    for d in decisions:
+        schedule = d.schedule
+        exclusive = policies.is_exclusive(schedule.overlap)
+        key = (schedule.next_fire_at, d.cursor, d.fires, schedule.misfire_grace, exclusive)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = len(shapes) + 1  # WITH ORDINALITY counts from 1
+            cursors["old_cursor"].append(schedule.next_fire_at)
+            cursors["new_cursor"].append(d.cursor)
+            for fire in d.fires:
+                deadline = None
+                if fire.status == pending:
+                    deadline = policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
+                row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
+                for name, value in zip(FIRE_COLUMNS, (*row, exclusive, deadline), strict=True):
+                    fires[name].append(value)
+        ids.append(schedule.pk)
+        shape_of.append(shape)
+    arrays = {name: _array(values) for name, values in (cursors | fires).items()}
+    return {"id": _int_array(ids), "shape": _int_array(shape_of), **arrays}
+
+
+FIRE_COLUMNS = (
+    "fire_shape",
     "plan_time",
     "status",
     "error_code",
@@ -209,43 +254,9 @@ INSERT_COLUMNS = (
 )
 
 
-def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str) -> None:
-    ids: list[int] = []
-    plan_times: list[datetime] = []
-    statuses: list[str] = []
-    codes: list[str] = []
-    messages: list[str] = []
-    exclusive: list[bool] = []
-    deadlines: list[datetime | None] = []
-    pending = Run.Status.PENDING
-    for d in decisions:
-        if not d.fires:
-            continue
-        schedule = d.schedule
-        grace, is_exclusive = schedule.misfire_grace, policies.is_exclusive(schedule.overlap)
-        for fire in d.fires:
-            ids.append(schedule.pk)
-            plan_times.append(fire.plan_time)
-            statuses.append(fire.status)
-            codes.append(fire.error_code)
-            messages.append(fire.error_message)
-            exclusive.append(is_exclusive)
-            pending_fire = fire.status == pending
-            deadlines.append(
-                policies.start_deadline(grace, fire.plan_time, now) if pending_fire else None
-            )
-    if not ids:
-        return
-    connection = connections[using]
-    sql = INSERT_RUNS_SQL.format(
-        run=connection.ops.quote_name(Run._meta.db_table),
-        schedule=connection.ops.quote_name(Schedule._meta.db_table),
-    )
-    columns: list[list[Any]] = [ids, plan_times, statuses, codes, messages, exclusive, deadlines]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql, {"now": now, **dict(zip(INSERT_COLUMNS, map(_array, columns), strict=True))}
-        )
+def _int_array(values: list[int]) -> str:
+    """``_array`` of ints only: one per schedule, so formatted without a test per value."""
+    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _array(values: list[Any]) -> str:
