@@ -7,11 +7,12 @@ from typing import Any, Self
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
-from django.db import IntegrityError, models, transaction
+from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import choices, clock, policies, registry, triggers, wakeups
+from django_periodic import arrays, choices, clock, policies, registry, triggers, wakeups
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 
@@ -374,7 +375,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         """What each of these schedules has in flight, for the overlap policy (one query)."""
         active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
         rows = (
-            self.filter(schedule_id__in=schedule_ids, status__in=Run.ACTIVE_STATUSES)
+            self.filter(self._of_schedules(schedule_ids), status__in=Run.ACTIVE_STATUSES)
             .values("schedule_id")
             .annotate(
                 active=Count("pk", filter=active),
@@ -388,6 +389,17 @@ class RunQuerySet(models.QuerySet["Run"]):
             row["schedule_id"]: occupancy(row["active"], row["queued"], row["retrying"] > 0)
             for row in rows
         }
+
+    def _of_schedules(self, schedule_ids: list[int]) -> Q | RawSQL:
+        if connections[self.db].vendor != "postgresql":
+            return Q(schedule_id__in=schedule_ids)
+        # A planner's batch has thousands of ids: one array parameter, not one each.
+        column = f"{connections[self.db].ops.quote_name(Run._meta.db_table)}.schedule_id"
+        return RawSQL(
+            f"{column} = ANY(%s::bigint[])",
+            [arrays.integers(schedule_ids)],
+            output_field=models.BooleanField(),
+        )
 
     def supersede_retries(self, now: datetime) -> int:
         """End these runs' waiting retries ``failed``: a newer fire of their schedule replaced

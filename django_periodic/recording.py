@@ -14,7 +14,7 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_periodic import policies
+from django_periodic import arrays, policies
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule
@@ -239,8 +239,8 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
                     fires[name].append(value)
         ids.append(schedule.pk)
         shape_of.append(shape)
-    arrays = {name: _array(values) for name, values in (cursors | fires).items()}
-    return {"id": _int_array(ids), "shape": _int_array(shape_of), **arrays}
+    columns = {name: arrays.literal(values) for name, values in (cursors | fires).items()}
+    return {"id": arrays.integers(ids), "shape": arrays.integers(shape_of), **columns}
 
 
 FIRE_COLUMNS = (
@@ -252,30 +252,3 @@ FIRE_COLUMNS = (
     "exclusive",
     "start_deadline",
 )
-
-
-def _int_array(values: list[int]) -> str:
-    """``_array`` of ints only: one per schedule, so formatted without a test per value."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
-def _array(values: list[Any]) -> str:
-    """A PostgreSQL array literal of ints, bools, texts or aware datetimes (NULL for None).
-
-    Sent as one text parameter and cast in SQL: adapting a list element by element costs
-    more than deciding the whole batch (psycopg quotes each one in Python).
-    """
-    return "{" + ",".join(map(_element, values)) + "}"
-
-
-def _element(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'

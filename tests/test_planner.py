@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import planner, recording, triggers
+from django_periodic import arrays, planner, triggers
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -331,6 +331,6 @@ def test_a_batch_records_for_each_schedule_what_it_decided_alone():
 
 
 def test_array_literals_quote_what_postgresql_would_misread():
-    assert recording._array([1, None, True]) == "{1,NULL,t}"
-    assert recording._array(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
-    assert recording._array([T0]) == "{2026-01-01T00:00:00+00:00}"
+    assert arrays.literal([1, None, True]) == "{1,NULL,t}"
+    assert arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"
