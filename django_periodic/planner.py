@@ -16,7 +16,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, When
 
-from django_periodic import policies, recording, registry, triggers
+from django_periodic import loading, policies, recording, registry, triggers
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule
@@ -69,7 +69,8 @@ def plan_due(now: datetime, *, using: str = "default", batch_size: int | None = 
         # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
         anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
         due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
-        schedules = [Due(*row) for row in due.values_list(*fields)[:batch_size]]
+        with loading.timestamps_parsed_once(using):
+            schedules = [Due(*row) for row in due.values_list(*fields)[:batch_size]]
         if not schedules:
             return PlanResult()
         occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
