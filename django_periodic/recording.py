@@ -2,9 +2,9 @@
 
 A batch is recorded in one savepoint of the planner's transaction: every cursor moves from
 the value read to its new one, and only schedules whose cursor moved get their runs. On
-PostgreSQL each step is one statement whatever the batch size; elsewhere the ORM does it.
-If the database refuses a batch (a run breaking one-active-run), the schedules are recorded
-one at a time, so one bad row fails alone.
+PostgreSQL that is one statement whatever the batch size; elsewhere the ORM does it. If the
+database refuses a batch (a run breaking one-active-run), the schedules are recorded one at
+a time, so one bad row fails alone.
 """
 
 import logging
@@ -27,7 +27,9 @@ def record(
 ) -> tuple[list[Decision], list[Decision]]:
     """Record a batch; return the decisions applied and those the database refused.
 
-    A refused decision carries the database's error; its schedule's cursor has not moved.
+    The schedules' rows must be locked by the current transaction since their cursors were
+    read (``plan_due`` selects them ``FOR UPDATE``). A refused decision carries the
+    database's error; its schedule's cursor has not moved.
     """
     try:
         with transaction.atomic(using=using):
