@@ -9,79 +9,18 @@ and computes each distinct trigger's fire times once: many schedules sharing a t
 cursor (100,000 on the same cron) cost one ``next_after``, not one each.
 """
 
-import logging
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db import connections, transaction
 from django.db.models import Case, F, Q, When
 
-from django_periodic import policies, registry, triggers
+from django_periodic import loading, policies, recording, registry, triggers
 from django_periodic.conf import get_settings
+from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule
 from django_periodic.policies import Occupancy
-
-logger = logging.getLogger("django_periodic")
-
-
-@dataclass(frozen=True)
-class Fire:
-    """A run to record for a plan time: pending, queued or skipped (with why)."""
-
-    plan_time: datetime
-    status: str
-    error_code: str = ""
-    error_message: str = ""
-
-
-@dataclass(slots=True)
-class Due:
-    """The columns of a locked due schedule that planning reads (a ``policies.Policy``)."""
-
-    pk: int
-    name: str
-    job: str
-    cron: str
-    timezone: str
-    interval: timedelta | None
-    run_at: datetime | None
-    start_at: datetime | None
-    end_at: datetime | None
-    created_at: datetime | None  # only where it anchors an interval (else not loaded)
-    next_fire_at: datetime | None
-    overlap: str
-    max_queued: int
-    max_concurrent: int | None
-    misfire: str
-    misfire_grace: timedelta
-    planning_failures: int
-    # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
-    args: Any = None
-    kwargs: Any = None
-    max_attempts: int = 1
-
-    def trigger_key(self) -> tuple[Any, ...]:
-        """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
-        # An interval without start_at is anchored at created_at: only then is it part of it.
-        anchored = not self.cron and self.interval is not None and self.start_at is None
-        anchor = self.created_at if anchored else None
-        return (
-            self.cron,
-            self.timezone,
-            self.interval,
-            self.run_at,
-            self.start_at,
-            self.end_at,
-            anchor,
-        )
-
-    def trigger(self) -> triggers.Trigger:
-        """The schedule's trigger, built by the model's own rules."""
-        fields = ("cron", "timezone", "interval", "run_at", "start_at", "end_at", "created_at")
-        return Schedule(**{name: getattr(self, name) for name in fields}).trigger
-
 
 DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
@@ -89,17 +28,6 @@ DECISION_FIELDS = (
     "misfire_grace", "planning_failures",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts")
-
-
-@dataclass(slots=True)
-class Decision:
-    """What one schedule does this tick: the runs to record and where its cursor moves."""
-
-    schedule: Due
-    cursor: datetime | None
-    fires: tuple[Fire, ...] = ()
-    supersedes_retry: bool = False
-    error: str = ""
 
 
 @dataclass
@@ -155,7 +83,8 @@ def plan_due(
         # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
         anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
         due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
-        schedules = [Due(*row) for row in due.values_list(*fields)[:batch_size]]
+        with loading.timestamps_parsed_once(using):
+            schedules = [Due(*row) for row in due.values_list(*fields)[:batch_size]]
         if not schedules:
             return PlanResult()
         occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
@@ -296,16 +225,10 @@ def _due_times(
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
     failed = [d for d in decisions if d.error]
-    planned = [d for d in decisions if not d.error]
-    try:
-        with transaction.atomic(using=using):
-            planned = _record(planned, now, using)
-    except DatabaseError:
-        # One row the database refuses must not stop the others: retry one by one.
-        logger.exception("Planning a batch failed; planning its schedules one at a time.")
-        planned, failed = _record_one_by_one(planned, now, using, failed)
+    planned, refused = recording.record([d for d in decisions if not d.error], now, using)
+    failed += refused
     for decision in failed:
-        if _record_failure(decision.schedule, decision.error, using):
+        if recording.record_failure(decision.schedule, decision.error, using):
             result.disabled.append(decision.schedule.name)
         result.failed.append(decision.schedule.name)
     fires = [(d.schedule, fire) for d in planned for fire in d.fires]
@@ -316,237 +239,6 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
         for schedule, fire in fires
     )
     return result
-
-
-def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
-    """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
-    advanced = _advance_cursors(decisions, using)
-    planned = [d for d in decisions if d.schedule.pk in advanced]
-    superseding = [d.schedule.pk for d in planned if d.supersedes_retry]
-    if superseding:
-        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
-    _insert_runs(planned, now, using)
-    return planned
-
-
-def _record_one_by_one(
-    decisions: list[Decision], now: datetime, using: str, failed: list[Decision]
-) -> tuple[list[Decision], list[Decision]]:
-    planned = []
-    for decision in decisions:
-        try:
-            with transaction.atomic(using=using):
-                planned += _record([decision], now, using)
-        except DatabaseError as exc:
-            decision.error = f"Cannot plan: {exc}"
-            failed = [*failed, decision]
-    return planned, failed
-
-
-def _record_failure(schedule: Due, error: str, using: str) -> bool:
-    """Note why a schedule could not be planned; disable it after repeated failures.
-
-    Returns whether it was disabled. The cursor stays, so a fixed row fires from where it
-    stopped (its misfire policy decides about the times missed meanwhile).
-    """
-    failures = schedule.planning_failures + 1
-    disable = failures >= get_settings().PLANNING_FAILURE_LIMIT
-    fields = {"planning_failures": failures, "last_error": error}
-    if disable:
-        fields["enabled"] = False
-        logger.error("Disabled schedule %r after %d failures: %s", schedule.name, failures, error)
-    else:
-        logger.error("Could not plan schedule %r: %s", schedule.name, error)
-    Schedule.objects.using(using).filter(pk=schedule.pk).update(**fields)
-    return disable
-
-
-def _advance_cursors(decisions: list[Decision], using: str) -> set[int]:
-    """Move each cursor from its loaded value to its new one; return the ids that moved."""
-    if not decisions:
-        return set()
-    if connections[using].vendor == "postgresql":
-        return _advance_cursors_postgresql(decisions, using)
-    return _advance_cursors_serialized(decisions, using)
-
-
-ADVANCE_CURSORS_SQL = """
-UPDATE {table} AS s SET next_fire_at = v.new_cursor, last_error = '', planning_failures = 0
-FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v (id, old_cursor, new_cursor)
-WHERE s.id = v.id AND s.next_fire_at = v.old_cursor
-RETURNING s.id
-"""
-
-
-def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[int]:
-    # SQLite runs one write transaction at a time (BEGIN IMMEDIATE), so the rows we read
-    # cannot have changed under us; executemany of a prepared UPDATE is its fastest form.
-    connection = connections[using]
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    sql = (
-        f"UPDATE {table} SET next_fire_at = %s, last_error = '', planning_failures = 0"
-        " WHERE id = %s"
-    )
-    params = [(_db_datetime(d.cursor, connection), d.schedule.pk) for d in decisions]
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, params)
-    return {d.schedule.pk for d in decisions}
-
-
-def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any:
-    return None if value is None else connection.ops.adapt_datetimefield_value(value)
-
-
-def _advance_cursors_postgresql(decisions: list[Decision], using: str) -> set[int]:
-    connection = connections[using]
-    table = connection.ops.quote_name(Schedule._meta.db_table)
-    ids = _array([d.schedule.pk for d in decisions])
-    old = _array([d.schedule.next_fire_at for d in decisions])
-    new = _array([d.cursor for d in decisions])
-    with connection.cursor() as cursor:
-        cursor.execute(ADVANCE_CURSORS_SQL.format(table=table), [ids, old, new])
-        return {row[0] for row in cursor.fetchall()}
-
-
-def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
-    """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
-    if connections[using].vendor == "postgresql":
-        return _insert_runs_postgresql(decisions, now, using)
-    runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
-    recorded = _recorded_plan_times(runs, using)
-    new = [run for run in runs if (run.schedule_id, run.plan_time) not in recorded]
-    # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
-    Run.objects.using(using).bulk_create(new)
-
-
-def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
-    # Run.for_schedule's snapshot, from the columns loaded for it.
-    return Run(
-        schedule_id=schedule.pk,
-        plan_time=fire.plan_time,
-        job_name=schedule.job,
-        args=schedule.args,
-        kwargs=schedule.kwargs,
-        max_attempts=schedule.max_attempts,
-        exclusive=policies.is_exclusive(schedule.overlap),
-        status=fire.status,
-        error_code=fire.error_code,
-        error_message=fire.error_message,
-        start_deadline=_start_deadline(schedule, fire, now),
-        finished_at=now if fire.status == Run.Status.SKIPPED else None,
-        created_at=now,
-    )
-
-
-def _start_deadline(schedule: Due, fire: Fire, now: datetime) -> datetime | None:
-    if fire.status != Run.Status.PENDING:
-        return None
-    return policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
-
-
-def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime]]:
-    if not runs:
-        return set()
-    recorded = Run.objects.using(using).filter(
-        trigger=Run.Trigger.SCHEDULE,
-        schedule_id__in={run.schedule_id for run in runs},
-        plan_time__in={run.plan_time for run in runs},
-    )
-    return set(recorded.values_list("schedule_id", "plan_time"))
-
-
-# One statement for the whole batch; the snapshot of job and arguments is taken from the
-# schedule rows this transaction has locked. Only a plan time already recorded is ignored:
-# any other conflict (a second active run) is an error that rolls the batch back. The
-# decisions (status, exclusive, start deadline) come from Python, where their rules live.
-INSERT_RUNS_SQL = """
-INSERT INTO {run} (
-    schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
-    exclusive, start_deadline, finished_at,
-    error_code, error_message, traceback, job_name, args, kwargs, created_at
-)
-SELECT f.schedule_id, f.plan_time, 'schedule', f.status, 0, s.max_attempts, 0,
-       f.exclusive, f.start_deadline,
-       CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
-       f.error_code, f.error_message, '', s.job, s.args, s.kwargs, %(now)s
-FROM unnest(
-    %(schedule_id)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
-    %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
-    %(start_deadline)s::timestamptz[]
-) AS f (schedule_id, plan_time, status, error_code, error_message, exclusive, start_deadline)
-JOIN {schedule} AS s ON s.id = f.schedule_id
-ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
-"""
-INSERT_COLUMNS = (
-    "schedule_id",
-    "plan_time",
-    "status",
-    "error_code",
-    "error_message",
-    "exclusive",
-    "start_deadline",
-)
-
-
-def _insert_runs_postgresql(decisions: list[Decision], now: datetime, using: str) -> None:
-    ids: list[int] = []
-    plan_times: list[datetime] = []
-    statuses: list[str] = []
-    codes: list[str] = []
-    messages: list[str] = []
-    exclusive: list[bool] = []
-    deadlines: list[datetime | None] = []
-    pending = Run.Status.PENDING
-    for d in decisions:
-        if not d.fires:
-            continue
-        schedule = d.schedule
-        grace, is_exclusive = schedule.misfire_grace, policies.is_exclusive(schedule.overlap)
-        for fire in d.fires:
-            ids.append(schedule.pk)
-            plan_times.append(fire.plan_time)
-            statuses.append(fire.status)
-            codes.append(fire.error_code)
-            messages.append(fire.error_message)
-            exclusive.append(is_exclusive)
-            pending_fire = fire.status == pending
-            deadlines.append(
-                policies.start_deadline(grace, fire.plan_time, now) if pending_fire else None
-            )
-    if not ids:
-        return
-    connection = connections[using]
-    sql = INSERT_RUNS_SQL.format(
-        run=connection.ops.quote_name(Run._meta.db_table),
-        schedule=connection.ops.quote_name(Schedule._meta.db_table),
-    )
-    columns: list[list[Any]] = [ids, plan_times, statuses, codes, messages, exclusive, deadlines]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            sql, {"now": now, **dict(zip(INSERT_COLUMNS, map(_array, columns), strict=True))}
-        )
-
-
-def _array(values: list[Any]) -> str:
-    """A PostgreSQL array literal of ints, bools, texts or aware datetimes (NULL for None).
-
-    Sent as one text parameter and cast in SQL: adapting a list element by element costs
-    more than deciding the whole batch (psycopg quotes each one in Python).
-    """
-    return "{" + ",".join(map(_element, values)) + "}"
-
-
-def _element(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat()
-    text = str(value).replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{text}"'
 
 
 def plan_retry(failed: Run, now: datetime) -> Run:

@@ -2,6 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
@@ -15,6 +16,14 @@ def errors_of(**fields) -> dict[str, list[str]]:
     with pytest.raises(ValidationError) as caught:
         Schedule(**values).full_clean()
     return caught.value.message_dict
+
+
+@pytest.mark.django_db
+def test_a_second_schedule_of_the_same_name_is_refused_on_its_name_field():
+    ScheduleFactory(name="s")
+    assert errors_of(name="s") == {"name": ["Schedule with this Name already exists."]}
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ScheduleFactory(name="s")
 
 
 @pytest.mark.django_db

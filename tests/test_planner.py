@@ -4,7 +4,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import planner, triggers
+from django_periodic import arrays, planner, triggers
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -321,7 +321,48 @@ def test_schedules_sharing_a_trigger_compute_their_next_fire_once(monkeypatch):
         assert [plan_time for plan_time, _, _ in runs_of(schedule)] == times
 
 
+def mixed_batch() -> None:
+    """Schedules that decide differently at T0 + 42 s: cursors, fires, policies, in flight."""
+    due_schedule(name="on-time")
+    due_schedule(name="on-time-too")  # decides exactly as on-time
+    due_schedule(name="later-cursor", cursor=T0 + 3 * EVERY)
+    due_schedule(name="latest", misfire_grace=timedelta(seconds=5), args=[1], kwargs={"a": 2})
+    due_schedule(name="skip", misfire="skip", misfire_grace=timedelta(seconds=5))
+    due_schedule(name="all", misfire="all", overlap="concurrent", max_attempts=3)
+    due_schedule(name="other-grace", misfire_grace=timedelta(minutes=7), overlap="concurrent")
+    busy = due_schedule(name="busy", overlap="queue", misfire_grace=timedelta(minutes=5))
+    RunFactory(schedule=busy, plan_time=T0 - EVERY, status="running")
+    retried = due_schedule(name="retried", cursor=T0 + 4 * EVERY)
+    RunFactory(schedule=retried, plan_time=T0, status="retrying")
+    due_schedule(name="once", cursor=T0 + EVERY, interval=None, run_at=T0 + EVERY)
+
+
+def planned(batch_size: int) -> dict[str, tuple]:
+    mixed_batch()
+    while planner.plan_due(T0 + timedelta(seconds=42), batch_size=batch_size).schedules:
+        pass
+    columns = (
+        "plan_time", "status", "error_code", "error_message", "exclusive", "start_deadline",
+        "finished_at", "job_name", "args", "kwargs", "max_attempts", "attempt",
+    )  # fmt: skip
+    outcome = {}
+    for schedule in Schedule.objects.all():
+        runs = schedule.runs.filter(trigger="schedule").order_by("plan_time")
+        outcome[schedule.name] = (schedule.next_fire_at, list(runs.values_list(*columns)))
+    Schedule.objects.all().delete()
+    return outcome
+
+
+@pytest.mark.django_db
+def test_a_batch_records_for_each_schedule_what_it_decided_alone():
+    together, alone = planned(batch_size=100), planned(batch_size=1)
+    assert together == alone
+    assert together["latest"][1][-1][:3] == (T0 + 4 * EVERY, "pending", "")
+    assert [run[1] for run in together["busy"][1]] == ["running", "queued"] + ["skipped"] * 4
+    assert together["once"][0] is None and len(together["all"][1]) == 5
+
+
 def test_array_literals_quote_what_postgresql_would_misread():
-    assert planner._array([1, None, True]) == "{1,NULL,t}"
-    assert planner._array(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
-    assert planner._array([T0]) == "{2026-01-01T00:00:00+00:00}"
+    assert arrays.literal([1, None, True]) == "{1,NULL,t}"
+    assert arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"

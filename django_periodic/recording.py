@@ -1,0 +1,256 @@
+"""Recording what planning decided: cursors moved by compare-and-set, runs inserted.
+
+A batch is recorded in one savepoint of the planner's transaction: every cursor moves from
+the value read to its new one, and only schedules whose cursor moved get their runs. On
+PostgreSQL that is one statement whatever the batch size; elsewhere the ORM does it. If the
+database refuses a batch (a run breaking one-active-run), the schedules are recorded one at
+a time, so one bad row fails alone.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from django.db import DatabaseError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_periodic import arrays, policies
+from django_periodic.conf import get_settings
+from django_periodic.decisions import Decision, Due, Fire
+from django_periodic.models import Run, Schedule
+
+logger = logging.getLogger("django_periodic")
+
+
+def record(
+    decisions: list[Decision], now: datetime, using: str
+) -> tuple[list[Decision], list[Decision]]:
+    """Record a batch; return the decisions applied and those the database refused.
+
+    The schedules' rows must be locked by the current transaction since their cursors were
+    read (``plan_due`` selects them ``FOR UPDATE``). A refused decision carries the
+    database's error; its schedule's cursor has not moved.
+    """
+    try:
+        with transaction.atomic(using=using):
+            return _record(decisions, now, using), []
+    except DatabaseError:
+        # One row the database refuses must not stop the others: retry one by one.
+        logger.exception("Planning a batch failed; planning its schedules one at a time.")
+        return _record_one_by_one(decisions, now, using)
+
+
+def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+    """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
+    if not decisions:
+        return []
+    if connections[using].vendor == "postgresql":
+        return _record_postgresql(decisions, now, using)
+    advanced = _advance_cursors_serialized(decisions, using)
+    planned = [d for d in decisions if d.schedule.pk in advanced]
+    _supersede_retries(planned, now, using)
+    _insert_runs(planned, now, using)
+    return planned
+
+
+def _supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:
+    superseding = [d.schedule.pk for d in decisions if d.supersedes_retry]
+    if superseding:
+        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
+
+
+def _record_one_by_one(
+    decisions: list[Decision], now: datetime, using: str
+) -> tuple[list[Decision], list[Decision]]:
+    planned: list[Decision] = []
+    failed: list[Decision] = []
+    for decision in decisions:
+        try:
+            with transaction.atomic(using=using):
+                planned += _record([decision], now, using)
+        except DatabaseError as exc:
+            decision.error = f"Cannot plan: {exc}"
+            failed.append(decision)
+    return planned, failed
+
+
+def record_failure(schedule: Due, error: str, using: str) -> bool:
+    """Note why a schedule could not be planned; disable it after repeated failures.
+
+    Returns whether it was disabled. The cursor stays, so a fixed row fires from where it
+    stopped (its misfire policy decides about the times missed meanwhile).
+    """
+    failures = schedule.planning_failures + 1
+    disable = failures >= get_settings().PLANNING_FAILURE_LIMIT
+    fields = {"planning_failures": failures, "last_error": error}
+    if disable:
+        fields["enabled"] = False
+        logger.error("Disabled schedule %r after %d failures: %s", schedule.name, failures, error)
+    else:
+        logger.error("Could not plan schedule %r: %s", schedule.name, error)
+    Schedule.objects.using(using).filter(pk=schedule.pk).update(**fields)
+    return disable
+
+
+def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[int]:
+    # SQLite runs one write transaction at a time (BEGIN IMMEDIATE), so the rows we read
+    # cannot have changed under us; executemany of a prepared UPDATE is its fastest form.
+    connection = connections[using]
+    table = connection.ops.quote_name(Schedule._meta.db_table)
+    sql = (
+        f"UPDATE {table} SET next_fire_at = %s, last_error = '', planning_failures = 0"
+        " WHERE id = %s"
+    )
+    params = [(_db_datetime(d.cursor, connection), d.schedule.pk) for d in decisions]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+    return {d.schedule.pk for d in decisions}
+
+
+def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any:
+    return None if value is None else connection.ops.adapt_datetimefield_value(value)
+
+
+def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
+    """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
+    runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
+    recorded = _recorded_plan_times(runs, using)
+    new = [run for run in runs if (run.schedule_id, run.plan_time) not in recorded]
+    # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
+    Run.objects.using(using).bulk_create(new)
+
+
+def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
+    # Run.for_schedule's snapshot, from the columns loaded for it.
+    return Run(
+        schedule_id=schedule.pk,
+        plan_time=fire.plan_time,
+        job_name=schedule.job,
+        args=schedule.args,
+        kwargs=schedule.kwargs,
+        max_attempts=schedule.max_attempts,
+        exclusive=policies.is_exclusive(schedule.overlap),
+        status=fire.status,
+        error_code=fire.error_code,
+        error_message=fire.error_message,
+        start_deadline=_start_deadline(schedule, fire, now),
+        finished_at=now if fire.status == Run.Status.SKIPPED else None,
+        created_at=now,
+    )
+
+
+def _start_deadline(schedule: Due, fire: Fire, now: datetime) -> datetime | None:
+    if fire.status != Run.Status.PENDING:
+        return None
+    return policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
+
+
+def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime]]:
+    if not runs:
+        return set()
+    recorded = Run.objects.using(using).filter(
+        trigger=Run.Trigger.SCHEDULE,
+        schedule_id__in={run.schedule_id for run in runs},
+        plan_time__in={run.plan_time for run in runs},
+    )
+    return set(recorded.values_list("schedule_id", "plan_time"))
+
+
+# One statement for the whole batch: move every cursor by compare-and-set, then insert the
+# runs of the schedules whose cursor moved, with the snapshot of job and arguments taken
+# from the rows the UPDATE returns (this transaction has locked them). Only a plan time
+# already recorded is ignored: any other conflict (a second active run) is an error that
+# rolls the batch back. It returns the ids whose cursor did not move.
+#
+# The decisions (status, exclusive, start deadline, cursors) come from Python, where their
+# rules live. Most schedules of a batch decide alike (same cursor, same fires), so each
+# distinct outcome, a "shape", is sent once and a schedule sends only its id and shape:
+# formatting one value per schedule and column cost more than the statement itself.
+RECORD_SQL = """
+WITH batch AS (
+    SELECT * FROM unnest(%(id)s::bigint[], %(shape)s::bigint[]) AS b (id, shape)
+), moved AS (
+    UPDATE {schedule} AS s
+    SET next_fire_at = c.new_cursor, last_error = '', planning_failures = 0
+    FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
+        WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
+    WHERE s.id = batch.id AND s.next_fire_at = c.old_cursor
+    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts
+), inserted AS (
+    INSERT INTO {run} (
+        schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
+        exclusive, start_deadline, finished_at,
+        error_code, error_message, traceback, job_name, args, kwargs, created_at
+    )
+    SELECT m.id, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+           f.exclusive, f.start_deadline,
+           CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
+           f.error_code, f.error_message, '', m.job, m.args, m.kwargs, %(now)s
+    FROM moved AS m JOIN unnest(
+        %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
+        %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
+        %(start_deadline)s::timestamptz[]
+    ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline)
+    USING (shape)
+    ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
+)
+SELECT id FROM batch WHERE id NOT IN (SELECT id FROM moved)
+"""
+
+
+def _record_postgresql(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+    # A retry this batch supersedes ends first: it holds the active slot the new run takes.
+    # Every cursor then moves: this transaction has held the rows' locks since it read the
+    # cursors, so the compare-and-set cannot fail and no retry ends without its successor.
+    _supersede_retries(decisions, now, using)
+    connection = connections[using]
+    sql = RECORD_SQL.format(
+        run=connection.ops.quote_name(Run._meta.db_table),
+        schedule=connection.ops.quote_name(Schedule._meta.db_table),
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now, **_shapes(decisions, now)})
+        stuck = {row[0] for row in cursor.fetchall()}
+    return [d for d in decisions if d.schedule.pk not in stuck]
+
+
+def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
+    """RECORD_SQL's arrays: each schedule's id and shape, each distinct shape's cursors and
+    fires once."""
+    shapes: dict[tuple[Any, ...], int] = {}
+    ids: list[int] = []
+    shape_of: list[int] = []
+    cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": []}
+    fires: dict[str, list[Any]] = {name: [] for name in FIRE_COLUMNS}
+    pending = Run.Status.PENDING
+    for d in decisions:
+        schedule = d.schedule
+        exclusive = policies.is_exclusive(schedule.overlap)
+        key = (schedule.next_fire_at, d.cursor, d.fires, schedule.misfire_grace, exclusive)
+        shape = shapes.get(key)
+        if shape is None:
+            shape = shapes[key] = len(shapes) + 1  # WITH ORDINALITY counts from 1
+            cursors["old_cursor"].append(schedule.next_fire_at)
+            cursors["new_cursor"].append(d.cursor)
+            for fire in d.fires:
+                deadline = None
+                if fire.status == pending:
+                    deadline = policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
+                row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
+                for name, value in zip(FIRE_COLUMNS, (*row, exclusive, deadline), strict=True):
+                    fires[name].append(value)
+        ids.append(schedule.pk)
+        shape_of.append(shape)
+    columns = {name: arrays.literal(values) for name, values in (cursors | fires).items()}
+    return {"id": arrays.integers(ids), "shape": arrays.integers(shape_of), **columns}
+
+
+FIRE_COLUMNS = (
+    "fire_shape",
+    "plan_time",
+    "status",
+    "error_code",
+    "error_message",
+    "exclusive",
+    "start_deadline",
+)
