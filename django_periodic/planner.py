@@ -10,7 +10,7 @@ cursor (100,000 on the same cron) cost one ``next_after``, not one each.
 """
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
