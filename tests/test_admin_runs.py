@@ -6,7 +6,7 @@ import pytest
 from django.urls import reverse
 
 from django_periodic import clock
-from django_periodic.models import Run
+from django_periodic.models import Run, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 LIST_URL = reverse("admin:django_periodic_run_changelist")
@@ -187,7 +187,9 @@ def test_the_buttons_only_answer_post(admin_client):
 def test_the_schedulers_page_marks_stale_processes_and_counts_runs_held(admin_client):
     now = clock.now()
     alive = SchedulerProcessFactory(started_at=now)
-    stale = SchedulerProcessFactory(started_at=now - timedelta(minutes=5))
+    stale = SchedulerProcessFactory(
+        started_at=now - SchedulerProcess.stale_after() - timedelta(seconds=1)
+    )
     LeaseFactory(process=alive)
     LeaseFactory(process=alive)
     LeaseFactory(run__status="succeeded", process=alive, released_at=now)

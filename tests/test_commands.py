@@ -18,7 +18,7 @@ def output_of(*args, **options) -> str:
 @pytest.mark.django_db
 def test_periodic_status_shows_schedulers_failures_and_broken_schedules(now):
     SchedulerProcess.objects.create(host="alive", pid=1, started_at=now, heartbeat_at=now)
-    old = now - timedelta(minutes=5)
+    old = now - SchedulerProcess.stale_after() - timedelta(seconds=1)
     SchedulerProcess.objects.create(host="dead", pid=2, started_at=old, heartbeat_at=old)
     RunFactory(status="failed", error_code="ValueError", finished_at=now)
     broken = ScheduleFactory(name="broken")
