@@ -6,7 +6,6 @@ matched (``outcomes.py`` records endings, many at once). A process that lost its
 sweeper therefore can never overwrite a newer attempt.
 """
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -104,12 +103,12 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
     return done, asked
 
 
-def cancel_requested(claims: Iterable[Claim], using: str = "default") -> set[int]:
-    """Of these claimed runs, those someone asked to stop."""
-    ids = [claim.run.pk for claim in claims]
-    if not ids:
-        return set()
-    asked = Run.objects.using(using).filter(pk__in=ids, cancel_requested_at__isnull=False)
+def cancel_requested(process: SchedulerProcess, using: str = "default") -> set[int]:
+    """The runs this process holds that someone asked to stop: one query by the leases it
+    holds, however many runs it holds."""
+    asked = Run.objects.using(using).filter(
+        leases__process=process, leases__released_at__isnull=True, cancel_requested_at__isnull=False
+    )
     return set(asked.values_list("pk", flat=True))
 
 

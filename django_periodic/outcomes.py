@@ -18,7 +18,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.db.models import F
 
-from django_periodic import clock, policies
+from django_periodic import arrays, clock, policies
 from django_periodic.claims import LATE_MESSAGE, Claim
 from django_periodic.models import Lease, Run, Schedule
 
@@ -244,23 +244,28 @@ def _record_sql(using: str) -> str:
 
 
 def _record_postgresql(outcomes: Sequence[Outcome], now: datetime | None, using: str) -> set[int]:
+    # Each column as one array literal: psycopg would adapt a list value by value.
     params = {
         "now": now,
-        "token": [o.claim.token for o in outcomes],
-        "run_id": [o.claim.run.pk for o in outcomes],
-        "lease_outcome": [o.lease_outcome for o in outcomes],
-        "status": [o.status for o in outcomes],
-        "result": [_json(o.result) for o in outcomes],
-        "error_code": [o.error_code for o in outcomes],
-        "error_message": [o.error_message for o in outcomes],
-        "traceback": [o.traceback for o in outcomes],
-        "retry_in": [o.retry_in for o in outcomes],
-        "interrupted": [int(o.interrupted) for o in outcomes],
-        "started_at": [o.started_at for o in outcomes],
+        "token": arrays.literal([str(o.claim.token) for o in outcomes]),
+        "run_id": arrays.integers([o.claim.run.pk for o in outcomes]),
+        "lease_outcome": arrays.literal([o.lease_outcome for o in outcomes]),
+        "status": arrays.literal([o.status for o in outcomes]),
+        "result": arrays.literal([_json(o.result) for o in outcomes]),
+        "error_code": arrays.literal([o.error_code for o in outcomes]),
+        "error_message": arrays.literal([o.error_message for o in outcomes]),
+        "traceback": arrays.literal([o.traceback for o in outcomes]),
+        "retry_in": arrays.literal([_interval(o.retry_in) for o in outcomes]),
+        "interrupted": arrays.integers([int(o.interrupted) for o in outcomes]),
+        "started_at": arrays.literal([o.started_at for o in outcomes]),
     }
     with connections[using].cursor() as cursor:
         cursor.execute(_record_sql(using), params)
         return {row[0] for row in cursor.fetchall()}
+
+
+def _interval(value: timedelta | None) -> str | None:
+    return None if value is None else f"{value.total_seconds()} seconds"
 
 
 def _json(value: Any) -> str | None:

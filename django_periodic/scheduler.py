@@ -147,8 +147,8 @@ class Scheduler:
         planned = self._plan_when_due(now, ahead)
         if self.pool:
             self._watch_running(now)
-            self._claim_due(now, ahead, planned.fired)
-            self._claim_ahead(now, ahead, planned.fired)
+            self._claim_due(ahead, planned.fired)
+            self._claim_ahead(ahead, planned.fired)
         return now, now if planned.schedules else self._next_wake(now, ahead)
 
     def _plan_when_due(self, now: datetime, ahead: horizon.Horizon) -> planner.PlanResult:
@@ -168,30 +168,30 @@ class Scheduler:
             wakeups.notify(self.using)  # more than we start at once: others claim too
         return planned
 
-    def _claim_due(self, now: datetime, ahead: horizon.Horizon, fired: int) -> None:
+    def _claim_due(self, ahead: horizon.Horizon, fired: int) -> None:
         """Claim runs that may start now, as many as the pool takes."""
         if self.stop.requested or not (fired or ahead.claimable()):
             self._drained = True
             return
         asked = self.pool.free() if self.pool else 0
-        self._drained = self._claim(now) < asked
+        self._drained = self._claim() < asked
 
-    def _claim_ahead(self, now: datetime, ahead: horizon.Horizon, fired: int) -> None:
+    def _claim_ahead(self, ahead: horizon.Horizon, fired: int) -> None:
         """Claim runs due within the lead, in batches, to be started at their plan time."""
         assert self.pool is not None
         if self.stop.requested or not (fired or ahead.claimable_ahead(self.lead)):
             return
         while (room := min(self.pool.room_ahead(), AHEAD_BATCH)) > 0:
-            if self._claim(now, room, ahead=self.lead) < room:
+            if self._claim(room, ahead=self.lead) < room:
                 return
 
-    def _claim(
-        self, now: datetime | None, limit: int | None = None, ahead: timedelta | None = None
-    ) -> int:
-        """Claim as many runs as the pool takes (``now`` None: at the database's clock)."""
+    def _claim(self, limit: int | None = None, ahead: timedelta | None = None) -> int:
+        """Claim as many runs as the pool takes, at the database's clock when the claim runs:
+        the tick's ``now`` may be planning's time ago, and a run claimed ahead waits from
+        the claim's time until its plan time."""
         assert self.pool is not None and self.process is not None
         limit = self.pool.free() if limit is None else limit
-        claimed = claims.claim(self.process, now, limit, self.using, ahead=ahead)
+        claimed = claims.claim(self.process, None, limit, self.using, ahead=ahead)
         for claim in claimed:
             self.pool.submit(claim)
         if claimed:
@@ -214,7 +214,9 @@ class Scheduler:
         return time.monotonic() + (at - now).total_seconds()
 
     def _capacity_freed(self) -> None:
-        self._alarm.set(wakeups.CAPACITY)
+        # Drained, nothing could be claimed for it: no wake-up (and no pipe write) per job.
+        if not self._drained:
+            self._alarm.set(wakeups.CAPACITY)
 
     def _claim_freed_capacity(self) -> None:
         """Between ticks, hand slots that jobs freed to a claim: no planning, no clock read.
@@ -227,7 +229,7 @@ class Scheduler:
             return
         if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
             asked = self.pool.free()
-            self._drained = self._claim(None) < asked
+            self._drained = self._claim() < asked
 
     def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
         """Heartbeat and sweep when due, in one transaction (idle: one a minute)."""
@@ -266,7 +268,8 @@ class Scheduler:
         if late:
             outcomes.record([outcomes.skipped_late(claim) for claim in late], using=self.using)
         in_flight = pool.in_flight()
-        asked = leases.cancel_requested(in_flight, self.using)
+        assert self.process is not None
+        asked = leases.cancel_requested(self.process, self.using) if in_flight else set()
         for claim, stop in in_flight.items():
             if claim.run.pk in asked:
                 stop.set(StopRequest.CANCEL)

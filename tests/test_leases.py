@@ -1,4 +1,5 @@
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -224,3 +225,20 @@ def test_a_sweep_that_fails_a_run_promotes_the_next_queued_one(process, now):
     leases.sweep(now + timedelta(seconds=2))
     queued.refresh_from_db()
     assert queued.status == "pending"
+
+
+@pytest.mark.django_db
+def test_outcomes_keep_any_text_and_long_retry_delays_as_given(process, now):
+    """Recorded many per statement, as array literals: nothing may be misread."""
+    tricky = 'say "NULL", {a,b} \\ back\nslash'
+    ok, failing = claim_one(process, now), claim_one(process, now, max_attempts=2)
+    retry = replace(
+        outcomes.failed(failing, outcomes.Failure("E", tricky, tricky)),
+        retry_in=timedelta(days=2, seconds=1.5),
+    )
+    recorded = outcomes.record([outcomes.succeeded(ok, {"text": tricky}), retry], now)
+    assert recorded == {ok.run.pk, failing.run.pk}
+    assert Run.objects.get(pk=ok.run.pk).result == {"text": tricky}
+    run = Run.objects.get(pk=failing.run.pk)
+    assert (run.error_message, run.traceback) == (tricky, tricky)
+    assert run.next_retry_at == now + timedelta(days=2, seconds=1.5)
