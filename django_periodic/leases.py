@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import ExpressionWrapper, F, Value
-from django.db.models.expressions import CombinedExpression
+from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
 
 from django_periodic import outcomes, wakeups
@@ -35,7 +35,18 @@ def heartbeat(process: SchedulerProcess, now: datetime, using: str = "default") 
         # Back after the sweeper forgot it (away past stale_after, no lease left): re-register.
         process.save(using=using, force_insert=True)
     held = Lease.objects.using(using).filter(process=process, released_at__isnull=True)
+    if connections[using].vendor == "postgresql":
+        # Skip leases the recorder is releasing right now: waiting for them, while the
+        # recorder waits for rows this statement locked first, is a deadlock that costs
+        # both a second (deadlock_timeout) and the outcomes' retry.
+        table = connections[using].ops.quote_name(Lease._meta.db_table)
+        held = held.filter(pk__in=RawSQL(HELD_UNLOCKED_SQL.format(lease=table), [process.pk]))
     return held.update(heartbeat_at=now, expires_at=_extended(now))
+
+
+HELD_UNLOCKED_SQL = """
+SELECT id FROM {lease} WHERE process_id = %s AND released_at IS NULL FOR UPDATE SKIP LOCKED
+"""
 
 
 def extend(claim: Claim, now: datetime) -> bool:

@@ -3,7 +3,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from django.db import connections
+from django.db import connection, connections, transaction
 
 from django_periodic import claims, leases, outcomes
 from django_periodic.models import Lease, Run, SchedulerProcess
@@ -155,6 +155,33 @@ def test_one_heartbeat_extends_every_lease_of_the_process_by_its_own_length(proc
     assert expiries[short.token] == later + timedelta(seconds=10)
     assert expiries[long.token] == later + timedelta(seconds=60)
     assert SchedulerProcess.objects.get().heartbeat_at == later
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_skips_a_lease_being_released_instead_of_waiting_for_it(postgres, process, now):
+    """Waiting would deadlock with a recorder releasing the same leases in another order."""
+    releasing, other = claim_one(process, now), claim_one(process, now)
+    locked, done = threading.Event(), threading.Event()
+
+    def recorder_mid_release():
+        with transaction.atomic():
+            Lease.objects.select_for_update().get(token=releasing.token)
+            locked.set()
+            done.wait(10)
+        connections.close_all()
+
+    thread = threading.Thread(target=recorder_mid_release)
+    thread.start()
+    try:
+        assert locked.wait(10)
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '5s'")  # waiting would fail the test
+        assert leases.heartbeat(process, now + timedelta(seconds=1)) == 1
+    finally:
+        done.set()
+        thread.join()
+    assert Lease.objects.get(token=other.token).heartbeat_at == now + timedelta(seconds=1)
+    assert Lease.objects.get(token=releasing.token).heartbeat_at == now
 
 
 @pytest.mark.django_db
