@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import InterfaceError, OperationalError, connections
+from django.db import InterfaceError, OperationalError, close_old_connections, connections
 
 from django_periodic import clock, eventloop, leases, outcomes, registry
 from django_periodic.claims import Claim
@@ -101,6 +102,12 @@ class AsyncRun:
         except BaseException as exc:
             # Caught here, in the task: a SystemExit escaping a task stops the whole loop.
             return _outcome_of(self.claim, self.stop, self.started_at, error=exc)
+        finally:
+            # The ORM's async methods query on asgiref's one thread: end its connection
+            # as a request would (CONN_MAX_AGE), and one broken by a database restart. A
+            # stop request's cancel arriving meanwhile has nothing left to cancel.
+            with contextlib.suppress(asyncio.CancelledError):
+                await sync_to_async(close_old_connections)()
         return _outcome_of(self.claim, self.stop, self.started_at, result)
 
     def ended(self, future: "Future[outcomes.Outcome | None]") -> outcomes.Outcome | None:
