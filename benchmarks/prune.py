@@ -41,11 +41,12 @@ INSERT_RUNS = f"""
     INSERT INTO {Run._meta.db_table} (
         schedule_id, plan_time, "trigger", status, attempt, max_attempts, interruptions,
         exclusive, started_at, finished_at, duration, result, error_code, error_message,
-        traceback, job_name, args, kwargs, created_at
+        traceback, job_name, args, kwargs, created_at, scope, tasks_backend, task_id
     )
     SELECT s.ids[1 + i %% array_length(s.ids, 1)], t.plan_time, 'schedule', 'succeeded',
         1, 1, 0, true, t.plan_time, t.plan_time + interval '1 second', interval '1 second',
-        jsonb_build_object('rows', i), '', '', '', 'tests.jobs.noop', '[]', '{{}}', t.plan_time
+        jsonb_build_object('rows', i), '', '', '', 'tests.jobs.noop', '[]', '{{}}', t.plan_time,
+        '', '', ''
     FROM generate_series(0, %(runs)s - 1) AS i
     CROSS JOIN (SELECT array_agg(id ORDER BY id) AS ids FROM {Schedule._meta.db_table}) AS s
     CROSS JOIN LATERAL (SELECT %(start)s + i * interval '1 second' AS plan_time) AS t

@@ -81,9 +81,29 @@ def claim(
 
     ``now`` None means the database's clock at the statement (no clock read first). With
     ``ahead``, claim instead pending runs due within ``ahead`` of now and not yet: the
-    caller holds them until their plan time, so that they start on time.
+    caller holds them until their plan time, so that they start on time. Only runs that
+    ``run_scheduler``'s own workers execute are claimed (none handed to a tasks backend).
     """
     return claim_batch(process, now, limit, using, ahead=ahead).claims
+
+
+def claim_run(run_id: int, holder: str, using: str = "default") -> Claim | None:
+    """Claim one run by id if it may start now, for a worker outside ``run_scheduler`` (a
+    tasks backend's, ``holder`` naming it); None if it may not (already claimed, finished,
+    cancelled, not due) or was past its start deadline (then skipped)."""
+    wanted = _Wanted(holder=holder, run_id=run_id)
+    claimed = _claim_repeating(wanted, None, 1, using, None).claims
+    return claimed[0] if claimed else None
+
+
+@dataclass(frozen=True)
+class _Wanted:
+    """Who claims (the lease's holder and process), and which runs: those its workers
+    execute, or one run by id (a tasks backend's worker)."""
+
+    holder: str
+    process_id: int | None = None
+    run_id: int | None = None
 
 
 def claim_batch(
@@ -95,22 +115,33 @@ def claim_batch(
     ahead: timedelta | None = None,
 ) -> ClaimResult:
     """``claim()``, also reporting the schedules of the runs it skipped as too late."""
+    wanted = _Wanted(holder=str(process), process_id=process.pk)
+    return _claim_repeating(wanted, now, limit, using, ahead)
+
+
+def _claim_repeating(
+    wanted: _Wanted,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
+) -> ClaimResult:
     if limit <= 0:
         return ClaimResult()
     if connections[using].vendor == "postgresql":
-        result = _claim_postgresql(process, now, limit, using, ahead)
+        result = _claim_postgresql(wanted, now, limit, using, ahead)
     else:
-        result = _claim_orm(process, now, limit, using, ahead)
+        result = _claim_orm(wanted, now, limit, using, ahead)
     promoted = result.late and Run.objects.using(using).promote_queued(result.late)
-    if promoted and len(result.claims) < limit:
+    if promoted and len(result.claims) < limit and wanted.run_id is None:
         # A late run skipped made way for a queued one: it may start now too.
-        more = claim_batch(process, now, limit - len(result.claims), using, ahead=ahead)
+        more = _claim_repeating(wanted, now, limit - len(result.claims), using, ahead)
         result.claims += more.claims
     return result
 
 
 def _claim_orm(
-    process: SchedulerProcess,
+    wanted: _Wanted,
     now: datetime | None,
     limit: int,
     using: str,
@@ -121,6 +152,10 @@ def _claim_orm(
     runs_ = Run.objects.using(using)
     with transaction.atomic(using=using):
         claimable = runs_.coming(now, ahead) if ahead else runs_.claimable(now)
+        if wanted.run_id is None:
+            claimable = claimable.executed_here()
+        else:
+            claimable = claimable.filter(pk=wanted.run_id)
         claimable = claimable.select_related("schedule")
         runs = list(claimable.select_for_update(skip_locked=True, of=("self",))[:limit])
         if not runs:
@@ -129,8 +164,9 @@ def _claim_orm(
             status=Run.Status.RUNNING,
             attempt=F("attempt") + 1,
             started_at=Greatest(Value(now), F("plan_time")),
+            enqueued_at=None,
         )
-        leases = [_new_lease(run, process, now) for run in runs]
+        leases = [_new_lease(run, wanted, now) for run in runs]
         Lease.objects.using(using).bulk_create(leases)
     result.claims = [
         Claim(run, lease.token, using, db_claimed_at=now)
@@ -157,15 +193,16 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
     return [schedule_id for _, schedule_id in rows]
 
 
-def _new_lease(run: Run, process: SchedulerProcess, now: datetime) -> Lease:
+def _new_lease(run: Run, wanted: _Wanted, now: datetime) -> Lease:
     """The lease for the run's next attempt; also mirrors the claim's UPDATE on ``run``."""
     run.attempt += 1
     run.status, run.started_at = Run.Status.RUNNING, max(now, run.plan_time)
+    run.enqueued_at = None
     return Lease(
         run=run,
         attempt=run.attempt,
-        holder=str(process),
-        process=process,
+        holder=wanted.holder,
+        process_id=wanted.process_id,
         acquired_at=now,
         heartbeat_at=now,
         expires_at=now + run.schedule.lease_timeout,
@@ -196,7 +233,7 @@ skipped AS (
 ),
 claimed AS (
     UPDATE {run} r SET status = 'running', attempt = r.attempt + 1,
-        started_at = GREATEST(t.now, r.plan_time)
+        started_at = GREATEST(t.now, r.plan_time), enqueued_at = NULL
     FROM picked p CROSS JOIN t WHERE r.id = p.id AND NOT p.late
     RETURNING r.*
 ),
@@ -213,21 +250,25 @@ FROM (SELECT array_agg(schedule_id) AS late FROM skipped) k CROSS JOIN t
 LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id = c.schedule_id)
     ON true
 """
-# Which runs a claim takes: those that may start now, or (ahead) those due soon.
+# Which runs a claim takes: those that may start now, or (ahead) those due soon; those its
+# own workers execute (not handed to a tasks backend), or the one run a task names.
 CLAIMABLE_NOW = (
-    "(r.status = 'pending' AND r.plan_time <= t.now)"
-    " OR (r.status = 'retrying' AND r.next_retry_at <= t.now)"
+    "((r.status = 'pending' AND r.plan_time <= t.now)"
+    " OR (r.status = 'retrying' AND r.next_retry_at <= t.now))"
 )
 CLAIMABLE_AHEAD = (
     "r.status = 'pending' AND r.plan_time > t.now AND r.plan_time <= t.now + %(ahead)s"
 )
+EXECUTED_HERE = "r.tasks_backend = ''"
+BY_ID = "r.id = %(run_id)s"
 
 
 @cache
-def _claim_sql(using: str, ahead: bool) -> str:
+def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     quote = connections[using].ops.quote_name
+    claimable = CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW
     return CLAIM_SQL.format(
-        claimable=CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW,
+        claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE}",
         run=quote(Run._meta.db_table),
         lease=quote(Lease._meta.db_table),
         schedule=quote(Schedule._meta.db_table),
@@ -241,7 +282,7 @@ def _fields(model: type[Model]) -> Sequence[Field[Any, Any]]:
 
 
 def _claim_postgresql(
-    process: SchedulerProcess,
+    wanted: _Wanted,
     now: datetime | None,
     limit: int,
     using: str,
@@ -253,11 +294,13 @@ def _claim_postgresql(
         "limit": limit,
         "late_code": policies.SKIPPED_START_DEADLINE,
         "late_message": LATE_MESSAGE,
-        "holder": str(process),
-        "process": process.pk,
+        "holder": wanted.holder,
+        "process": wanted.process_id,
+        "run_id": wanted.run_id,
     }
+    by_id = wanted.run_id is not None
     with connections[using].cursor() as cursor:
-        cursor.execute(_claim_sql(using, ahead is not None), params)
+        cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
     result = ClaimResult(late=rows[0][0] or [])
     run_count = len(_fields(Run))

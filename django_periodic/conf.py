@@ -28,10 +28,19 @@ class PeriodicSettings:
     PLANNING_FAILURE_LIMIT: int = 3
     RESULT_MAX_BYTES: int = 64 * 1024
     ERROR_MAX_CHARS: int = 16 * 1024
+    # Hand-off: a TASKS alias whose workers execute runs (None: run_scheduler's threads),
+    # the queue their tasks go to, and how long a task may wait unclaimed before it is
+    # presumed lost and enqueued again.
+    TASKS_BACKEND: str | None = None
+    TASKS_QUEUE: str = "default"
+    TASKS_PICKUP_TIMEOUT: timedelta = timedelta(minutes=5)
 
 
 DURATION_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is timedelta)
 INTEGER_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is int)
+# Text keys, and those of them that may be None.
+STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE"})
+MAY_BE_NONE = frozenset({"TASKS_BACKEND"})
 # Keys for which 0 is a meaningful value (it turns the feature off).
 MAY_BE_ZERO = frozenset({"PLAN_AHEAD"})
 
@@ -47,6 +56,12 @@ def get_settings() -> PeriodicSettings:
     for key, value in configured.items():
         if key in DURATION_KEYS:
             values[key] = _as_timedelta(value)
-        elif key in INTEGER_KEYS:
+        elif key in INTEGER_KEYS or key in STRING_KEYS:
             values[key] = value
     return PeriodicSettings(**values)
+
+
+def tasks_backend_for(schedule_backend: str) -> str:
+    """The TASKS alias whose workers execute a schedule's runs: the schedule's own, else the
+    ``TASKS_BACKEND`` setting; "" for run_scheduler's own workers."""
+    return schedule_backend or get_settings().TASKS_BACKEND or ""

@@ -48,6 +48,7 @@ class Due:
     args: Any = None
     kwargs: Any = None
     max_attempts: int = 1
+    tasks_backend: str = ""
 
     def trigger_key(self) -> tuple[Any, ...]:
         """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""

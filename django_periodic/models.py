@@ -14,10 +14,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import arrays, choices, clock, policies, registry, triggers, wakeups
 from django_periodic.choices import ScheduleKind
-from django_periodic.conf import get_settings
+from django_periodic.conf import get_settings, tasks_backend_for
 
 # Schedule fields by role: the admin's form and fieldsets, @job and the sync use these.
-JOB_FIELDS = ("args", "kwargs")
+JOB_FIELDS = ("args", "kwargs", "scopes")
 TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
 POLICY_FIELDS = (
     "overlap",
@@ -30,6 +30,7 @@ POLICY_FIELDS = (
     "timeout",
     "lease_timeout",
     "allow_stale_reentry",
+    "tasks_backend",
 )
 # What @job(...) may define besides its name: every field above.
 SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS)
@@ -96,6 +97,11 @@ class Schedule(models.Model):
     job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
+    scopes = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=_("A registered scope provider: each fire runs once per scope key it returns."),
+    )
 
     cron = models.CharField(max_length=200, blank=True, help_text=_("5-field cron or @daily."))
     timezone = models.CharField(max_length=64, default=default_timezone)
@@ -126,6 +132,14 @@ class Schedule(models.Model):
     allow_stale_reentry = models.BooleanField(
         default=False,
         help_text=_("Run again when the process running it died (at-least-once)."),
+    )
+    tasks_backend = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text=_(
+            "A TASKS backend alias whose workers execute its runs; empty: the "
+            "DJANGO_PERIODIC TASKS_BACKEND setting (none: run_scheduler's own workers)."
+        ),
     )
 
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -449,6 +463,14 @@ class RunQuerySet(models.QuerySet["Run"]):
         retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
         return self.filter(due | retry_due).order_by("plan_time", "pk")
 
+    def executed_here(self) -> "RunQuerySet":
+        """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
+        return self.filter(tasks_backend="")
+
+    def handed_off(self) -> "RunQuerySet":
+        """Runs that a tasks backend's workers execute (``Schedule.tasks_backend``)."""
+        return self.exclude(tasks_backend="")
+
     def coming(self, now: datetime, ahead: timedelta) -> "RunQuerySet":
         """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet."""
         pending = self.filter(status=Run.Status.PENDING)
@@ -472,6 +494,12 @@ class Run(models.Model):
         Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
     )
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
+    scope = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
+    )
     trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
     status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
     attempt = models.PositiveIntegerField(default=0)
@@ -501,6 +529,18 @@ class Run(models.Model):
     job_name = models.CharField(max_length=200)
     args = models.JSONField(default=list)
     kwargs = models.JSONField(default=dict)
+    tasks_backend = models.CharField(
+        max_length=100,
+        blank=True,
+        editable=False,
+        help_text=_("The TASKS backend that executes it; empty: run_scheduler's own workers."),
+    )
+    task_id = models.CharField(
+        max_length=255, blank=True, editable=False, help_text=_("Its task in that backend.")
+    )
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text=_("When its task was last enqueued.")
+    )
     created_at = models.DateTimeField(default=clock.wall_now, editable=False)
 
     objects = RunQuerySet.as_manager()
@@ -509,13 +549,14 @@ class Run(models.Model):
         ordering = ["-plan_time", "-pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["schedule", "plan_time"],
+                fields=["schedule", "scope", "plan_time"],
                 condition=Q(trigger="schedule"),
                 name="periodic_run_once_per_plan_time",
             ),
-            # The database, not only the planner, keeps a second exclusive run from starting.
+            # The database, not only the planner, keeps a second exclusive run of a schedule
+            # (and scope) from starting.
             models.UniqueConstraint(
-                fields=["schedule"],
+                fields=["schedule", "scope"],
                 condition=Q(exclusive=True, status__in=choices.SLOT_STATUSES),
                 name="periodic_run_one_active",
             ),
@@ -534,6 +575,15 @@ class Run(models.Model):
                 condition=Q(status__in=choices.ACTIVE_STATUSES),
                 name="periodic_run_active",
             ),
+            # Handed-off runs waiting for their task: the oldest enqueue, to redeliver.
+            models.Index(
+                fields=["enqueued_at"],
+                condition=Q(
+                    enqueued_at__isnull=False,
+                    status__in=[choices.RunStatus.PENDING, choices.RunStatus.RETRYING],
+                ),
+                name="periodic_run_enqueued",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -547,6 +597,7 @@ class Run(models.Model):
             schedule=schedule,
             plan_time=plan_time,
             max_attempts=schedule.max_attempts,
+            tasks_backend=tasks_backend_for(schedule.tasks_backend),
             exclusive=policies.is_exclusive(schedule.overlap),
             **{**snapshot, **fields},
         )

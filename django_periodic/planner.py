@@ -27,7 +27,7 @@ DECISION_FIELDS = (
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures",
 )  # fmt: skip
-SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts")
+SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend")
 
 
 @dataclass

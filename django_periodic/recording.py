@@ -15,7 +15,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_periodic import arrays, policies
-from django_periodic.conf import get_settings
+from django_periodic.conf import get_settings, tasks_backend_for
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule
 
@@ -129,6 +129,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         args=schedule.args,
         kwargs=schedule.kwargs,
         max_attempts=schedule.max_attempts,
+        tasks_backend=tasks_backend_for(schedule.tasks_backend),
         exclusive=policies.is_exclusive(schedule.overlap),
         status=fire.status,
         error_code=fire.error_code,
@@ -175,24 +176,26 @@ WITH batch AS (
     FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
         WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
     WHERE s.id = batch.id AND s.next_fire_at = c.old_cursor
-    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts
+    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts, s.tasks_backend
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, plan_time, trigger, status, attempt, max_attempts, interruptions,
+        schedule_id, scope, plan_time, trigger, status, attempt, max_attempts, interruptions,
         exclusive, start_deadline, finished_at,
-        error_code, error_message, traceback, job_name, args, kwargs, created_at
+        error_code, error_message, traceback, job_name, args, kwargs,
+        tasks_backend, task_id, created_at
     )
-    SELECT m.id, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+    SELECT m.id, '', f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
-           f.error_code, f.error_message, '', m.job, m.args, m.kwargs, %(now)s
+           f.error_code, f.error_message, '', m.job, m.args, m.kwargs,
+           COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
         %(start_deadline)s::timestamptz[]
     ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline)
     USING (shape)
-    ON CONFLICT (schedule_id, plan_time) WHERE trigger = 'schedule' DO NOTHING
+    ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger = 'schedule' DO NOTHING
 )
 SELECT id FROM batch WHERE id NOT IN (SELECT id FROM moved)
 """
@@ -209,7 +212,10 @@ def _record_postgresql(decisions: list[Decision], now: datetime, using: str) -> 
         schedule=connection.ops.quote_name(Schedule._meta.db_table),
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"now": now, **_shapes(decisions, now)})
+        # conf.tasks_backend_for() in SQL: the schedule's backend, else the setting's.
+        params: dict[str, Any] = {"now": now, "tasks_backend": tasks_backend_for("")}
+        params.update(_shapes(decisions, now))
+        cursor.execute(sql, params)
         stuck = {row[0] for row in cursor.fetchall()}
     return [d for d in decisions if d.schedule.pk not in stuck]
 

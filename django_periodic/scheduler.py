@@ -381,7 +381,8 @@ class Scheduler:
             self._alarm.wait(1.0)
 
     def _claimable(self) -> bool:
-        return Run.objects.using(self.using).claimable(clock.now(self.using)).exists()
+        runs = Run.objects.using(self.using).executed_here()
+        return runs.claimable(clock.now(self.using)).exists()
 
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
