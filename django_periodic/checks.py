@@ -10,8 +10,15 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 
-from django_periodic import sync
-from django_periodic.conf import DURATION_KEYS, INTEGER_KEYS, MAY_BE_ZERO, SETTING_NAME
+from django_periodic import sync, taskbackends
+from django_periodic.conf import (
+    DURATION_KEYS,
+    INTEGER_KEYS,
+    MAY_BE_NONE,
+    MAY_BE_ZERO,
+    SETTING_NAME,
+    STRING_KEYS,
+)
 from django_periodic.models import Schedule
 
 
@@ -65,7 +72,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 
 
 def _error_id(key: str) -> str:
-    known = key in DURATION_KEYS or key in INTEGER_KEYS
+    known = key in DURATION_KEYS or key in INTEGER_KEYS or key in STRING_KEYS
     return "django_periodic.E003" if known else "django_periodic.E002"
 
 
@@ -84,8 +91,27 @@ def _check_value(key: str, value: object) -> str | None:
         if not isinstance(value, int) or isinstance(value, bool):
             return "must be an integer."
         return None if value > 0 else "must be positive."
-    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS))
+    if key in STRING_KEYS:
+        if value is None and key in MAY_BE_NONE:
+            return None
+        return None if isinstance(value, str) and value else "must be a non-empty string."
+    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS))
     return f"is not a known setting. Known settings: {known}."
+
+
+@register(Tags.compatibility)
+def check_tasks_backend(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Error]:
+    """``TASKS_BACKEND`` needs Django's tasks framework and must name one of its backends."""
+    configured = getattr(settings, SETTING_NAME, None)
+    alias = configured.get("TASKS_BACKEND") if isinstance(configured, dict) else None
+    if not isinstance(alias, str) or not alias:
+        return []  # unset, or already reported by check_settings
+    error = taskbackends.alias_error(alias)
+    if error is None:
+        return []
+    return [Error(f"{SETTING_NAME}['TASKS_BACKEND']: {error}", id="django_periodic.E005")]
 
 
 @register(Tags.models)

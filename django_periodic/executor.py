@@ -179,6 +179,30 @@ def _log(outcome: outcomes.Outcome, recorded: bool) -> None:
         )
 
 
+def timeout_at(claim: Claim) -> datetime | None:
+    """When the claimed run overruns its schedule's timeout (None: it has none)."""
+    timeout, started_at = claim.run.schedule.timeout, claim.run.started_at
+    return None if timeout is None or started_at is None else started_at + timeout
+
+
+def watch(claim: Claim, stop: StopRequest, now: datetime, cancel_asked: bool) -> bool:
+    """Enforce what a running job must obey at ``now``: a cancel request, its timeout (told
+    to stop), and the grace after it (failed ``timeout``, whatever the job does later).
+
+    Returns True when the run was failed as timed out: its thread is given up.
+    """
+    if cancel_asked:
+        stop.set(StopRequest.CANCEL)
+    deadline = timeout_at(claim)
+    if deadline is None or now < deadline:
+        return False
+    stop.set(StopRequest.TIMEOUT)
+    if now < deadline + get_settings().TIMEOUT_GRACE or not leases.timed_out(claim, now):
+        return False
+    logger.error("Run %s timed out; its worker thread is given up.", claim.run.pk)
+    return True
+
+
 def _lease_extender(claim: Claim) -> Callable[[], bool]:
     return lambda: leases.extend(claim, clock.now(claim.using))
 

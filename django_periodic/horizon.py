@@ -19,9 +19,11 @@ from django_periodic.models import Lease, Run, Schedule
 class Horizon:
     now: datetime  # the database's clock
     next_fire: datetime | None  # earliest cursor of an enabled schedule
-    next_retry: datetime | None  # earliest retry of a run waiting to retry
+    next_retry: datetime | None  # earliest retry of a run waiting to retry (not enqueued)
     next_expiry: datetime | None  # earliest expiry of a lease still held, by any process
-    next_pending: datetime | None  # earliest plan time of a run waiting to be claimed
+    next_pending: datetime | None  # earliest plan time of a run our workers may claim
+    next_handoff: datetime | None  # earliest plan time of a handed-off run not enqueued
+    next_enqueued: datetime | None  # earliest enqueue of a handed-off run still waiting
 
     def claimable(self) -> bool:
         """A run may be claimed to start now."""
@@ -36,6 +38,14 @@ class Horizon:
         """A schedule fires within ``ahead`` (now, by default)."""
         return _reached(self.next_fire, self.now + ahead)
 
+    def handoff_due(self, pickup_timeout: timedelta) -> bool:
+        """A handed-off run may start (or be retried) and has no task yet, or its task has
+        waited past ``pickup_timeout`` (presumed lost): dispatch."""
+        enqueued = self.next_enqueued
+        redeliver = None if enqueued is None else enqueued + pickup_timeout
+        due = (self.next_handoff, self.next_retry, redeliver)
+        return any(_reached(at, self.now) for at in due)
+
     def lease_expired(self) -> bool:
         return self.next_expiry is not None and self.next_expiry < self.now
 
@@ -44,12 +54,17 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
+# Each MIN reads the first entry of a partial index (see Run.Meta.indexes).
 HORIZON_SQL = """
 SELECT statement_timestamp(),
     (SELECT MIN(next_fire_at) FROM {schedule} WHERE enabled),
-    (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying'),
+    (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying' AND enqueued_at IS NULL),
     (SELECT MIN(expires_at) FROM {lease} WHERE released_at IS NULL),
-    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending')
+    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending' AND tasks_backend = ''),
+    (SELECT MIN(plan_time) FROM {run}
+     WHERE status = 'pending' AND tasks_backend <> '' AND enqueued_at IS NULL),
+    (SELECT MIN(enqueued_at) FROM {run}
+     WHERE status IN ('pending', 'retrying') AND enqueued_at IS NOT NULL)
 """
 
 
@@ -72,10 +87,17 @@ def look_ahead(using: str = "default") -> Horizon:
         assert row is not None
         return Horizon(*row)
     runs = Run.objects.using(using)
+    pending = runs.filter(status=Run.Status.PENDING)
+    handed_off = pending.handed_off().filter(enqueued_at__isnull=True)
+    retrying = runs.filter(status=Run.Status.RETRYING, enqueued_at__isnull=True)
     return Horizon(
         now=clock.now(using),
         next_fire=Schedule.objects.using(using).enabled().aggregate(at=Min("next_fire_at"))["at"],
-        next_retry=runs.filter(status=Run.Status.RETRYING).aggregate(at=Min("next_retry_at"))["at"],
+        next_retry=retrying.aggregate(at=Min("next_retry_at"))["at"],
         next_expiry=Lease.objects.using(using).held().aggregate(at=Min("expires_at"))["at"],
-        next_pending=runs.filter(status=Run.Status.PENDING).aggregate(at=Min("plan_time"))["at"],
+        next_pending=pending.executed_here().aggregate(at=Min("plan_time"))["at"],
+        next_handoff=handed_off.aggregate(at=Min("plan_time"))["at"],
+        next_enqueued=runs.waiting()
+        .filter(enqueued_at__isnull=False)
+        .aggregate(at=Min("enqueued_at"))["at"],
     )

@@ -12,7 +12,16 @@ from django.db.models import Count, Exists, OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import arrays, choices, clock, policies, registry, triggers, wakeups
+from django_periodic import (
+    arrays,
+    choices,
+    clock,
+    policies,
+    registry,
+    taskbackends,
+    triggers,
+    wakeups,
+)
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings, tasks_backend_for
 
@@ -309,7 +318,7 @@ class Schedule(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
-        for field, message in self._trigger_errors() + self._job_errors():
+        for field, message in self._trigger_errors() + self._job_errors() + self._route_errors():
             errors.setdefault(field, []).append(message)
         if errors:
             raise ValidationError(errors)
@@ -354,6 +363,10 @@ class Schedule(models.Model):
             errors.append(("lease_timeout", message))
         return errors
 
+    def _route_errors(self) -> list[tuple[str, str]]:
+        error = self.tasks_backend and taskbackends.alias_error(self.tasks_backend)
+        return [("tasks_backend", error)] if error else []
+
     def _job_errors(self) -> list[tuple[str, str]]:
         errors = []
         if not isinstance(self.args, list):
@@ -370,6 +383,10 @@ class Schedule(models.Model):
             except TypeError as exc:
                 errors.append(("args", f"The arguments do not fit {self.job}(): {exc}."))
         return errors
+
+
+# The statuses of runs a worker may claim (when due): pending and retrying.
+CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -565,10 +582,17 @@ class Run(models.Model):
             models.Index(fields=["schedule", "-plan_time"], name="periodic_run_history"),
             # The whole history by plan time: the admin's run list, prune_runs' cutoff.
             models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
+            # Runs our workers may claim, and handed-off runs with no task enqueued yet.
             models.Index(
                 fields=["plan_time"],
-                condition=Q(status__in=[choices.RunStatus.PENDING, choices.RunStatus.RETRYING]),
+                condition=Q(status__in=CLAIMABLE_STATUSES, tasks_backend=""),
                 name="periodic_run_claimable",
+            ),
+            models.Index(
+                fields=["plan_time"],
+                condition=Q(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=True)
+                & ~Q(tasks_backend=""),
+                name="periodic_run_to_enqueue",
             ),
             models.Index(
                 fields=["schedule"],
@@ -578,10 +602,7 @@ class Run(models.Model):
             # Handed-off runs waiting for their task: the oldest enqueue, to redeliver.
             models.Index(
                 fields=["enqueued_at"],
-                condition=Q(
-                    enqueued_at__isnull=False,
-                    status__in=[choices.RunStatus.PENDING, choices.RunStatus.RETRYING],
-                ),
+                condition=Q(enqueued_at__isnull=False, status__in=CLAIMABLE_STATUSES),
                 name="periodic_run_enqueued",
             ),
         ]

@@ -17,6 +17,7 @@ from django_periodic import (
     claims,
     clock,
     executor,
+    handoff,
     horizon,
     leases,
     outcomes,
@@ -149,7 +150,15 @@ class Scheduler:
             self._watch_running(now)
             self._claim_due(ahead, planned.fired)
             self._claim_ahead(ahead, planned.fired)
+        self._dispatch(ahead, planned.fired)
         return now, now if planned.schedules else self._next_wake(now, ahead)
+
+    def _dispatch(self, ahead: horizon.Horizon, fired: int) -> None:
+        """Enqueue the tasks of handed-off runs that may start (planners do this)."""
+        if not self.plan or self.stop.requested:
+            return
+        if fired or ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
+            handoff.dispatch(self.using)
 
     def _plan_when_due(self, now: datetime, ahead: horizon.Horizon) -> planner.PlanResult:
         """Plan fires that are due, and those coming within the lead not looked at yet."""
@@ -271,20 +280,8 @@ class Scheduler:
         assert self.process is not None
         asked = leases.cancel_requested(self.process, self.using) if in_flight else set()
         for claim, stop in in_flight.items():
-            if claim.run.pk in asked:
-                stop.set(StopRequest.CANCEL)
-            deadline = self._timeout_at(claim)
-            if deadline is None or now < deadline:
-                continue
-            stop.set(StopRequest.TIMEOUT)
-            if now >= deadline + self.settings.TIMEOUT_GRACE and leases.timed_out(claim, now):
-                logger.error("Run %s timed out; its worker thread is replaced.", claim.run.pk)
+            if executor.watch(claim, stop, now, claim.run.pk in asked):
                 pool.abandon(claim)
-
-    @staticmethod
-    def _timeout_at(claim: claims.Claim) -> datetime | None:
-        timeout, started_at = claim.run.schedule.timeout, claim.run.started_at
-        return None if timeout is None or started_at is None else started_at + timeout
 
     def _plan(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
@@ -317,16 +314,28 @@ class Scheduler:
         candidates = [now + cap, self._next_sweep, self._next_heartbeat, ahead.next_expiry]
         if self.plan and ahead.next_fire is not None:
             candidates += [self._lead_time(ahead.next_fire, self._planned_to), self._replan_at]
+        if self.plan:
+            candidates += self._handoff_times(now, ahead)
         if self.pool:
             candidates += [ahead.next_retry, self.pool.next_start_deadline()]
             if ahead.next_pending is not None and ahead.next_pending > now:
                 candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
             for claim in self.pool.in_flight():
-                timeout_at = self._timeout_at(claim)
+                timeout_at = executor.timeout_at(claim)
                 if timeout_at is not None:
                     grace = self.settings.TIMEOUT_GRACE if timeout_at <= now else timedelta(0)
                     candidates.append(timeout_at + grace)
         return min(at for at in candidates if at is not None)
+
+    def _handoff_times(self, now: datetime, ahead: horizon.Horizon) -> list[datetime | None]:
+        """When handed-off runs need their tasks: at their plan time or retry, and when a
+        task waited past the pickup timeout."""
+        times = [ahead.next_retry]
+        if ahead.next_handoff is not None and ahead.next_handoff > now:
+            times.append(ahead.next_handoff)
+        if ahead.next_enqueued is not None:
+            times.append(ahead.next_enqueued + self.settings.TASKS_PICKUP_TIMEOUT)
+        return times
 
     def _lead_time(self, due: datetime, looked_to: datetime) -> datetime:
         """When to act on something due at ``due``: the lead before it, or when it is due

@@ -58,6 +58,12 @@ def children(transactional_db):
             started.append(child)
             return child
 
+        def start_worker(self, *args, **kwargs) -> processes.TaskWorkerProcess:
+            """A db_worker process executing the "database" tasks backend's tasks."""
+            child = processes.TaskWorkerProcess(*args, **kwargs)
+            started.append(child)
+            return child
+
     yield Children()
     for child in started:
         child.kill()

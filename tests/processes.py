@@ -17,6 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 class SchedulerProcess:
     """A ``manage.py run_scheduler`` child process using the test database."""
 
+    COMMAND: tuple[str, ...] = ("run_scheduler",)
+
     def __init__(self, *args: str, settings: dict | None = None, env: dict | None = None) -> None:
         env = {
             **os.environ,
@@ -26,7 +28,7 @@ class SchedulerProcess:
             "PYTHONPATH": str(ROOT),
             **(env or {}),
         }
-        command = [sys.executable, "-m", "django", "run_scheduler", *args]
+        command = [sys.executable, "-m", "django", *self.COMMAND, *args]
         self.popen = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -71,6 +73,17 @@ class SchedulerProcess:
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait()
+
+
+class TaskWorkerProcess(SchedulerProcess):
+    """A django-tasks-db ``db_worker`` child executing the tasks of the "database" backend
+    (tests.settings.TASKS): the worker fleet runs are handed to."""
+
+    COMMAND = (
+        "db_worker",
+        *("--backend", "database", "--queue-name", "default", "--interval", "0.05"),
+        "--no-startup-delay",
+    )
 
 
 def wait_for(predicate, timeout: float, message: str = "condition", poll: float = 0.05):

@@ -8,6 +8,7 @@ the name of the test database the parent created, so they use the same data.
 import json
 import os
 import tempfile
+from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -26,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django_periodic",
+    "django_tasks_db",
     "tests",
 ]
 MIDDLEWARE = [
@@ -86,6 +88,19 @@ LOGGING = {
     "loggers": {"django_periodic": {"handlers": ["console"], "level": "INFO"}},
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Django's tasks framework: built in on Django 6, the django-tasks backport on 5.2. Tests
+# hand runs to these backends by alias; django-tasks-db's is executed by db_worker processes.
+if find_spec("django.tasks"):
+    TASKS_BACKENDS = "django.tasks.backends"
+else:
+    TASKS_BACKENDS = "django_tasks.backends"
+    INSTALLED_APPS.insert(INSTALLED_APPS.index("django_tasks_db"), "django_tasks")
+TASKS = {
+    "default": {"BACKEND": f"{TASKS_BACKENDS}.immediate.ImmediateBackend"},
+    "dummy": {"BACKEND": f"{TASKS_BACKENDS}.dummy.DummyBackend"},
+    "database": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+}
 
 # Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
 DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))

@@ -1,0 +1,93 @@
+"""Handing runs to a django.tasks backend: schedulers enqueue, the backend's workers execute
+(``tasks.py``, the task and what it does on the worker).
+
+A run routed to a backend (``Run.tasks_backend``, see ``conf.tasks_backend_for``) is never
+claimed by ``run_scheduler``'s own workers. Once it may start, a scheduler marks it
+enqueued (``enqueued_at``, at the database's clock) and, once that has committed, enqueues
+one task for it. The worker that picks the task up claims the run's lease first
+(``claims.claim_run``) and executes it as our own workers would: heartbeat, cancel,
+timeout, token-guarded outcome, retries. A task delivered twice finds its run claimed
+and does nothing. A task that nobody claimed within ``TASKS_PICKUP_TIMEOUT`` is presumed
+lost and enqueued again, unless its backend says it is still waiting in the queue.
+"""
+
+import logging
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import Q
+
+from django_periodic import clock, taskbackends
+from django_periodic.conf import get_settings
+from django_periodic.models import Run
+
+logger = logging.getLogger("django_periodic")
+
+# Runs marked and enqueued per transaction.
+DISPATCH_BATCH = 500
+
+
+def dispatch(using: str = "default") -> int:
+    """Enqueue one task for each handed-off run that may start now and has no task
+    waiting; return how many were enqueued. Several schedulers may dispatch at once: each
+    marks the rows it locked, skipping those another holds."""
+    enqueued = 0
+    while True:
+        with transaction.atomic(using=using):
+            now = clock.now(using)
+            batch = _take_batch(now, using)
+        enqueued += _enqueue(batch, using)
+        if len(batch) < DISPATCH_BATCH:
+            return enqueued
+
+
+def _take_batch(now: datetime, using: str) -> list[Run]:
+    """Lock the next runs to enqueue and mark them enqueued at ``now``; those presumed
+    lost that their backend still holds in its queue are marked but not returned."""
+    runs = Run.objects.using(using)
+    unsent = Q(enqueued_at__isnull=True)
+    overdue = Q(enqueued_at__lte=now - get_settings().TASKS_PICKUP_TIMEOUT)
+    waiting = runs.handed_off().claimable(now).filter(unsent | overdue)
+    locked = waiting.select_for_update(skip_locked=True).only("pk", "tasks_backend", "task_id")
+    batch = list(locked[:DISPATCH_BATCH])
+    if not batch:
+        return []
+    runs.filter(pk__in=[run.pk for run in batch]).update(enqueued_at=now)
+    return [run for run in batch if not _still_queued(run)]
+
+
+def _still_queued(run: Run) -> bool:
+    """Whether the run's last task waits in its backend's queue, not picked up yet: the
+    backend is busy, not lost. Without a result to ask for, presume it lost."""
+    if not run.task_id:
+        return False
+    tasks = taskbackends.framework()
+    backend = tasks.task_backends[run.tasks_backend]
+    if not backend.supports_get_result:
+        return False
+    try:
+        result = backend.get_result(run.task_id)
+    except Exception:  # TaskResultDoesNotExist, or a backend that lost it otherwise
+        return False
+    return bool(result.status == tasks.TaskResultStatus.READY)
+
+
+def _enqueue(batch: list[Run], using: str) -> int:
+    """Enqueue the runs' tasks (after the commit that marked them) and note their ids."""
+    if not batch:
+        return 0
+    from django_periodic.tasks import execute_run  # imports the framework: only when used
+
+    queue = get_settings().TASKS_QUEUE
+    sent = []
+    for run in batch:
+        task = execute_run.using(backend=run.tasks_backend, queue_name=queue)
+        try:
+            run.task_id = task.enqueue(run.pk, using).id
+        except Exception:
+            # Left marked: enqueued again once TASKS_PICKUP_TIMEOUT has passed.
+            logger.exception("Could not enqueue run %s to %r.", run.pk, run.tasks_backend)
+            continue
+        sent.append(run)
+    Run.objects.using(using).bulk_update(sent, ["task_id"])
+    return len(sent)

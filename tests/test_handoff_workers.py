@@ -1,0 +1,89 @@
+"""End to end: run_scheduler plans and enqueues, django-tasks-db's db_worker processes execute.
+
+PostgreSQL only: real processes share the test database (see tests.processes).
+"""
+
+import os
+import signal
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+
+from django_periodic import clock
+from django_periodic.models import Lease, Run, Schedule
+from tests.factories import ScheduleFactory
+from tests.models import Execution
+from tests.processes import wait_for
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+# Fast enough that a killed worker's lease (1 s) is swept within about a second.
+SETTINGS = {
+    "TASKS_BACKEND": "database",
+    "HEARTBEAT_INTERVAL": 0.25,
+    "SWEEP_INTERVAL": 0.25,
+    "POLL_INTERVAL": 0.5,
+}
+
+
+def test_db_workers_run_every_handed_off_fire_once(postgres, children):
+    start = clock.now() + timedelta(seconds=2)
+    for n in range(20):
+        ScheduleFactory(
+            name=f"every-second-{n}",
+            job="tests.jobs.record",
+            interval=timedelta(seconds=1),
+            start_at=start,
+        )
+    scheduler = children.start("--plan-only", settings=SETTINGS)
+    workers = [children.start_worker() for _ in range(2)]
+    wait_for(lambda: Execution.objects.count() >= 60, 60, "60 executions")
+    Schedule.objects.update(enabled=False)
+    wait_for(lambda: not Run.objects.active().exists(), 30, "the last runs to end")
+    for child in (scheduler, *workers):
+        assert child.terminate() == 0, child.output()
+
+    runs = list(Run.objects.all())
+    assert {run.tasks_backend for run in runs} == {"database"}
+    assert Counter(run.status for run in runs)["succeeded"] == len(runs)
+    executed = Counter(Execution.objects.values_list("schedule", "plan_time"))
+    assert executed and set(executed.values()) == {1}  # each fire ran once
+    assert len(executed) == len(runs)
+    holders = set(Lease.objects.values_list("holder", flat=True))
+    worker_pids = {str(worker.pid) for worker in workers}
+    assert {holder.split(":")[1].split()[0] for holder in holders} <= worker_pids
+
+
+@pytest.mark.parametrize("reentry", [False, True], ids=["at-most-once", "at-least-once"])
+def test_a_sigkilled_worker_leaves_its_run_to_the_lease(postgres, children, reentry):
+    schedule = ScheduleFactory(
+        job="tests.jobs.linger",
+        kwargs={"seconds": 1.5},
+        lease_timeout=timedelta(seconds=1),
+        allow_stale_reentry=reentry,
+        tasks_backend="database",
+    )
+    run = schedule.run_now()
+    scheduler = children.start("--plan-only", settings=SETTINGS)
+    doomed = children.start_worker()
+    wait_for(Execution.objects.exists, 30, "the job to start")
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait()
+    if reentry:
+        children.start_worker()  # takes the run's task once it is enqueued again
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "succeeded", 30, "the rerun")
+    else:
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "failed", 30, "the sweep")
+    assert scheduler.terminate() == 0, scheduler.output()
+
+    run.refresh_from_db()
+    first, *later = Lease.objects.filter(run=run).order_by("attempt")
+    assert str(doomed.pid) in first.holder and first.outcome == "expired"
+    assert run.interruptions == 1
+    if reentry:
+        assert (run.attempt, [lease.outcome for lease in later]) == (2, ["succeeded"])
+        assert Execution.objects.count() == 2
+    else:
+        assert (run.attempt, run.error_code, later) == (1, "lease_expired", [])
+        assert Execution.objects.count() == 1
