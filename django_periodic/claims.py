@@ -157,7 +157,9 @@ def _claim_orm(
         else:
             claimable = claimable.filter(pk=wanted.run_id)
         claimable = claimable.select_related("schedule")
-        runs = list(claimable.select_for_update(skip_locked=True, of=("self",))[:limit])
+        by_id = wanted.run_id is not None  # see _claim_sql
+        locked = claimable.select_for_update(skip_locked=not by_id, of=("self",))
+        runs = list(locked[:limit])
         if not runs:
             return result
         runs_.filter(pk__in=[r.pk for r in runs]).update(
@@ -223,7 +225,7 @@ picked AS (
     WHERE {claimable}
     ORDER BY r.plan_time, r.id
     LIMIT %(limit)s
-    FOR UPDATE OF r SKIP LOCKED
+    FOR UPDATE OF r {skip_locked}
 ),
 skipped AS (
     UPDATE {run} r SET status = 'skipped', error_code = %(late_code)s,
@@ -269,6 +271,9 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     claimable = CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW
     return CLAIM_SQL.format(
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE}",
+        # A task's run is locked only for moments (its dispatcher noting the task's id):
+        # wait for it, or the task would find nothing to claim and its run wait for nothing.
+        skip_locked="" if by_id else "SKIP LOCKED",
         run=quote(Run._meta.db_table),
         lease=quote(Lease._meta.db_table),
         schedule=quote(Schedule._meta.db_table),

@@ -42,13 +42,20 @@ DATABASE_ERRORS = frozenset({"OperationalError", "InterfaceError"})
 
 
 class LoggedChild(processes.SchedulerProcess):
-    """A ``run_scheduler`` child whose output goes to a file, never to a pipe.
+    """A ``run_scheduler`` (or other ``command``) child whose output goes to a file, never
+    to a pipe.
 
     A pipe nobody reads fills up (64 KiB) and then blocks the child's next log line: over a
     minute of warnings about expired leases, that would freeze it like a crash would.
     """
 
-    def __init__(self, *args: str, settings: dict, log_path: Path) -> None:
+    def __init__(
+        self,
+        *args: str,
+        settings: dict,
+        log_path: Path,
+        command: tuple[str, ...] = processes.SchedulerProcess.COMMAND,
+    ) -> None:
         self.log_path = log_path
         env = {
             **os.environ,
@@ -57,10 +64,10 @@ class LoggedChild(processes.SchedulerProcess):
             "PERIODIC_TEST_SETTINGS": json.dumps(settings),
             "PYTHONPATH": str(processes.ROOT),
         }
-        command = [sys.executable, "-m", "django", "run_scheduler", *args]
+        argv = [sys.executable, "-m", "django", *command, *args]
         with open(log_path, "wb") as log:
             self.popen = subprocess.Popen(
-                command, env=env, cwd=processes.ROOT, stdout=log, stderr=subprocess.STDOUT
+                argv, env=env, cwd=processes.ROOT, stdout=log, stderr=subprocess.STDOUT
             )
 
     def output(self) -> str:
@@ -79,10 +86,20 @@ class Event:
 
 
 class Fleet:
-    """``size`` run_scheduler processes, churned by SIGKILL and restarted at once."""
+    """``size`` run_scheduler processes (or ``command``'s, such as task workers), churned by
+    SIGKILL and restarted at once."""
 
-    def __init__(self, size: int, args: list[str], settings: dict, log_dir: Path, seed: int):
+    def __init__(
+        self,
+        size: int,
+        args: list[str],
+        settings: dict,
+        log_dir: Path,
+        seed: int,
+        command: tuple[str, ...] = processes.SchedulerProcess.COMMAND,
+    ):
         self.size = size
+        self.command = command
         self.args = args
         self.settings = settings
         self.log_dir = log_dir
@@ -98,8 +115,10 @@ class Fleet:
         return event
 
     def start_one(self, *args: str, what: str = "start") -> LoggedChild:
-        path = self.log_dir / f"scheduler-{len(self.started)}.log"
-        child = LoggedChild(*self.args, *args, settings=self.settings, log_path=path)
+        path = self.log_dir / f"{self.command[0]}-{len(self.started)}.log"
+        child = LoggedChild(
+            *self.args, *args, settings=self.settings, log_path=path, command=self.command
+        )
         self.started.append(child)
         self._event(what, child.pid)
         return child
@@ -199,7 +218,8 @@ def wait_for_leases_to_expire(timeout: float = 30) -> None:
 
 
 def holder_pid(holder: str) -> int:
-    return int(holder.rsplit(":", 1)[1])
+    """The pid in a lease's holder: "host:pid", or "host:pid (task)" for a task's worker."""
+    return int(holder.rsplit(":", 1)[1].split()[0])
 
 
 @dataclass

@@ -29,7 +29,7 @@ import pytest
 from django.db import connection
 
 from django_periodic import clock
-from django_periodic.models import Lease, Schedule, SchedulerProcess
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests import crash, processes
 
 pytestmark = [pytest.mark.crash, pytest.mark.processes]
@@ -166,3 +166,44 @@ def test_schedulers_carry_on_after_postgres_restarts(fleet):
     print(crash.report("PG restart", fleet, ledger.counts(), start, seconds=seconds))
     # A job body that queried while the server was down raised: an ordinary job failure.
     check_promises(ledger, stopped_at, dead=None, job_failures=crash.DATABASE_ERRORS)
+
+
+@pytest.fixture
+def task_workers(postgres, transactional_db, tmp_path, seed):
+    """Three django-tasks-db db_worker children; all are reaped after the test."""
+    fleet = crash.Fleet(
+        3, [], crash.CHILD_SETTINGS, tmp_path, seed, command=processes.TaskWorkerProcess.COMMAND
+    )
+    yield fleet
+    fleet.reap()
+
+
+def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(fleet, task_workers):
+    """Runs handed to django-tasks-db: 3 schedulers plan and enqueue, 3 db_workers execute,
+    one SIGKILLed every 2-4 s; 20 schedules every second for 40 s (a db_worker runs one task
+    at a time: 3 of them keep up with 20 jobs of 0.1 s a second, busy two thirds of it)."""
+    began = time.monotonic()
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    crash.create_schedules(20, start, seconds=0.1, tasks_backend="database")
+    fleet.start()
+    task_workers.start()
+    crash.wait_until_registered(fleet)
+    task_workers.churn(until=monotonic_at(start + timedelta(seconds=40)))
+    assert len(task_workers.pid_set("kill")) >= 8, "the driver killed too few workers"
+    # Planning stops here; the schedulers settle what the killed workers left (their
+    # leases expire and are swept, reentered runs are enqueued again) before they stop.
+    Schedule.objects.update(enabled=False)
+    stopped_at = clock.now()
+    processes.wait_for(
+        lambda: not Run.objects.active().exists(), 90, "the handed-off runs to settle", poll=0.2
+    )
+    for fleet_ in (task_workers, fleet):
+        codes = fleet_.stop()
+        assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{fleet_.logs()}"
+
+    ledger = crash.Ledger.load()
+    seconds = round(time.monotonic() - began)
+    counts = ledger.counts()
+    print(crash.report("SIGKILL task workers", task_workers, counts, start, seconds=seconds))
+    assert {run.tasks_backend for run in ledger.runs} == {"database"}
+    check_promises(ledger, stopped_at, dead=task_workers.times("kill"))

@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import connections
+from django.db import connection, connections, transaction
 from django_tasks_db.models import DBTaskResult
 
 from django_periodic import checks, claims, handoff, leases, planner, taskbackends, tasks
@@ -155,6 +155,13 @@ def test_a_cancelled_run_is_not_run_by_its_task(now, dummy):
 def executing(run: Run) -> tuple[threading.Thread, list[str]]:
     """Deliver the run's task on a thread of its own, as a worker would; wait until its job
     has started."""
+    thread, returned = delivering(run)
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    return thread, returned
+
+
+def delivering(run: Run) -> tuple[threading.Thread, list[str]]:
+    """Deliver the run's task on a thread of its own, as a worker would."""
     returned: list[str] = []
 
     def work() -> None:
@@ -165,8 +172,30 @@ def executing(run: Run) -> tuple[threading.Thread, list[str]]:
 
     thread = threading.Thread(target=work)
     thread.start()
-    wait_for(Execution.objects.exists, 10, "the job to start")
     return thread, returned
+
+
+def test_a_task_waits_for_its_run_while_its_dispatcher_holds_the_row(now, postgres):
+    # The dispatcher notes the task's id while the task may already be on a worker: the
+    # task must claim the run once that commits, not find it locked and skip it.
+    run = handed_off(now)
+    with transaction.atomic():
+        Run.objects.select_for_update().get(pk=run.pk)
+        thread, returned = delivering(run)
+        wait_for(waiting_for_a_lock, 10, "the task to wait for the row")
+    thread.join(30)
+    assert returned == ["succeeded"]
+
+
+def waiting_for_a_lock() -> bool:
+    with connection.cursor() as cursor:
+        # In a transaction, pg_stat_activity is read once unless its snapshot is cleared.
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0] > 0
 
 
 @pytest.fixture
