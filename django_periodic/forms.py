@@ -14,7 +14,8 @@ from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import registry, triggers
+from django_periodic import registry, taskbackends, triggers
+from django_periodic.conf import get_settings
 from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
@@ -128,6 +129,20 @@ class JSONArgumentsField(forms.JSONField):
             raise
 
 
+def tasks_backend_choices(current: str) -> list[tuple[str, str]]:
+    """The TASKS aliases a schedule may hand its runs to, after the default; ``current``
+    too if it is not one of them (the model's validation then says why)."""
+    default = get_settings().TASKS_BACKEND
+    label = _("Default (%s)") % (default or _("run_scheduler's own workers"))
+    try:
+        aliases = taskbackends.aliases()
+    except taskbackends.TasksUnavailable:
+        aliases = []
+    if current and current not in aliases:
+        aliases.append(current)
+    return [("", str(label)), *((alias, alias) for alias in aliases)]
+
+
 class ScheduleForm(_ScheduleModelForm):
     """The schedule form of the admin: pick a trigger kind, then fill only its fields."""
 
@@ -192,6 +207,10 @@ class ScheduleForm(_ScheduleModelForm):
         if "timezone" in self.fields:
             timezone = cast(CheckedChoiceField, self.fields["timezone"])
             timezone.offer(instance.timezone, instance.timezone)
+        if "tasks_backend" in self.fields:
+            self.fields["tasks_backend"].widget = forms.Select(
+                choices=tasks_backend_choices(instance.tasks_backend)
+            )
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()

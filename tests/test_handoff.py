@@ -12,6 +12,7 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection, connections, transaction
+from django.urls import reverse
 from django_tasks_db.models import DBTaskResult
 
 from django_periodic import checks, claims, handoff, leases, planner, taskbackends, tasks
@@ -292,3 +293,22 @@ def test_checks_reject_a_tasks_backend_that_is_not_a_string(settings):
     assert error.id == "django_periodic.E003"
     settings.DJANGO_PERIODIC = {"TASKS_BACKEND": None, "TASKS_QUEUE": "periodic"}
     assert checks.check_settings() == []
+
+
+def test_the_schedule_form_offers_the_tasks_backends(admin_client, settings):
+    settings.DJANGO_PERIODIC = {"TASKS_BACKEND": "dummy"}
+    schedule = ScheduleFactory(tasks_backend="database")
+    url = reverse("admin:django_periodic_schedule_change", args=[schedule.pk])
+    html = admin_client.get(url).content.decode()
+    assert '<option value="">Default (dummy)</option>' in html
+    assert '<option value="database" selected>database</option>' in html
+    assert '<option value="default">default</option>' in html
+
+
+def test_the_run_page_shows_where_the_run_was_handed(admin_client, now, dummy):
+    run = handed_off(now)
+    handoff.dispatch()
+    run.refresh_from_db()
+    html = admin_client.get(reverse("admin:django_periodic_run_change", args=[run.pk]))
+    text = html.content.decode()
+    assert "Handed to a tasks backend" in text and run.task_id in text

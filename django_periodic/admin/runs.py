@@ -168,6 +168,15 @@ class RunAdmin(_RunAdmin):
             fieldsets.append((_("Result"), {"fields": ["result_json"]}))
         fieldsets += [
             (_("Attempts"), {"fields": ["attempts", "interruptions", "holder", "exclusive"]}),
+        ]
+        if obj is not None and obj.tasks_backend:
+            fieldsets.append(
+                (
+                    _("Handed to a tasks backend"),
+                    {"fields": ["tasks_backend", "task_id", "enqueued_at"]},
+                )
+            )
+        fieldsets += [
             (
                 _("Times"),
                 {
