@@ -3,7 +3,7 @@
     bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,...]
 
 run.sh builds the venvs and starts PostgreSQL, then runs this with BENCH_PG_PORT set.
-Workloads: planning, lag, execution, due, idle, rss. Each figure is the median of 3
+Workloads: planning, lag, execution, handoff, due, idle, rss. Each figure is the median of 3
 repetitions (1 with --quick, which also uses smaller sizes). Results are kept in
 benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
 reruns one workload; the table, docs/performance.md and docs/images/performance.png are
@@ -30,7 +30,7 @@ from peers import PEERS, Context, Ours, Peer
 from workloads import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKLOADS = ("planning", "lag", "execution", "due", "idle", "rss")
+WORKLOADS = ("planning", "lag", "execution", "handoff", "due", "idle", "rss")
 
 
 def parse_args() -> argparse.Namespace:
@@ -80,13 +80,14 @@ def make_peers(ctx: Context, keys: list[str]) -> list[Peer]:
 
 def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list[workloads.Figure]:
     ours = next((p for p in peers if isinstance(p, Ours)), None)
-    if name in ("execution", "due") and ours is None:
+    if name in ("execution", "handoff", "due") and ours is None:
         say(f"[{name}] needs django_periodic (--peers ours)")
         return []
     runners = {
         "planning": lambda: workloads.planning(ctx, plan, peers),
         "lag": lambda: workloads.fire_lag(ctx, plan, peers),
         "execution": lambda: workloads.execution(ctx, plan, ours),
+        "handoff": lambda: workloads.handoff(ctx, plan, ours),
         "due": lambda: workloads.due_at_once(ctx, plan, ours),
         "idle": lambda: workloads.idle(ctx, plan, peers),
         "rss": lambda: workloads.memory_use(ctx, plan, peers),

@@ -146,6 +146,7 @@ class Ours(Peer):
         "django_periodic_run",
         "django_periodic_schedule",
         "django_periodic_schedulerprocess",
+        "django_tasks_database_dbtaskresult",
         "bench_run_inserts",
     )
     multi = True
@@ -221,6 +222,20 @@ class Ours(Peer):
             # Planning throughput is timed from the due time: no head start from PLAN_AHEAD.
             env["PERIODIC_TEST_SETTINGS"] = json.dumps({**OURS_DEFAULT_SETTINGS, "PLAN_AHEAD": 0})
         return self._spawn(index, argv, env)
+
+    def start_task_worker(self, index: int) -> Child:
+        """A django-tasks-db ``db_worker`` of the "database" backend (tests.settings.TASKS),
+        executing the runs handed to it."""
+        argv = [self.ctx.python, "-m", "django", "db_worker", "-v", "0"]
+        argv += ["--backend", "database", "--interval", "0.05", "--no-startup-delay"]
+        return self._spawn(index, argv, self.env())
+
+    def hand_off_pending(self, backend: str = "database") -> int:
+        """Route every pending run to a tasks backend, as if its schedule named it."""
+        return self.conn.execute(
+            "UPDATE django_periodic_run SET tasks_backend = %s WHERE status = 'pending'",
+            [backend],
+        ).rowcount
 
     def plan_once(self) -> None:
         """``run_scheduler --plan-only --once``: plan what is due now, then exit."""

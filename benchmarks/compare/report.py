@@ -68,6 +68,16 @@ def rows_for(plan: dict) -> list[Row]:
             _at_least(3_000),
         )
     )
+    runs = plan.get("handoff_runs", 0)
+    for workers in (1, 4):
+        plural = "s" * (workers > 1)
+        rows.append(
+            Row(
+                f"handoff:{workers}",
+                f"(3) hand-off: {runs:,} no-op runs via django-tasks-db, "
+                f"{workers} db_worker{plural}",
+            )
+        )
     n = plan["due_schedules"]
     rows.append(
         Row(

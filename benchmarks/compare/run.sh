@@ -15,7 +15,8 @@ source scripts/lib/venv.sh
 source scripts/lib/postgres.sh
 
 venv_ensure bench 3.11 -e '.[postgres]' 'django>=5.2,<6' django-environ \
-    django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib
+    django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib \
+    'django-tasks>=0.12' 'django-tasks-db>=0.13'
 dpt_python=
 if venv_ensure bench-dpt 3.13 'django>=5.2,<6' 'psycopg[binary]>=3.1' \
     'django-periodic-tasks[django-tasks]'; then

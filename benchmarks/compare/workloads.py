@@ -34,6 +34,7 @@ class Plan:
     lag_schedules: int
     lag_seconds: int
     execution_runs: int
+    handoff_runs: int
     due_schedules: int
     idle_schedules: int
     idle_window: float
@@ -55,6 +56,7 @@ class Plan:
             lag_schedules=1_000,
             lag_seconds=60,
             execution_runs=20_000,
+            handoff_runs=5_000,
             due_schedules=10_000,
             idle_schedules=100_000,
             idle_window=120.0,
@@ -74,6 +76,7 @@ class Plan:
             lag_schedules=200,
             lag_seconds=20,
             execution_runs=5_000,
+            handoff_runs=1_000,
             due_schedules=10_000,
             idle_schedules=10_000,
             idle_window=30.0,
@@ -416,6 +419,52 @@ def execution_once(plan: Plan, ours: Ours, processes: int, progress: Progress) -
         raise RuntimeError(f"{pending} runs pending, not {runs}")
     ours.analyze()
     children = [ours.start(i, workers=plan.workers) for i in range(processes)]
+    since = time.time()
+    try:
+        while (done := ours.count_runs("status = 'succeeded'")) < runs:
+            progress.update(done, runs)
+            died(children)
+            if time.time() - since > plan.cap:
+                raise Unfinished(
+                    f"did not finish in {plan.cap / 60:.0f} min ({done:,} of {runs:,})"
+                )
+            time.sleep(0.5)
+    finally:
+        ours.stop(children)
+    first, last = ours.conn.execute(
+        "SELECT extract(epoch FROM min(started_at)), extract(epoch FROM max(finished_at)) "
+        "FROM django_periodic_run"
+    ).fetchone()
+    seconds = float(last - first)
+    return {"n": runs, "rate": runs / seconds, "seconds": seconds}
+
+
+def handoff(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+    """N pending no-op runs handed to django-tasks-db: one run_scheduler enqueues them,
+    1 and 4 db_worker processes execute them."""
+    runs = plan.handoff_runs
+    say(f"\n[hand-off] {runs:,} pending no-op runs through django-tasks-db")
+    figures = []
+    for workers in (1, 4):
+        once = lambda progress, w=workers: handoff_once(plan, ours, w, progress)  # noqa: E731
+        label = f"{ours.label} -> django-tasks-db, {workers} db_worker{'s' * (workers > 1)}"
+        figures.append(
+            measure(plan, f"handoff:{workers}", ours.key, label, once, execution_summary)
+        )
+    return figures
+
+
+def handoff_once(plan: Plan, ours: Ours, workers: int, progress: Progress) -> dict[str, float]:
+    runs = plan.handoff_runs
+    ours.reset()
+    ours.add_schedules(runs, now_utc(-1), HOUR, misfire_grace=HOUR)
+    ours.plan_once()
+    if (handed := ours.hand_off_pending()) != runs:
+        raise RuntimeError(f"{handed} runs pending, not {runs}")
+    ours.analyze()
+    # The scheduler enqueues while the workers execute: both are in the figure.
+    children = [ours.start(0, plan_only=True)]
+    children += [ours.start_task_worker(1 + i) for i in range(workers)]
     since = time.time()
     try:
         while (done := ours.count_runs("status = 'succeeded'")) < runs:
