@@ -128,3 +128,14 @@ def test_a_code_schedule_that_does_not_validate_is_reported_and_the_rest_sync(cl
     report = sync.sync_code_schedules()
     assert report.invalid == ["needs_args"]
     assert report.created == ["fine"]
+
+
+@pytest.mark.django_db
+def test_a_code_schedule_may_hand_its_runs_to_a_tasks_backend(clean_registry):
+    @job(name="indexing", cron="0 3 * * *", tasks_backend="dummy")
+    def rebuild() -> None: ...
+
+    sync.sync_code_schedules()
+    schedule = Schedule.objects.get(name="indexing")
+    assert schedule.tasks_backend == "dummy"
+    assert schedule.run_now().tasks_backend == "dummy"
