@@ -38,10 +38,14 @@ class Claim:
     # The database's clock at the claim; None: the run's started_at (claimed when due).
     db_claimed_at: datetime | None = field(default=None, compare=False)
 
+    @property
+    def _db_claimed(self) -> datetime | None:
+        return self.db_claimed_at or self.run.started_at
+
     def db_time(self, monotonic: float) -> datetime | None:
         """The database's clock at ``monotonic`` (a later time.monotonic()) as this process
         counts it: the claim's time plus the time since."""
-        claimed = self.db_claimed_at or self.run.started_at
+        claimed = self._db_claimed
         if claimed is None:
             return None
         return claimed + timedelta(seconds=monotonic - self.claimed_at)
@@ -57,7 +61,7 @@ class Claim:
     def starts_at(self) -> float:
         """When the run may start (time.monotonic()): at once, or at its plan time if it was
         claimed ahead of it."""
-        claimed = self.db_claimed_at or self.run.started_at
+        claimed = self._db_claimed
         if claimed is None or self.run.plan_time <= claimed:
             return self.claimed_at
         return self.claimed_at + (self.run.plan_time - claimed).total_seconds()

@@ -182,8 +182,7 @@ class Scheduler:
         if self.stop.requested or not (fired or ahead.claimable()):
             self._drained = True
             return
-        asked = self.pool.free() if self.pool else 0
-        self._drained = self._claim() < asked
+        self._claim_free()
 
     def _claim_ahead(self, ahead: horizon.Horizon, fired: int) -> None:
         """Claim runs due within the lead, in batches, to be started at their plan time."""
@@ -194,17 +193,23 @@ class Scheduler:
             if self._claim(room, ahead=self.lead) < room:
                 return
 
-    def _claim(self, limit: int | None = None, ahead: timedelta | None = None) -> int:
+    def _claim_free(self) -> None:
+        """Claim for every free slot; a claim that comes back short means nothing more is
+        due, so freed slots wait for news (a tick) instead of asking again."""
+        assert self.pool is not None
+        asked = self.pool.free()
+        self._drained = self._claim(asked) < asked
+
+    def _claim(self, limit: int, ahead: timedelta | None = None) -> int:
         """Claim as many runs as the pool takes, at the database's clock when the claim runs:
         the tick's ``now`` may be planning's time ago, and a run claimed ahead waits from
         the claim's time until its plan time."""
         assert self.pool is not None and self.process is not None
-        limit = self.pool.free() if limit is None else limit
         claimed = claims.claim(self.process, None, limit, self.using, ahead=ahead)
         for claim in claimed:
             self.pool.submit(claim)
         if claimed:
-            self._hold_leases(claimed[0].db_claimed_at or claimed[0].run.started_at)
+            self._hold_leases(claimed[0].db_claimed_at)
         return len(claimed)
 
     def _hold_leases(self, claimed_at: datetime | None) -> None:
@@ -237,8 +242,7 @@ class Scheduler:
         if self.stop.requested or self._drained:
             return
         if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
-            asked = self.pool.free()
-            self._drained = self._claim() < asked
+            self._claim_free()
 
     def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
         """Heartbeat and sweep when due, in one transaction (idle: one a minute)."""

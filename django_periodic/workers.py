@@ -162,7 +162,8 @@ class WorkerPool:
     ) -> None:
         self.size = size
         self.prefetch = prefetch
-        # Unknown at first: as long as a slow job, so that nothing is claimed ahead.
+        # Unknown at first: as long as a slow job, so that there is no prefetch (claims
+        # ahead of the plan time take "unknown" as short, see room_ahead()).
         self._average_duration = float("inf")
         self._on_done = on_done
         self._on_handoff = on_handoff
@@ -248,11 +249,7 @@ class WorkerPool:
         are skipped at once rather than when a thread frees up."""
         now = time.monotonic()
         with self._lock:
-            late = [
-                claim
-                for claim in self._in_flight
-                if claim not in self._started and claim.too_late(claim.db_time(now))
-            ]
+            late = [claim for claim in self._unstarted() if claim.too_late(claim.db_time(now))]
             for claim in late:
                 del self._in_flight[claim]
                 self._held.discard(claim)
@@ -261,23 +258,23 @@ class WorkerPool:
     def next_start_deadline(self) -> datetime | None:
         """The earliest start deadline of the claims waiting for a thread (first starts)."""
         with self._lock:
-            deadlines = [
-                claim.run.start_deadline
-                for claim in self._in_flight
-                if claim not in self._started and claim.run.attempt == 1
-            ]
+            deadlines = [c.run.start_deadline for c in self._unstarted() if c.run.attempt == 1]
         return min((d for d in deadlines if d is not None), default=None)
 
     def withdraw_unstarted(self) -> list[Claim]:
         """Take back every claim whose job has not started (held for its plan time, or
         waiting for a thread): none of them will start here."""
         with self._lock:
-            unstarted = [claim for claim in self._in_flight if claim not in self._started]
+            unstarted = self._unstarted()
             for claim in unstarted:
                 self._in_flight.pop(claim).set(StopRequest.SHUTDOWN)
                 self._held.discard(claim)
             self._lock.notify_all()
         return unstarted
+
+    def _unstarted(self) -> list[Claim]:
+        """Claims in flight whose job no thread has started (call with the lock held)."""
+        return [claim for claim in self._in_flight if claim not in self._started]
 
     def idle(self) -> bool:
         with self._lock:
