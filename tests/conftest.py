@@ -1,5 +1,6 @@
 import pytest
-from django.db import connection
+from asgiref.sync import SyncToAsync
+from django.db import connection, connections
 
 from django_periodic import clock
 from tests import processes
@@ -17,6 +18,14 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def close_asgiref_connections(django_db_setup, django_db_blocker):
+    """Async jobs query on asgiref's one thread, which keeps its connection (CONN_MAX_AGE):
+    close it before the test database is dropped, or PostgreSQL refuses the drop."""
+    yield
+    SyncToAsync.single_thread_executor.submit(connections.close_all).result(timeout=10)
 
 
 # pytest-django already provides ``client``, ``admin_client`` (logged in as the superuser

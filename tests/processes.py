@@ -12,6 +12,8 @@ from pathlib import Path
 from django.db import connection
 
 ROOT = Path(__file__).resolve().parent.parent
+# The application_name of child processes' PostgreSQL sessions (see tests.settings).
+CHILD_APPLICATION_NAME = "periodic-test-child"
 
 
 class SchedulerProcess:
@@ -99,15 +101,22 @@ def wait_for(predicate, timeout: float, message: str = "condition", poll: float 
 
 
 def wait_for_children_to_disconnect(timeout: float = 10) -> None:
-    """PostgreSQL ends a backend a moment after its client exits; wait, so teardown can drop."""
+    """PostgreSQL ends a backend a moment after its client exits; wait, so teardown can drop.
+
+    Only the children's sessions count (tests.settings names them): a thread of this process
+    may keep its own connection open (CONN_MAX_AGE), such as asgiref's for async jobs.
+    """
     if connection.vendor != "postgresql":
         return
 
     def alone() -> bool:
         with connection.cursor() as cursor:
+            # In a transaction, pg_stat_activity is read once unless its snapshot is cleared.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
             cursor.execute(
                 "SELECT count(*) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " WHERE datname = current_database() AND application_name = %s",
+                [CHILD_APPLICATION_NAME],
             )
             return cursor.fetchone()[0] == 0
 

@@ -78,6 +78,9 @@ else:
 
 if CHILD_DB_NAME:
     default["NAME"] = CHILD_DB_NAME
+    if ENGINE == "postgres":
+        # So the parent waits for its children's sessions only (tests.processes).
+        default.setdefault("OPTIONS", {})["application_name"] = "periodic-test-child"
 DATABASES = {"default": default}
 
 DJANGO_PERIODIC = {"POLL_INTERVAL": 1}
