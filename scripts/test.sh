@@ -140,7 +140,8 @@ TESTS_FAILED=0
 
 count_tests() {
     local line n word
-    line=$(grep -E '^=+ .*[0-9]+ (passed|failed|error)' "$1" | tail -n 1 || true)
+    # "=== 3 failed, 540 passed in 99.1s ===", or without the rules under -q.
+    line=$(grep -E '^(=+ )?[0-9]+ [a-z]+.* in [0-9.]+s' "$1" | tail -n 1 || true)
     for word in passed failed errors error; do
         n=$(grep -Eo "[0-9]+ $word\b" <<<"$line" | grep -Eo '[0-9]+' || true)
         [[ -n $n ]] || continue
