@@ -13,6 +13,7 @@
 #   PERIODIC_SKIP_LINT=1                                skip ruff and mypy (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
+#   PERIODIC_SKIP_PACKAGE=1                             skip building and smoke-testing the wheel and sdist
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -20,6 +21,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/lib/venv.sh
 # shellcheck source=scripts/lib/postgres.sh
 source scripts/lib/postgres.sh
+# shellcheck source=scripts/lib/package.sh
+source scripts/lib/package.sh
 
 # The support matrix: name, Python version, Django requirement, and optionally a pytest marker
 # expression narrowing what that environment runs. Python 3.13 skips the crash suite (about 2
@@ -271,6 +274,12 @@ main() {
             run_pytest "$name" "$db" "$markers" "$@"
         done
     done
+
+    # Last, so that the work tree it copies has the leftovers of the runs above (bytecode,
+    # SQLite files) for the contents check to keep out of the sdist.
+    if [[ ${PERIODIC_SKIP_PACKAGE:-0} != 1 ]]; then
+        run_check "package (build, contents, smoke tests)" package_check
+    fi
 
     summarize
 }
