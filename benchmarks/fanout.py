@@ -1,7 +1,7 @@
 """Time planning one fire of one schedule fanned out to 10,000 scopes, on PostgreSQL.
 
     PERIODIC_TEST_DB=postgres PERIODIC_TEST_POSTGRES_URL=postgres://... \\
-        python benchmarks/fanout.py [--scopes N] [--repeat N]
+        python benchmarks/fanout.py [--scopes N] [--repeat N | --quick]
 
 Registers a scope provider returning N keys, makes one schedule due and times
 ``planner.plan_due``: the provider's call, the two transactions and the runs' INSERT. Each
@@ -76,7 +76,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scopes", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="2 repeats")
     options = parser.parse_args()
+    if options.quick:
+        options.repeat = 2
     if connection.vendor != "postgresql":
         sys.exit("benchmarks/fanout.py measures PostgreSQL (PERIODIC_TEST_DB=postgres).")
     call_command("migrate", verbosity=0)
