@@ -93,12 +93,11 @@ def plan_due(
         decisions = decide_all(schedules, now, occupancy)
         result = _apply(decisions, now, using)
         result.deferred = len(schedules) - len(decisions)
-    waiting = sum(_waits_for_due_time(s, now, occupancy) for s in fanned_out)
-    if waiting:
-        result.deferred += waiting
-        fanned_out = [s for s in fanned_out if not _waits_for_due_time(s, now, occupancy)]
-    if fanned_out:
-        result += _plan_fanned_out(fanned_out, now, ahead, using)
+    # Outside the transaction: the providers of those that can be planned now are called next.
+    plannable = [s for s in fanned_out if not _waits_for_due_time(s, now, occupancy)]
+    result.deferred += len(fanned_out) - len(plannable)
+    if plannable:
+        result += _plan_fanned_out(plannable, now, ahead, using)
     return result
 
 

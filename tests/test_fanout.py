@@ -319,10 +319,13 @@ def test_a_fire_fanned_out_to_many_scopes_costs_a_constant_number_of_queries(pos
 @pytest.mark.django_db(transaction=True)
 def test_two_planners_racing_for_one_fire_record_each_scope_once(postgres, monkeypatch):
     schedule = fanned_out()
-    # Both planners find the fire due and call the provider before either locks it again.
+    # The second planner starts once the first is in the provider (its first transaction
+    # over), so it finds the fire due too; neither goes on until both have called it.
+    first_called = threading.Event()
     both_called = threading.Barrier(2, timeout=30)
 
     def provider():
+        first_called.set()
         both_called.wait()
         return ["acme", "globex"]
 
@@ -336,8 +339,9 @@ def test_two_planners_racing_for_one_fire_record_each_scope_once(postgres, monke
             connections.close_all()
 
     threads = [threading.Thread(target=plan) for _ in range(2)]
-    for thread in threads:
-        thread.start()
+    threads[0].start()
+    assert first_called.wait(timeout=30)
+    threads[1].start()
     for thread in threads:
         thread.join()
     assert sorted(result.fired for result in results) == [0, 2]
