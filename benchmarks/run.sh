@@ -20,6 +20,10 @@ PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
     "$python" benchmarks/prune.py "$@"
+# One fire fanned out to 10,000 scopes.
+PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
+    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
+    "$python" benchmarks/fanout.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*
 PERIODIC_TEST_DB=sqlite PERIODIC_TEST_DB_NAME=/tmp/periodic-bench.sqlite3 "$python" benchmarks/bench.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*

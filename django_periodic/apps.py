@@ -15,5 +15,6 @@ class PeriodicConfig(AppConfig):
         if stop_signals.starting_scheduler():
             stop_signals.for_process()
         # Every process (web and scheduler) needs the same registry, so that the admin
-        # and full_clean() can validate job names: import each installed app's jobs.py.
-        autodiscover_modules("jobs")
+        # and full_clean() can validate job and scope provider names: import each installed
+        # app's jobs.py and scopes.py.
+        autodiscover_modules("jobs", "scopes")

@@ -77,6 +77,11 @@ class JobContext:
     _stop: StopRequest = field(default_factory=StopRequest, repr=False)
 
     @property
+    def scope(self) -> str:
+        """The scope key this run is for (``Schedule.scopes``); empty for an unscoped run."""
+        return self.run.scope
+
+    @property
     def cancelled(self) -> bool:
         """True once the job should stop: it was cancelled or timed out, its lease was
         lost, or its scheduler is shutting down. A long job should check it and return."""

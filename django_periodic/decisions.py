@@ -15,12 +15,13 @@ from django_periodic.models import Schedule
 
 @dataclass(frozen=True)
 class Fire:
-    """A run to record for a plan time: pending, queued or skipped (with why)."""
+    """A run to record for a plan time (and scope): pending, queued or skipped (with why)."""
 
     plan_time: datetime
     status: str
     error_code: str = ""
     error_message: str = ""
+    scope: str = ""
 
 
 @dataclass(slots=True)
@@ -44,6 +45,7 @@ class Due:
     misfire: str
     misfire_grace: timedelta
     planning_failures: int
+    scopes: str  # the scope provider of a fanned-out schedule, else ""
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -78,5 +80,6 @@ class Decision:
     schedule: Due
     cursor: datetime | None
     fires: tuple[Fire, ...] = ()
-    supersedes_retry: bool = False
+    # The scopes ("" unscoped) whose run waiting to retry a new fire supersedes.
+    supersedes: tuple[str, ...] = ()
     error: str = ""

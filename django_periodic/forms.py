@@ -15,6 +15,7 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import registry, taskbackends, triggers
+from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
 from django_periodic.models import (
     JOB_FIELDS,
@@ -53,6 +54,14 @@ def job_choices() -> list[tuple[str, str]]:
     jobs = sorted(registry.registered_jobs().values(), key=lambda j: j.name)
     return [("", "---------")] + [
         (j.name, f"{j.name} — {j.description}" if j.description else j.name) for j in jobs
+    ]
+
+
+def provider_choices() -> list[tuple[str, str]]:
+    """Registered scope providers, as ``job_choices()`` lists jobs; empty: not fanned out."""
+    providers = sorted(scope_providers.registered_providers().values(), key=lambda p: p.name)
+    return [("", "---------")] + [
+        (p.name, f"{p.name} — {p.description}" if p.description else p.name) for p in providers
     ]
 
 
@@ -95,7 +104,11 @@ class CheckedChoiceField(forms.ChoiceField):
         if value:
             try:
                 self.check(value)
-            except (triggers.InvalidTrigger, registry.UnknownJob) as exc:
+            except (
+                triggers.InvalidTrigger,
+                registry.UnknownJob,
+                scope_providers.UnknownProvider,
+            ) as exc:
                 raise ValidationError(str(exc), code="invalid_choice") from None
 
     def offer(self, value: str, label: str) -> None:
@@ -167,6 +180,16 @@ class ScheduleForm(_ScheduleModelForm):
         widget=SearchableSelect(),
         help_text=_("The wall clock the cron expression is read on; fire times are shown in it."),
     )
+    scopes = CheckedChoiceField(
+        check=scope_providers.get_provider,
+        choices=provider_choices,
+        required=False,
+        widget=SearchableSelect(attrs={"data-placeholder": "Search scope providers"}),
+        help_text=_(
+            "A function registered with @scopes.provider: each fire then runs once per scope "
+            "key it returns (a tenant, an account), each run with its own overlap and retries."
+        ),
+    )
     args = JSONArgumentsField(empty=list, help_text=_('Positional arguments, e.g. [1, "two"].'))
     kwargs = JSONArgumentsField(empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.'))
 
@@ -204,6 +227,9 @@ class ScheduleForm(_ScheduleModelForm):
         if "job" in self.fields:
             job = cast(CheckedChoiceField, self.fields["job"])
             job.offer(instance.job, f"{instance.job} (not registered)")
+        if "scopes" in self.fields:
+            provider = cast(CheckedChoiceField, self.fields["scopes"])
+            provider.offer(instance.scopes, f"{instance.scopes} (not registered)")
         if "timezone" in self.fields:
             timezone = cast(CheckedChoiceField, self.fields["timezone"])
             timezone.offer(instance.timezone, instance.timezone)

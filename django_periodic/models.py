@@ -22,6 +22,7 @@ from django_periodic import (
     triggers,
     wakeups,
 )
+from django_periodic import scopes as scope_providers
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings, tasks_backend_for
 
@@ -283,38 +284,79 @@ class Schedule(models.Model):
         """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
         return triggers.fire_times(self.trigger, n, after or clock.wall_now())
 
-    def run_now(self) -> "Run":
-        """Record a manual run for a scheduler to execute; never runs the job in this thread."""
+    def run_now(self, scope: str = "") -> "Run":
+        """Record a manual run for a scheduler to execute; never runs the job in this thread.
+
+        On a fanned-out schedule (``scopes`` set), ``scope`` names the scope key to run for;
+        ``run_now_for_all_scopes()`` runs every key the provider returns.
+        """
+        if self.scopes and not scope:
+            raise ValueError(
+                f"Schedule {self.name!r} is fanned out per scope ({self.scopes}): name the "
+                "scope key to run for, or run all of them (run_now_for_all_scopes())."
+            )
         now = clock.now(self._state.db or "default")
-        return self.plan_extra_run(now, trigger=Run.Trigger.MANUAL, plan_time=now)
+        return self.plan_extra_run(now, trigger=Run.Trigger.MANUAL, plan_time=now, scope=scope)
+
+    def run_now_for_all_scopes(self) -> list["Run"]:
+        """Record manual runs as a fire would: one per scope key of a fanned-out schedule
+        (its provider is called here, before any row is locked), else ``run_now()``'s one."""
+        if not self.scopes:
+            return [self.run_now()]
+        keys = scope_providers.scope_keys(self.scopes)
+        now = clock.now(self._state.db or "default")
+        return self.plan_extra_runs(now, trigger=Run.Trigger.MANUAL, plan_time=now, scopes=keys)
 
     def plan_extra_run(
-        self, now: datetime, *, trigger: str, plan_time: datetime, **snapshot: Any
+        self, now: datetime, *, trigger: str, plan_time: datetime, scope: str = "", **snapshot: Any
     ) -> "Run":
         """Record a run outside the trigger's plan times (manual, retry) under the overlap
-        policy, like any fire. ``snapshot`` may override the job name and arguments.
+        policy of its scope, like any fire. ``snapshot`` may override the job name and
+        arguments.
+        """
+        runs = self.plan_extra_runs(
+            now, trigger=trigger, plan_time=plan_time, scopes=[scope], **snapshot
+        )
+        return runs[0]
 
-        The decision is taken on the schedule row as locked now (the planner holds the same
-        lock while it decides), never on this instance, which may be stale.
+    def plan_extra_runs(
+        self,
+        now: datetime,
+        *,
+        trigger: str,
+        plan_time: datetime,
+        scopes: list[str],
+        **snapshot: Any,
+    ) -> list["Run"]:
+        """Record one extra run per scope key, each under its scope's overlap policy.
+
+        The decisions are taken on the schedule row as locked now (the planner holds the
+        same lock while it decides), never on this instance, which may be stale.
         """
         using = self._state.db or "default"
         with transaction.atomic(using=using):
             locked = Schedule.objects.using(using).select_for_update().get(pk=self.pk)
             runs = Run.objects.using(using)
-            occupancy = runs.occupancy([locked.pk]).get(locked.pk, policies.Occupancy())
-            status, reason = policies.overlap_status(locked, occupancy)
-            if occupancy.retrying and status != Run.Status.SKIPPED:
-                runs.filter(schedule=locked).supersede_retries(now)
-            run = Run.for_schedule(
-                locked, plan_time, trigger=trigger, status=status, error_code=reason, **snapshot
-            )
-            run.created_at = now
-            if status == Run.Status.SKIPPED:
-                run.finished_at = now
-            run.save(using=using)
-            if status == Run.Status.PENDING:
+            occupancy = runs.occupancy([locked.pk])
+            new, superseded = [], []
+            for scope in scopes:
+                in_flight = occupancy.get((locked.pk, scope), policies.Occupancy())
+                status, reason = policies.overlap_status(locked, in_flight)
+                if in_flight.retrying and status != Run.Status.SKIPPED:
+                    superseded.append(scope)
+                run = Run.for_schedule(
+                    locked, plan_time, trigger=trigger, status=status, error_code=reason, **snapshot
+                )
+                run.scope, run.created_at = scope, now
+                if status == Run.Status.SKIPPED:
+                    run.finished_at = now
+                new.append(run)
+            if superseded:
+                runs.filter(schedule=locked, scope__in=superseded).supersede_retries(now)
+            created = runs.bulk_create(new)
+            if any(run.status == Run.Status.PENDING for run in created):
                 wakeups.notify(using)
-        return run
+        return created
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
@@ -369,6 +411,11 @@ class Schedule(models.Model):
 
     def _job_errors(self) -> list[tuple[str, str]]:
         errors = []
+        if self.scopes:
+            try:
+                scope_providers.get_provider(self.scopes)
+            except scope_providers.UnknownProvider as exc:
+                errors.append(("scopes", str(exc)))
         if not isinstance(self.args, list):
             errors.append(("args", 'args must be a JSON list, e.g. [1, "two"].'))
         if not isinstance(self.kwargs, dict):
@@ -377,7 +424,13 @@ class Schedule(models.Model):
             registered = registry.get_job(self.job)
         except registry.UnknownJob as exc:
             return [*errors, ("job", str(exc))]
-        if not errors:
+        if self.scopes and not registered.takes_context:
+            message = (
+                f"{self.job}() must take its context (@job(takes_context=True)) to be fanned "
+                "out per scope: a run reads its scope key as context.scope."
+            )
+            errors.append(("scopes", message))
+        if not any(field in ("args", "kwargs") for field, _ in errors):
             try:
                 registered.check_arguments(self.args, self.kwargs)
             except TypeError as exc:
@@ -408,12 +461,13 @@ class RunQuerySet(models.QuerySet["Run"]):
     def failed(self) -> "RunQuerySet":
         return self.filter(status=Run.Status.FAILED)
 
-    def occupancy(self, schedule_ids: list[int]) -> dict[int, policies.Occupancy]:
-        """What each of these schedules has in flight, for the overlap policy (one query)."""
+    def occupancy(self, schedule_ids: list[int]) -> dict[tuple[int, str], policies.Occupancy]:
+        """What each (schedule, scope) of these schedules has in flight, for the overlap
+        policy (one query). An unscoped schedule's runs have the scope ""."""
         active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
         rows = (
             self.filter(self._of_schedules(schedule_ids), status__in=Run.ACTIVE_STATUSES)
-            .values("schedule_id")
+            .values("schedule_id", "scope")
             .annotate(
                 active=Count("pk", filter=active),
                 queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
@@ -423,7 +477,9 @@ class RunQuerySet(models.QuerySet["Run"]):
         )
         occupancy = policies.Occupancy
         return {
-            row["schedule_id"]: occupancy(row["active"], row["queued"], row["retrying"] > 0)
+            (row["schedule_id"], row["scope"]): occupancy(
+                row["active"], row["queued"], row["retrying"] > 0
+            )
             for row in rows
         }
 
@@ -450,14 +506,14 @@ class RunQuerySet(models.QuerySet["Run"]):
         )
 
     def promote_queued(self, schedule_ids: Iterable[int] | None) -> int:
-        """Make the oldest queued run of each schedule pending once it has no active run.
+        """Make the oldest queued run of each (schedule, scope) of these schedules pending
+        once that scope has no active run.
 
         ``None`` means every schedule: the sweeper's pass for runs a crash left queued.
         """
-        oldest = self.filter(schedule_id=OuterRef("schedule_id"), status=Run.Status.QUEUED)
-        holding = self.filter(
-            schedule_id=OuterRef("schedule_id"), exclusive=True, status__in=Run.SLOT_STATUSES
-        )
+        same_scope = {"schedule_id": OuterRef("schedule_id"), "scope": OuterRef("scope")}
+        oldest = self.filter(**same_scope, status=Run.Status.QUEUED)
+        holding = self.filter(**same_scope, exclusive=True, status__in=Run.SLOT_STATUSES)
         first = Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
         candidates = self.filter(status=Run.Status.QUEUED, pk=first).filter(~Exists(holding))
         if schedule_ids is not None:
@@ -469,7 +525,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             with transaction.atomic(using=self.db):
                 promoted = candidates.update(status=Run.Status.PENDING)
         except IntegrityError:
-            return 0  # another process promoted a run of the same schedule first: it starts
+            return 0  # another process promoted a run of the same scope first: it starts
         if promoted:
             wakeups.notify(self.db)
         return promoted
@@ -512,7 +568,7 @@ class Run(models.Model):
     )
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
     scope = models.CharField(
-        max_length=200,
+        max_length=scope_providers.KEY_MAX_LENGTH,
         blank=True,
         default="",
         help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
@@ -588,6 +644,8 @@ class Run(models.Model):
                 condition=Q(status__in=CLAIMABLE_STATUSES, tasks_backend=""),
                 name="periodic_run_claimable",
             ),
+            # What each scope has in flight (occupancy) and its oldest queued run (promotion),
+            # without reading the runs of a fanned-out schedule's other scopes.
             models.Index(
                 fields=["plan_time"],
                 condition=Q(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=True)
@@ -595,7 +653,7 @@ class Run(models.Model):
                 name="periodic_run_to_enqueue",
             ),
             models.Index(
-                fields=["schedule"],
+                fields=["schedule", "scope"],
                 condition=Q(status__in=choices.ACTIVE_STATUSES),
                 name="periodic_run_active",
             ),

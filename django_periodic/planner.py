@@ -7,6 +7,12 @@ all in one transaction and a constant number of queries however many schedules a
 Deciding costs Python time per schedule, so a batch reads only the columns a decision needs
 and computes each distinct trigger's fire times once: many schedules sharing a trigger and a
 cursor (100,000 on the same cron) cost one ``next_after``, not one each.
+
+A fanned-out schedule (``Schedule.scopes``) records one run per scope key. Its provider is
+app code that may query or call out, so it is never called while rows are locked: the batch
+that finds it due leaves it alone, its provider is called after that transaction, and a
+second one locks it again and records the runs of every key, unless another planner has
+planned that fire meanwhile.
 """
 
 from dataclasses import dataclass, field
@@ -16,16 +22,16 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, When
 
-from django_periodic import loading, policies, recording, registry, triggers
+from django_periodic import loading, policies, recording, registry, scopes, triggers
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Run, Schedule, ScheduleQuerySet
 from django_periodic.policies import Occupancy
 
 DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
-    "misfire_grace", "planning_failures",
+    "misfire_grace", "planning_failures", "scopes",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend")
 
@@ -75,27 +81,120 @@ def plan_due(
     its overlap policy must decide on what is in flight then.
     """
     batch_size = batch_size or get_settings().PLAN_BATCH_SIZE
-    fields: tuple[str, ...] = DECISION_FIELDS
-    if connections[using].vendor != "postgresql":
-        fields += SNAPSHOT_FIELDS
     with transaction.atomic(using=using):
-        due = Schedule.objects.using(using).due(now + ahead).select_for_update(skip_locked=True)
-        # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
-        anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
-        due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
-        with loading.timestamps_parsed_once(using):
-            schedules = [Due(*row) for row in due.values_list(*fields)[:batch_size]]
+        due = Schedule.objects.using(using).due(now + ahead)
+        schedules = _locked(due, batch_size, using)
         if not schedules:
             return PlanResult()
         occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
+        fanned_out = [s for s in schedules if s.scopes]
+        if fanned_out:
+            schedules = [s for s in schedules if not s.scopes]
         decisions = decide_all(schedules, now, occupancy)
         result = _apply(decisions, now, using)
         result.deferred = len(schedules) - len(decisions)
+    # Outside the transaction: the providers of those that can be planned now are called next.
+    plannable = [s for s in fanned_out if not _waits_for_due_time(s, now, occupancy)]
+    result.deferred += len(fanned_out) - len(plannable)
+    if plannable:
+        result += _plan_fanned_out(plannable, now, ahead, using)
+    return result
+
+
+def _locked(due: ScheduleQuerySet, limit: int, using: str) -> list[Due]:
+    """Lock up to ``limit`` of these schedules, skipping those another planner holds, and
+    load the columns planning reads."""
+    fields: tuple[str, ...] = DECISION_FIELDS
+    if connections[using].vendor != "postgresql":
+        fields += SNAPSHOT_FIELDS
+    due = due.select_for_update(skip_locked=True)
+    # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
+    anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
+    due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
+    with loading.timestamps_parsed_once(using):
+        return [Due(*row) for row in due.values_list(*fields)[:limit]]
+
+
+def _waits_for_due_time(
+    schedule: Due, now: datetime, occupancy: dict[tuple[int, str], Occupancy]
+) -> bool:
+    """Whether a fire within the lead waits to be planned when due: a run of the schedule
+    (of any scope) is in flight, and the overlap policy must decide on what is then."""
+    ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
+    return ahead and any(pk == schedule.pk for pk, _scope in occupancy)
+
+
+def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: str) -> PlanResult:
+    """Plan the next fire(s) of fanned-out schedules: one run per scope key.
+
+    Each provider is called once here, outside any transaction; then the schedules are
+    locked again, and one whose cursor or provider changed meanwhile (another planner
+    planned it, someone edited it) is left alone, its keys unused. A provider that fails
+    fails its schedule's planning like any bad row: nothing recorded, the cursor kept.
+    """
+    keys: dict[int, list[str] | str] = {}
+    for schedule in seen:
+        try:
+            keys[schedule.pk] = scopes.scope_keys(schedule.scopes)
+        except Exception as exc:  # app code: one provider fails its schedule, never the tick
+            keys[schedule.pk] = f"Cannot plan: scope provider {schedule.scopes!r} failed: {exc}"
+    expected = {s.pk: (s.next_fire_at, s.scopes) for s in seen}
+    with transaction.atomic(using=using):
+        due = Schedule.objects.using(using).due(now + ahead).filter(pk__in=expected)
+        locked = [
+            schedule
+            for schedule in _locked(due, len(seen), using)
+            if expected[schedule.pk] == (schedule.next_fire_at, schedule.scopes)
+        ]
+        occupancy = Run.objects.using(using).occupancy([s.pk for s in locked])
+        memo = _Memo()
+        decisions = []
+        for schedule in locked:
+            fetched = keys[schedule.pk]
+            if isinstance(fetched, str):
+                decisions.append(Decision(schedule, cursor=None, error=fetched))
+            elif not _waits_for_due_time(schedule, now, occupancy):
+                decisions.append(decide_fanned_out(schedule, now, fetched, occupancy, memo))
+        result = _apply(decisions, now, using)
+        result.deferred = len(locked) - len(decisions)
         return result
 
 
+def decide_fanned_out(
+    schedule: Due,
+    now: datetime,
+    keys: list[str],
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "_Memo | None" = None,
+) -> Decision:
+    """A fanned-out schedule's decision: its fires once per scope key, each under the overlap
+    policy of that scope's runs in flight (no database access).
+
+    No key, no run; the cursor moves all the same.
+    """
+    memo = memo or _Memo()
+    ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
+    at = schedule.next_fire_at if ahead else now
+    assert at is not None  # a due schedule has a cursor
+    idle = decide(schedule, at, Occupancy(), memo)  # every scope with nothing in flight
+    if idle.error:
+        return idle
+    fires: list[Fire] = []
+    supersedes = []
+    for key in keys:
+        in_flight = occupancy.get((schedule.pk, key))
+        decided = idle if in_flight is None else decide(schedule, at, in_flight, memo)
+        if decided.supersedes:
+            supersedes.append(key)
+        fires += [
+            Fire(fire.plan_time, fire.status, fire.error_code, fire.error_message, key)
+            for fire in decided.fires
+        ]
+    return Decision(schedule, idle.cursor, tuple(fires), tuple(supersedes))
+
+
 def decide_all(
-    schedules: list[Due], now: datetime, occupancy: dict[int, Occupancy]
+    schedules: list[Due], now: datetime, occupancy: dict[tuple[int, str], Occupancy]
 ) -> list[Decision]:
     """Decide a batch; each distinct trigger's due times are computed once (no database access).
 
@@ -106,7 +205,7 @@ def decide_all(
     memo = _Memo()
     decisions = []
     for schedule in schedules:
-        in_flight = occupancy.get(schedule.pk)
+        in_flight = occupancy.get((schedule.pk, ""))
         ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
         if ahead and in_flight is not None:
             continue  # decided when due, on what is in flight then
@@ -122,7 +221,7 @@ def decide_all(
             at = schedule.next_fire_at if ahead else now
             assert at is not None  # a due schedule has a cursor
             shared = memo.decisions[key] = decide(schedule, at, Occupancy(), memo)
-        decisions.append(Decision(schedule, shared.cursor, shared.fires, False, shared.error))
+        decisions.append(Decision(schedule, shared.cursor, shared.fires, (), shared.error))
     return decisions
 
 
@@ -200,7 +299,8 @@ def decide(
         reason = policies.SKIPPED_MISSED
         fires.append(Fire(due.unlisted, Run.Status.SKIPPED, reason, message))
     fired = any(fire.status != Run.Status.SKIPPED for fire in fires)
-    return Decision(schedule, due.cursor, tuple(fires), occupancy.retrying and fired)
+    supersedes = ("",) if occupancy.retrying and fired else ()
+    return Decision(schedule, due.cursor, tuple(fires), supersedes)
 
 
 def _due_times(
@@ -245,5 +345,5 @@ def plan_retry(failed: Run, now: datetime) -> Run:
     """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
     snapshot = {"job_name": failed.job_name, "args": failed.args, "kwargs": failed.kwargs}
     return failed.schedule.plan_extra_run(
-        now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, **snapshot
+        now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, scope=failed.scope, **snapshot
     )

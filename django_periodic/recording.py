@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
 
 from django_periodic import arrays, policies
 from django_periodic.conf import get_settings, tasks_backend_for
@@ -54,9 +55,16 @@ def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decisi
 
 
 def _supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:
-    superseding = [d.schedule.pk for d in decisions if d.supersedes_retry]
-    if superseding:
-        Run.objects.using(using).filter(schedule_id__in=superseding).supersede_retries(now)
+    """End the waiting retries that new fires supersede, scope by scope."""
+    superseding = [d for d in decisions if d.supersedes]
+    if not superseding:
+        return
+    unscoped = [d.schedule.pk for d in superseding if d.supersedes == ("",)]
+    retries = Q(schedule_id__in=unscoped, scope="")
+    for decision in superseding:
+        if decision.supersedes != ("",):
+            retries |= Q(schedule_id=decision.schedule.pk, scope__in=decision.supersedes)
+    Run.objects.using(using).filter(retries).supersede_retries(now)
 
 
 def _record_one_by_one(
@@ -112,10 +120,10 @@ def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any
 
 
 def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
-    """Record every fire; a (schedule, plan_time) already recorded is left as it is."""
+    """Record every fire; a (schedule, scope, plan_time) already recorded is left as it is."""
     runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
     recorded = _recorded_plan_times(runs, using)
-    new = [run for run in runs if (run.schedule_id, run.plan_time) not in recorded]
+    new = [run for run in runs if (run.schedule_id, run.scope, run.plan_time) not in recorded]
     # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
     Run.objects.using(using).bulk_create(new)
 
@@ -124,6 +132,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
     # Run.for_schedule's snapshot, from the columns loaded for it.
     return Run(
         schedule_id=schedule.pk,
+        scope=fire.scope,
         plan_time=fire.plan_time,
         job_name=schedule.job,
         args=schedule.args,
@@ -146,7 +155,7 @@ def _start_deadline(schedule: Due, fire: Fire, now: datetime) -> datetime | None
     return policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
 
 
-def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime]]:
+def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, datetime]]:
     if not runs:
         return set()
     recorded = Run.objects.using(using).filter(
@@ -154,7 +163,7 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, datetime
         schedule_id__in={run.schedule_id for run in runs},
         plan_time__in={run.plan_time for run in runs},
     )
-    return set(recorded.values_list("schedule_id", "plan_time"))
+    return set(recorded.values_list("schedule_id", "scope", "plan_time"))
 
 
 # One statement for the whole batch: move every cursor by compare-and-set, then insert the
@@ -184,7 +193,7 @@ WITH batch AS (
         error_code, error_message, traceback, job_name, args, kwargs,
         tasks_backend, task_id, created_at
     )
-    SELECT m.id, '', f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+    SELECT m.id, f.scope, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '', m.job, m.args, m.kwargs,
@@ -192,8 +201,8 @@ WITH batch AS (
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
-        %(start_deadline)s::timestamptz[]
-    ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline)
+        %(start_deadline)s::timestamptz[], %(scope)s::text[]
+    ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope)
     USING (shape)
     ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger = 'schedule' DO NOTHING
 )
@@ -243,7 +252,8 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
                 if fire.status == pending:
                     deadline = policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
                 row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
-                for name, value in zip(FIRE_COLUMNS, (*row, exclusive, deadline), strict=True):
+                values = (*row, exclusive, deadline, fire.scope)
+                for name, value in zip(FIRE_COLUMNS, values, strict=True):
                     fires[name].append(value)
         ids.append(schedule.pk)
         shape_of.append(shape)
@@ -259,4 +269,5 @@ FIRE_COLUMNS = (
     "error_message",
     "exclusive",
     "start_deadline",
+    "scope",
 )

@@ -5,7 +5,9 @@ import os
 import threading
 import time
 
-from django_periodic import job
+from django.db import connection
+
+from django_periodic import job, scopes
 from tests.models import Execution
 
 # A scheduler that is slow to load its jobs: tests stop it while it is still starting.
@@ -159,3 +161,31 @@ def raise_base_exception(name: str = "SystemExit"):
     raise {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt}.get(
         name, GeneratorExit
     )(f"{name} from a job")
+
+
+# Fan-out: the scope keys the provider "tenants" returns, and how it was called. A test sets
+# TENANTS (monkeypatch) to what the provider should return, an exception to raise, or a
+# function to call instead.
+TENANTS: list | tuple | object = ["acme", "globex", 7]
+PROVIDER_CALLS: list[bool] = []  # one per call: whether it ran inside a transaction
+
+
+@scopes.provider
+def tenants():
+    """The tenants of the tests (TENANTS)."""
+    PROVIDER_CALLS.append(connection.in_atomic_block)
+    if isinstance(TENANTS, Exception):
+        raise TENANTS
+    return TENANTS() if callable(TENANTS) else TENANTS
+
+
+@scopes.provider(name="tests.regions")
+def regions():
+    """Two regions."""
+    return ["eu", "us"]
+
+
+@job(takes_context=True)
+def per_tenant(context, greeting: str = "hello"):
+    """Returns its scope key."""
+    return f"{greeting} {context.scope}"

@@ -262,3 +262,79 @@ def test_resume_with_catch_up_leaves_a_broken_schedule_without_a_cursor_paused(a
     schedule.refresh_from_db()
     assert not schedule.enabled
     assert "Invalid hour field '99'" in messages_of(response)[-1]
+
+
+# -- fan-out -----------------------------------------------------------------------------------
+
+
+def fanned_out(**fields):
+    fields = {"job": "tests.jobs.per_tenant", "scopes": "tests.jobs.tenants", **fields}
+    return ScheduleFactory(**fields)
+
+
+def test_the_form_offers_the_registered_scope_providers(admin_client):
+    page = admin_client.get(ADD_URL).content.decode()
+    assert '<option value="tests.jobs.tenants">tests.jobs.tenants — The tenants' in page
+    assert '<option value="tests.regions">' in page
+
+
+def test_the_form_saves_a_fanned_out_schedule_and_refuses_an_unknown_provider(admin_client):
+    data = schedule_form_data(job="tests.jobs.per_tenant", args="[]")
+    response = admin_client.post(ADD_URL, {**data, "scopes": "billing.nope"})
+    (message,) = response.context["adminform"].form.errors["scopes"]
+    assert "No scope provider named 'billing.nope'" in message
+    response = admin_client.post(ADD_URL, {**data, "scopes": "tests.regions"})
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    assert Schedule.objects.get(name="from-admin").scopes == "tests.regions"
+
+
+def test_a_fanned_out_schedule_page_shows_the_latest_run_of_each_scope_failing_first(
+    admin_client,
+):
+    schedule = fanned_out()
+    now = clock.now()
+    for scope in ("acme", "globex", "initech"):
+        RunFactory(schedule=schedule, scope=scope, plan_time=now - timedelta(hours=1),
+                   status="failed")  # fmt: skip
+    RunFactory(schedule=schedule, scope="acme", plan_time=now, status="succeeded")
+    RunFactory(schedule=schedule, scope="initech", plan_time=now, status="succeeded")
+    page = admin_client.get(change_url(schedule)).content.decode()
+    assert "3 scopes: 1 failed, 2 succeeded." in page
+    table = page[page.index('class="periodic-scopes"') :]
+    assert table.index(">globex<") < table.index(">acme<") < table.index(">initech<")
+    runs = reverse("admin:django_periodic_run_changelist")
+    assert f'href="{runs}?schedule={schedule.pk}&amp;scope=globex"' in table
+
+
+def test_the_scope_table_lists_twenty_scopes_and_counts_the_rest(admin_client):
+    schedule = fanned_out()
+    for k in range(25):
+        RunFactory(schedule=schedule, scope=f"tenant-{k:02}", status="succeeded")
+    page = admin_client.get(change_url(schedule)).content.decode()
+    assert "25 scopes: 25 succeeded." in page
+    assert ">tenant-19<" in page and ">tenant-20<" not in page
+    assert "5 more scopes" in page
+
+
+def test_an_unscoped_schedule_page_has_no_scope_table(admin_client):
+    page = admin_client.get(change_url(ScheduleFactory())).content.decode()
+    assert "periodic-scopes" not in page and "no scoped run yet" not in page
+
+
+def test_run_now_on_a_fanned_out_schedule_runs_every_scope(admin_client):
+    schedule = fanned_out()
+    response = act(admin_client, "run_now", schedule)
+    runs = Run.objects.filter(schedule=schedule, trigger="manual")
+    assert sorted(runs.values_list("scope", flat=True)) == ["7", "acme", "globex"]
+    assert messages_of(response) == ["Requested 3 runs: 3 pending."]
+
+
+def test_run_now_reports_a_failing_scope_provider(admin_client, monkeypatch):
+    from tests import jobs
+
+    monkeypatch.setattr(jobs, "TENANTS", RuntimeError("accounts service down"))
+    schedule = fanned_out()
+    url = reverse("admin:django_periodic_schedule_run_now", args=[schedule.pk])
+    response = admin_client.post(url, follow=True)
+    assert not Run.objects.exists()
+    assert "its scope provider failed: accounts service down" in messages_of(response)[0]

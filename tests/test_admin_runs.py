@@ -212,3 +212,20 @@ def test_the_leases_of_a_process_are_listed_from_its_link(admin_client, process)
     query = {"process__id__exact": process.pk, "released_at__isnull": "True"}
     response = admin_client.get(url, query)
     assert len(response.context["cl"].result_list) == 1
+
+
+def test_runs_are_filtered_and_searched_by_scope(admin_client):
+    schedule = ScheduleFactory(job="tests.jobs.per_tenant", scopes="tests.jobs.tenants")
+    acme = RunFactory(schedule=schedule, scope="acme")
+    RunFactory(schedule=schedule, scope="globex")
+    unscoped = RunFactory()
+
+    def listed(query):
+        response = admin_client.get(LIST_URL, query)
+        return {run.pk for run in response.context["cl"].result_list}
+
+    assert listed({"scope": "acme"}) == {acme.pk}
+    assert listed({"scope": "-"}) == {unscoped.pk}
+    assert listed({"q": "acme"}) == {acme.pk}
+    page = admin_client.get(run_url(acme)).content.decode()
+    assert ">acme<" in page

@@ -207,3 +207,17 @@ def test_periodic_status_exits_with_status_1_when_something_needs_attention(now)
     with pytest.raises(CommandError) as raised:
         output_of("periodic_status")
     assert raised.value.returncode == 1
+
+
+def test_periodic_status_counts_failures_by_scope(now, process):
+    schedule = ScheduleFactory(name="billing", job="tests.jobs.per_tenant",
+                               scopes="tests.jobs.tenants")  # fmt: skip
+    for k, (scope, status) in enumerate(
+        [("acme", "failed"), ("acme", "failed"), ("globex", "failed"), ("initech", "succeeded")]
+    ):
+        RunFactory(schedule=schedule, scope=scope, status=status,
+                   plan_time=now - timedelta(minutes=k))  # fmt: skip
+    text = output_of("periodic_status")
+    section = text[text.index("Failures by scope") :]
+    assert section.index("billing [acme]  2 failed") < section.index("billing [globex]  1 failed")
+    assert "initech" not in section

@@ -55,6 +55,7 @@ def test_bad_code_schedules_fail_at_import(clean_registry, options, message):
         ({"cron": "* * * * *", "colour": "blue"}, "unknown options: colour"),
         ({"interval": timedelta(0)}, "The interval must be positive"),
         ({"cron": "* * * * *", "job_timeout": 3}, "unknown options: job_timeout"),
+        ({"cron": "* * * * *", "scopes": "billing.nope"}, "No scope provider named"),
     ],
 )
 def test_a_code_schedule_that_is_no_valid_schedule_fails_the_system_checks(
@@ -139,3 +140,19 @@ def test_a_code_schedule_may_hand_its_runs_to_a_tasks_backend(clean_registry):
     schedule = Schedule.objects.get(name="indexing")
     assert schedule.tasks_backend == "dummy"
     assert schedule.run_now().tasks_backend == "dummy"
+
+
+def test_a_code_schedule_may_fan_out_over_a_registered_provider(clean_registry):
+    job(name="per_region", takes_context=True, cron="0 2 * * *", scopes="tests.regions")(
+        lambda context: context.scope
+    )
+    assert checks.check_code_schedules() == []
+
+
+def test_scope_providers_are_registered_by_module_and_qualname():
+    from django_periodic import scopes
+
+    found = scopes.get_provider("tests.jobs.tenants")
+    assert found.description == "The tenants of the tests (TENANTS)."
+    with pytest.raises(scopes.UnknownProvider, match=r"Registered: .*tests\.regions"):
+        scopes.get_provider("nope")

@@ -11,11 +11,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Field, Model
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
 from django.utils.safestring import SafeString
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
-from django_periodic.admin.history import RunSummary
+from django_periodic.admin.history import RunSummary, ScopeRun
 from django_periodic.models import Run
 
 EMPTY = "—"
@@ -66,6 +67,69 @@ def run_strip(runs: Sequence[RunSummary], change_url: str) -> SafeString:
         ),
     )
     return format_html('<span class="periodic-strip">{}</span>', squares)
+
+
+# The scopes a schedule's page lists one by one; the rest are counted.
+SCOPE_TABLE_ROWS = 20
+# Listed first: the scopes whose latest run needs a look.
+ATTENTION_FIRST = (Run.Status.FAILED, Run.Status.RETRYING, Run.Status.CANCELLED)
+
+
+def scope_table(
+    latest: Sequence[ScopeRun], complete: bool, runs_url: str, change_url: str
+) -> SafeString:
+    """The latest run of each scope: counts by status, then a table of the first
+    ``SCOPE_TABLE_ROWS`` scopes, those that need a look first, each linking its runs.
+
+    ``runs_url`` lists the schedule's runs (a scope filter is added per row); ``change_url``
+    is a run's change page with "0" as the id.
+    """
+    if not latest:
+        return format_html('<span class="periodic-quiet">{}</span>', _("no scoped run yet"))
+    total = _("%(n)d scopes: %(counts)s.") % {
+        "n": len(latest),
+        "counts": counts(Counter(run.status for run in latest)),
+    }
+    if not complete:
+        total += " " + _("(Latest run of each scope among its newest runs only.)")
+    ordered = sorted(latest, key=lambda run: (run.status not in ATTENTION_FIRST, run.scope))
+    rows_shown = ordered[:SCOPE_TABLE_ROWS]
+    prefix = change_url.removesuffix("0/change/")
+    rows = format_html_join(
+        "",
+        '<tr><td><a href="{}&amp;{}">{}</a></td><td><a href="{}{}/change/">{}</a></td>'
+        "<td>{}</td></tr>",
+        (
+            (
+                runs_url,
+                urlencode({"scope": run.scope}),
+                run.scope,
+                prefix,
+                run.pk,
+                status_badge(run.status, run.error_code),
+                absolute(run.plan_time),
+            )
+            for run in rows_shown
+        ),
+    )
+    more = ""
+    if len(ordered) > len(rows_shown):
+        more = format_html(
+            '<p><a href="{}">{}</a></p>',
+            runs_url,
+            _("%(n)d more scopes: all runs of this schedule")
+            % {"n": len(ordered) - SCOPE_TABLE_ROWS},
+        )
+    return format_html(
+        '<p>{}</p><table class="periodic-scopes"><thead><tr><th>{}</th><th>{}</th><th>{}</th>'
+        "</tr></thead><tbody>{}</tbody></table>{}",
+        total,
+        _("scope"),
+        _("latest run"),
+        _("plan time"),
+        rows,
+        more,
+    )
 
 
 def _square_title(run: RunSummary, labels: dict[str, str]) -> str:

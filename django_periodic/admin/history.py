@@ -12,6 +12,9 @@ from django.db.models.functions import RowNumber
 from django_periodic.models import Run
 
 STRIP_LENGTH = 20
+# A fanned-out schedule's page reads at most this many of its newest runs for the latest run
+# of each scope: a bounded read off its history index, however long the history.
+SCOPE_STATUS_RUNS = 20_000
 _FIELDS = ("pk", "schedule_id", "status", "plan_time", "trigger", "error_code")
 
 
@@ -78,3 +81,26 @@ def last_status() -> Subquery:
     """The status of a schedule's newest run by plan time, for filtering a schedule queryset."""
     newest = Run.objects.filter(schedule=OuterRef("pk")).order_by("-plan_time", "-pk")
     return Subquery(newest.values("status")[:1])
+
+
+class ScopeRun(NamedTuple):
+    pk: int
+    scope: str
+    status: str
+    plan_time: datetime
+    error_code: str
+
+
+def latest_by_scope(
+    schedule_id: int, using: str = "default", limit: int = SCOPE_STATUS_RUNS
+) -> tuple[list[ScopeRun], bool]:
+    """The newest run of each scope of a fanned-out schedule, among its newest ``limit``
+    runs, and whether those were all its scoped runs (else older scopes may be missing)."""
+    runs = Run.objects.using(using).filter(schedule_id=schedule_id).exclude(scope="")
+    fields = ("pk", "scope", "status", "plan_time", "error_code")
+    newest = runs.order_by("-plan_time", "-pk").values_list(*fields)[: limit + 1]
+    latest: dict[str, ScopeRun] = {}
+    rows = list(newest)
+    for row in rows[:limit]:
+        latest.setdefault(row[1], ScopeRun(*row))
+    return list(latest.values()), len(rows) <= limit

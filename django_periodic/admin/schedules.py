@@ -48,6 +48,7 @@ else:
 # What the code of a @job schedule defines; the admin shows it but cannot change it.
 CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIELDS, *POLICY_FIELDS)
 STATE_FIELDS = (
+    "scope_status",
     "next_fire",
     "recent_runs",
     "last_error",
@@ -166,7 +167,11 @@ class ScheduleAdmin(_ScheduleAdmin):
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
         ]
         if obj is not None:
-            fieldsets.append((_("State"), {"fields": list(STATE_FIELDS)}))
+            # The scopes' latest runs only where there are scopes.
+            hidden = set() if obj.scopes else {"scope_status"}
+            fieldsets.append(
+                (_("State"), {"fields": [name for name in STATE_FIELDS if name not in hidden]})
+            )
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list[str]:
@@ -265,6 +270,15 @@ class ScheduleAdmin(_ScheduleAdmin):
             schedule.recent = history.recent_runs([schedule.pk], using).get(schedule.pk, [])
         return schedule.recent
 
+    @admin.display(description=gettext_lazy("scopes"))
+    def scope_status(self, schedule: Schedule) -> SafeString:
+        """The latest run of each scope: a count by status, then the scopes that need a look
+        first (failed, retrying), capped."""
+        using = schedule._state.db or "default"
+        latest, complete = history.latest_by_scope(schedule.pk, using)
+        runs_url = f"{self._url('changelist', model='run')}?schedule={schedule.pk}"
+        return display.scope_table(latest, complete, runs_url, self._url("change", 0, model="run"))
+
     @admin.display(description=gettext_lazy("preview"))
     def trigger_preview(self, schedule: Schedule) -> SafeString:
         now = clock.now(schedule._state.db or "default")
@@ -323,16 +337,36 @@ class ScheduleAdmin(_ScheduleAdmin):
             raise Http404(_("No such schedule."))
         if not self.has_change_permission(request, schedule):
             raise PermissionDenied
-        run = schedule.run_now()
-        link = format_html('<a href="{}">{}</a>', self._url("change", run.pk, model="run"), run)
-        self.message_user(request, format_html(_("Requested a run: {}."), link))
+        try:
+            runs = schedule.run_now_for_all_scopes()
+        except Exception as exc:  # the scope provider's code failed
+            message = _("Not run: its scope provider failed: %(error)s") % {"error": exc}
+            self.message_user(request, message, messages.ERROR)
+            return HttpResponseRedirect(self._url("change", schedule.pk))
+        if len(runs) == 1:
+            (run,) = runs
+            link = format_html('<a href="{}">{}</a>', self._url("change", run.pk, model="run"), run)
+            self.message_user(request, format_html(_("Requested a run: {}."), link))
+        else:
+            self._report_requested(request, Counter(run.status for run in runs))
         return HttpResponseRedirect(self._url("change", schedule.pk))
 
     @admin.action(
         description=gettext_lazy("Run now (through the overlap policy)"), permissions=["change"]
     )
     def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        statuses = Counter(schedule.run_now().status for schedule in queryset)
+        statuses: Counter[str] = Counter()
+        for schedule in queryset:
+            try:
+                statuses.update(run.status for run in schedule.run_now_for_all_scopes())
+            except Exception as exc:  # a scope provider's code failed: the others still run
+                message = _("%(name)s not run: its scope provider failed: %(error)s")
+                self.message_user(
+                    request, message % {"name": schedule, "error": exc}, messages.ERROR
+                )
+        self._report_requested(request, statuses)
+
+    def _report_requested(self, request: HttpRequest, statuses: "Counter[str]") -> None:
         n = statuses.total()
         message = ngettext(
             "Requested %(n)d run: %(counts)s.", "Requested %(n)d runs: %(counts)s.", n

@@ -6,7 +6,10 @@ from django.db.models import Count
 
 from django_periodic import clock
 from django_periodic.conf import get_settings
-from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
+
+# The scopes with the most failed runs that the report lists one by one.
+FAILING_SCOPES = 20
 
 
 class Command(BaseCommand):
@@ -44,8 +47,31 @@ class Command(BaseCommand):
             self._line(f"{schedule.name}  {state}  {failures}  {schedule.last_error}")
         self._section("Recent failures")
         for run in runs.failed().order_by("-finished_at")[:10]:
-            self._line(f"{run.job_name} @ {run.plan_time:%Y-%m-%d %H:%M:%S}  {run.error_code}")
+            scope = f" [{run.scope}]" if run.scope else ""
+            self._line(
+                f"{run.job_name}{scope} @ {run.plan_time:%Y-%m-%d %H:%M:%S}  {run.error_code}"
+            )
+        self._failures_by_scope(runs)
         self._verdict(_problems(now, database))
+
+    def _failures_by_scope(self, runs: RunQuerySet) -> None:
+        """Failed runs of fanned-out schedules counted by (schedule, scope), most first:
+        the tenants (accounts, ...) whose runs keep failing."""
+        by_scope = (
+            runs.failed()
+            .exclude(scope="")
+            .values("schedule__name", "scope")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "schedule__name", "scope")
+        )
+        listed = list(by_scope[: FAILING_SCOPES + 1])
+        if not listed:
+            return
+        self._section("Failures by scope")
+        for row in listed[:FAILING_SCOPES]:
+            self._line(f"{row['schedule__name']} [{row['scope']}]  {row['n']} failed")
+        if len(listed) > FAILING_SCOPES:
+            self._line(f"... and {by_scope.count() - FAILING_SCOPES} more scopes with failures")
 
     def _verdict(self, found: list[str]) -> None:
         """End with OK, or fail (exit status 1) so that cron and monitoring notice."""
