@@ -312,3 +312,15 @@ def test_the_run_page_shows_where_the_run_was_handed(admin_client, now, dummy):
     html = admin_client.get(reverse("admin:django_periodic_run_change", args=[run.pk]))
     text = html.content.decode()
     assert "Handed to a tasks backend" in text and run.task_id in text
+
+
+def test_a_fanned_out_fire_hands_each_scope_its_own_task(now, dummy):
+    schedule = ScheduleFactory(
+        job="tests.jobs.per_tenant", scopes="tests.regions", tasks_backend="dummy"
+    )
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=now)
+    planner.plan_due(now)
+    assert handoff.dispatch() == 2
+    assert sorted(deliver(result) for result in dummy.results) == ["succeeded", "succeeded"]
+    results = dict(Run.objects.values_list("scope", "result"))
+    assert results == {"eu": "hello eu", "us": "hello us"}
