@@ -74,7 +74,7 @@ def job(
             func=func,
             takes_context=takes_context,
             schedule=_schedule_options(options),
-            defined_in=_location(func),
+            defined_in=code_location(func),
         )
         existing = _registry.get(registered.name)
         if existing and existing.defined_in != registered.defined_in:
@@ -107,7 +107,8 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
     return dict(options)
 
 
-def _location(func: Callable[..., Any]) -> str:
+def code_location(func: Callable[..., Any]) -> str:
+    """Where ``func`` is defined, "module:line" (the module alone if its source is gone)."""
     try:
         line = inspect.getsourcelines(func)[1]
     except (OSError, TypeError):

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
+from django_periodic.registry import code_location
+
 # The longest scope key: the length of Run.scope.
 KEY_MAX_LENGTH = 200
 
@@ -57,7 +59,7 @@ def provider(func: _F | None = None, /, *, name: str | None = None) -> _F | Call
         registered = Provider(
             name=name or f"{func.__module__}.{func.__qualname__}",
             func=func,
-            defined_in=_location(func),
+            defined_in=code_location(func),
         )
         existing = _registry.get(registered.name)
         if existing and existing.defined_in != registered.defined_in:
@@ -69,14 +71,6 @@ def provider(func: _F | None = None, /, *, name: str | None = None) -> _F | Call
         return func
 
     return register(func) if func is not None else register
-
-
-def _location(func: Callable[..., Any]) -> str:
-    try:
-        line = inspect.getsourcelines(func)[1]
-    except (OSError, TypeError):
-        return func.__module__
-    return f"{func.__module__}:{line}"
 
 
 def get_provider(name: str) -> Provider:

@@ -419,15 +419,22 @@ def execution_once(plan: Plan, ours: Ours, processes: int, progress: Progress) -
         raise RuntimeError(f"{pending} runs pending, not {runs}")
     ours.analyze()
     children = [ours.start(i, workers=plan.workers) for i in range(processes)]
+    return execution_rate(plan, ours, runs, children, progress)
+
+
+def execution_rate(
+    plan: Plan, ours: Ours, runs: int, children: list[Child], progress: Progress
+) -> dict[str, float]:
+    """Wait for ``runs`` runs to succeed (stopping ``children`` after); their rate from the
+    first start to the last finish."""
     since = time.time()
     try:
         while (done := ours.count_runs("status = 'succeeded'")) < runs:
             progress.update(done, runs)
             died(children)
             if time.time() - since > plan.cap:
-                raise Unfinished(
-                    f"did not finish in {plan.cap / 60:.0f} min ({done:,} of {runs:,})"
-                )
+                minutes = plan.cap / 60
+                raise Unfinished(f"did not finish in {minutes:.0f} min ({done:,} of {runs:,})")
             time.sleep(0.5)
     finally:
         ours.stop(children)
@@ -465,24 +472,7 @@ def handoff_once(plan: Plan, ours: Ours, workers: int, progress: Progress) -> di
     # The scheduler enqueues while the workers execute: both are in the figure.
     children = [ours.start(0, plan_only=True)]
     children += [ours.start_task_worker(1 + i) for i in range(workers)]
-    since = time.time()
-    try:
-        while (done := ours.count_runs("status = 'succeeded'")) < runs:
-            progress.update(done, runs)
-            died(children)
-            if time.time() - since > plan.cap:
-                raise Unfinished(
-                    f"did not finish in {plan.cap / 60:.0f} min ({done:,} of {runs:,})"
-                )
-            time.sleep(0.5)
-    finally:
-        ours.stop(children)
-    first, last = ours.conn.execute(
-        "SELECT extract(epoch FROM min(started_at)), extract(epoch FROM max(finished_at)) "
-        "FROM django_periodic_run"
-    ).fetchone()
-    seconds = float(last - first)
-    return {"n": runs, "rate": runs / seconds, "seconds": seconds}
+    return execution_rate(plan, ours, runs, children, progress)
 
 
 def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
