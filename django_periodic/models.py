@@ -511,15 +511,16 @@ class RunQuerySet(models.QuerySet["Run"]):
 
         ``None`` means every schedule: the sweeper's pass for runs a crash left queued.
         """
+        if schedule_ids is not None:
+            schedule_ids = list(schedule_ids)
+            if not schedule_ids:
+                return 0  # most outcomes: no queue to move, and no query to build
         same_scope = {"schedule_id": OuterRef("schedule_id"), "scope": OuterRef("scope")}
         oldest = self.filter(**same_scope, status=Run.Status.QUEUED)
         holding = self.filter(**same_scope, exclusive=True, status__in=Run.SLOT_STATUSES)
         first = Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
         candidates = self.filter(status=Run.Status.QUEUED, pk=first).filter(~Exists(holding))
         if schedule_ids is not None:
-            schedule_ids = list(schedule_ids)
-            if not schedule_ids:
-                return 0
             candidates = candidates.filter(schedule_id__in=schedule_ids)
         try:
             with transaction.atomic(using=self.db):

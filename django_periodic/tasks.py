@@ -9,6 +9,9 @@ framework (``taskbackends.framework()``): only the hand-off imports it, when a r
 routed to a backend.
 """
 
+import heapq
+import itertools
+import logging
 import os
 import socket
 import threading
@@ -17,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import connections
+from django.db import close_old_connections, connections
 
 from django_periodic import claims, clock, executor, leases, taskbackends
 from django_periodic.claims import Claim
@@ -25,6 +28,8 @@ from django_periodic.conf import get_settings
 from django_periodic.context import StopRequest
 from django_periodic.models import Run
 from django_periodic.outcomes import Outcome
+
+logger = logging.getLogger("django_periodic")
 
 # What the task returns when its run was not claimed (delivered twice, cancelled, done).
 NOT_CLAIMED = "not claimed"
@@ -64,61 +69,113 @@ def _holder() -> str:
 
 
 def _run_watched(claim: Claim) -> Outcome | None:
-    """Call the job while a watcher thread heartbeats its lease and enforces cancel
-    requests and its timeout; None if it was settled meanwhile (timed out, lost)."""
+    """Call the job while the watcher heartbeats its lease and enforces cancel requests and
+    its timeout; None if it was settled meanwhile (timed out, or its lease lost)."""
     stop = StopRequest()
-    watcher = _Watcher(claim, stop)
-    watcher.start()
+    watch = _watcher().watch(claim, stop)
     try:
         outcome = executor.run_job(claim, stop)
     finally:
-        watcher.finish()
-    return None if watcher.timed_out else outcome
+        watch.finish()
+    return None if watch.timed_out else outcome
 
 
-class _Watcher(threading.Thread):
-    """What ``run_scheduler`` does for the runs its workers hold, for one run: heartbeat
-    every HEARTBEAT_INTERVAL, pass on a cancel request, enforce the timeout."""
+class _Watch:
+    """One run the watcher looks after until its job ends (``finish()``)."""
 
     def __init__(self, claim: Claim, stop: StopRequest) -> None:
-        super().__init__(name=f"periodic-watch-{claim.run.pk}", daemon=True)
         self.claim = claim
         self.stop = stop
         self.timed_out = False
-        self._done = threading.Event()
+        self.done = False
+        # Held while the watcher checks this run: finish() waits for a check under way.
+        self.checking = threading.Lock()
 
     def finish(self) -> None:
-        self._done.set()
-        self.join()
+        with self.checking:
+            self.done = True
 
-    def run(self) -> None:
-        try:
-            wait = self._wait(self.claim.db_time(time.monotonic()) or clock.now(self.claim.using))
-            while not self._done.wait(wait):
-                now = clock.now(self.claim.using)
-                if not self._check(now):
-                    return
-                wait = self._wait(now)
-        finally:
-            connections.close_all()  # this thread's own
+    def check(self) -> float | None:
+        """One heartbeat and watch; seconds to the next, or None when there is nothing left
+        to watch (the job ended, its lease was lost, or it timed out)."""
+        with self.checking:
+            if self.done:
+                return None
+            now = clock.now(self.claim.using)
+            if not leases.extend(self.claim, now):
+                self.stop.set(StopRequest.LEASE_LOST)
+                return None
+            asked = Run.objects.using(self.claim.using).filter(
+                pk=self.claim.run.pk, cancel_requested_at__isnull=False
+            )
+            self.timed_out = executor.watch(self.claim, self.stop, now, asked.exists())
+            return None if self.timed_out else self.seconds_to_next_check(now)
 
-    def _check(self, now: datetime) -> bool:
-        """One heartbeat and watch; False once there is nothing left to watch."""
-        if not leases.extend(self.claim, now):
-            self.stop.set(StopRequest.LEASE_LOST)
-            return False
-        asked = Run.objects.using(self.claim.using).filter(
-            pk=self.claim.run.pk, cancel_requested_at__isnull=False
-        )
-        self.timed_out = executor.watch(self.claim, self.stop, now, asked.exists())
-        return not self.timed_out
-
-    def _wait(self, now: datetime) -> float:
-        """Seconds to the next check: the heartbeat, or the timeout (or its grace) if
-        sooner."""
+    def seconds_to_next_check(self, now: datetime) -> float:
+        """To the next heartbeat, or to the timeout (or the end of its grace) if sooner."""
         settings = get_settings()
         checks = [now + settings.HEARTBEAT_INTERVAL]
         deadline = executor.timeout_at(self.claim)
         if deadline is not None:
             checks.append(deadline if now < deadline else deadline + settings.TIMEOUT_GRACE)
         return max((min(checks) - now).total_seconds(), 0.0)
+
+
+class _Watcher:
+    """What ``run_scheduler`` does for the runs its workers hold, for the runs this
+    process's tasks execute: one thread, started with the first, waits for the earliest
+    check due. A job that ends before its first heartbeat costs no query and no thread."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, _Watch]] = []
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="periodic-watcher", daemon=True)
+        self._thread.start()
+
+    def watch(self, claim: Claim, stop: StopRequest) -> _Watch:
+        watch = _Watch(claim, stop)
+        claimed_at = claim.db_time(time.monotonic()) or clock.now(claim.using)
+        self._schedule(watch, watch.seconds_to_next_check(claimed_at))
+        return watch
+
+    def _schedule(self, watch: _Watch, seconds: float) -> None:
+        due = time.monotonic() + seconds
+        with self._changed:
+            heapq.heappush(self._heap, (due, next(self._order), watch))
+            self._changed.notify()
+
+    def _run(self) -> None:
+        while True:
+            watch = self._next_due()
+            if watch.done:
+                continue
+            try:
+                close_old_connections()
+                seconds = watch.check()
+            except Exception:  # the database is away: try again at the next heartbeat
+                logger.exception("Could not heartbeat run %s.", watch.claim.run.pk)
+                seconds = get_settings().HEARTBEAT_INTERVAL.total_seconds()
+            if seconds is not None:
+                self._schedule(watch, seconds)
+
+    def _next_due(self) -> _Watch:
+        with self._changed:
+            while True:
+                wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                if wait is not None and wait <= 0:
+                    return heapq.heappop(self._heap)[2]
+                self._changed.wait(wait)
+
+
+_shared: _Watcher | None = None
+_shared_lock = threading.Lock()
+
+
+def _watcher() -> _Watcher:
+    """This process's watcher, started with the first run its tasks execute."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = _Watcher()
+        return _shared
