@@ -150,14 +150,16 @@ class Scheduler:
             self._watch_running(now)
             self._claim_due(ahead, planned.fired)
             self._claim_ahead(ahead, planned.fired)
-        self._dispatch(ahead, planned.fired)
+        self._dispatch(ahead)
         return now, now if planned.schedules else self._next_wake(now, ahead)
 
-    def _dispatch(self, ahead: horizon.Horizon, fired: int) -> None:
-        """Enqueue the tasks of handed-off runs that may start (planners do this)."""
+    def _dispatch(self, ahead: horizon.Horizon) -> None:
+        """Enqueue the tasks of handed-off runs that may start (planners do this). Runs this
+        tick planned are seen by the next, which follows at once; a tick that planned none
+        costs no statement here."""
         if not self.plan or self.stop.requested:
             return
-        if fired or ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
+        if ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
             handoff.dispatch(self.using)
 
     def _plan_when_due(self, now: datetime, ahead: horizon.Horizon) -> planner.PlanResult:
@@ -386,9 +388,11 @@ class Scheduler:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""
         while not self.stop.requested:
             self._alarm.clear()
-            self.tick()
+            now, wake_at = self.tick()
             if not self.pool:
-                return
+                if wake_at > now:
+                    return  # planned all that is due, and enqueued what is handed off
+                continue
             if self.pool.idle() and self.recorder.flush() and not self._claimable():
                 return
             self._alarm.wait(1.0)

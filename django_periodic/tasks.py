@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
 from django_periodic import claims, clock, executor, leases, taskbackends
 from django_periodic.claims import Claim
@@ -151,11 +151,14 @@ class _Watcher:
             if watch.done:
                 continue
             try:
-                close_old_connections()
                 seconds = watch.check()
             except Exception:  # the database is away: try again at the next heartbeat
                 logger.exception("Could not heartbeat run %s.", watch.claim.run.pk)
                 seconds = get_settings().HEARTBEAT_INTERVAL.total_seconds()
+            finally:
+                # A check every heartbeat interval at most: a fresh connection each time
+                # costs little, and none is held (or found broken) in between.
+                connections.close_all()
             if seconds is not None:
                 self._schedule(watch, seconds)
 
