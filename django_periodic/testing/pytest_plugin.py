@@ -7,13 +7,16 @@ Only this module imports pytest; ``django_periodic.testing`` itself does not.
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pytest
 
+if TYPE_CHECKING:
+    from django_periodic.models import Run
+
 
 @pytest.fixture
-def periodic_run_due(db: None) -> Callable[..., Any]:
+def periodic_run_due(db: None) -> Callable[..., "list[Run]"]:
     """``django_periodic.testing.run_due``, with the test's database enabled."""
     from django_periodic.testing import run_due
 
