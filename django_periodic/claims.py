@@ -91,12 +91,17 @@ def claim(
     return claim_batch(process, now, limit, using, ahead=ahead).claims
 
 
-def claim_run(run_id: int, holder: str, using: str = "default") -> Claim | None:
+def claim_run(
+    run_id: int, holder: str, using: str = "default", *, now: datetime | None = None
+) -> Claim | None:
     """Claim one run by id if it may start now, for a worker outside ``run_scheduler`` (a
     tasks backend's, ``holder`` naming it); None if it may not (already claimed, finished,
-    cancelled, not due) or was past its start deadline (then skipped)."""
+    cancelled, not due) or was past its start deadline (then skipped).
+
+    ``now`` None means the database's clock; ``django_periodic.testing.run_due`` passes the
+    time it runs at."""
     wanted = _Wanted(holder=holder, run_id=run_id)
-    claimed = _claim_repeating(wanted, None, 1, using, None).claims
+    claimed = _claim_repeating(wanted, now, 1, using, None).claims
     return claimed[0] if claimed else None
 
 

@@ -7,8 +7,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 
-from django_periodic import claims, executor, planner, scopes
+from django_periodic import planner, scopes
 from django_periodic.models import Run, Schedule
+from django_periodic.testing import run_due
 from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -243,14 +244,14 @@ def test_unscoped_schedules_plan_alongside_fanned_out_ones():
 
 
 @pytest.mark.django_db
-def test_a_scoped_run_reads_its_scope_from_its_context(process):
+def test_a_scoped_run_reads_its_scope_from_its_context():
     fanned_out()
-    planner.plan_due(T0 + timedelta(seconds=1))
-    found = {}
-    for claim in claims.claim(process, T0 + timedelta(seconds=1), 10):
-        assert executor.execute(claim) == "succeeded"
-        found[claim.run.scope] = Run.objects.get(pk=claim.run.pk).result
-    assert found == {"acme": "hello acme", "globex": "hello globex", "7": "hello 7"}
+    runs = run_due(now=T0 + timedelta(seconds=1))
+    assert {run.scope: (run.status, run.result) for run in runs} == {
+        "acme": ("succeeded", "hello acme"),
+        "globex": ("succeeded", "hello globex"),
+        "7": ("succeeded", "hello 7"),
+    }
 
 
 @pytest.mark.django_db

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from django_periodic import testing
 from django_periodic.triggers import (
     MACROS,
     BoundedTrigger,
@@ -60,12 +61,7 @@ def local_day_fires(trigger: Trigger, tz: str, day: date) -> list[datetime]:
     """Fires from local midnight of `day` (inclusive) to the next local midnight (exclusive)."""
     start = datetime(day.year, day.month, day.day, tzinfo=ZoneInfo(tz))
     end = start + timedelta(days=1)  # wall-clock arithmetic: the next local midnight
-    fires = []
-    fire = trigger.next_after(start - US)
-    while fire is not None and fire < end:
-        fires.append(fire)
-        fire = trigger.next_after(fire)
-    return fires
+    return testing.fire_times(trigger, start, end)
 
 
 def wall_matches(spec: _CronSpec, wall: datetime) -> bool:
