@@ -28,7 +28,9 @@ class Command(BaseCommand):
         try:
             report = health.gather(clock.now(database), database)
         except DatabaseError as exc:
-            raise CommandError(f"Cannot query the database: {exc}", returncode=DATABASE_UNREACHABLE) from exc
+            raise CommandError(
+                f"Cannot query the database: {exc}", returncode=DATABASE_UNREACHABLE
+            ) from exc
         self.stdout.write(self._render(report, json, options), ending="")
         if report.problems:
             found = "; ".join(problem.message for problem in report.problems)
