@@ -30,6 +30,9 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "tests",
 ]
+# The django-health-check integration's tests (the package is in the test group).
+if find_spec("health_check"):
+    INSTALLED_APPS.append("health_check")
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

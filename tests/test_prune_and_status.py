@@ -215,7 +215,7 @@ def test_periodic_status_counts_failures_by_scope(now, process):
     for k, (scope, status) in enumerate(
         [("acme", "failed"), ("acme", "failed"), ("globex", "failed"), ("initech", "succeeded")]
     ):
-        RunFactory(schedule=schedule, scope=scope, status=status,
+        RunFactory(schedule=schedule, scope=scope, status=status, finished_at=now,
                    plan_time=now - timedelta(minutes=k))  # fmt: skip
     text = output_of("periodic_status")
     section = text[text.index("Failures by scope") :]

@@ -1,0 +1,1 @@
+"""Integrations with optional third-party packages, each importable only with its package."""
