@@ -141,7 +141,14 @@ def three_fires_of_a_running_scheduler(children, start_in: float, **settings) ->
         end_at=start + timedelta(seconds=2),
     )
     done = Run.objects.filter(schedule=schedule, status="succeeded")
-    wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
+    try:
+        wait_for(lambda: done.count() == 3, 30, "three succeeded runs")
+    except AssertionError as exc:
+        # Say what the ledger and the scheduler said: this failed once in CI, never here.
+        child.terminate()
+        runs = Run.objects.filter(schedule=schedule)
+        runs = runs.values_list("plan_time", "status", "error_code")
+        raise AssertionError(f"{exc}\nruns: {list(runs)}\n{child.output()}") from None
     assert child.terminate() == 0
     return schedule
 
