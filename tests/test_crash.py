@@ -168,6 +168,20 @@ def test_schedulers_carry_on_after_postgres_restarts(fleet):
     check_promises(ledger, stopped_at, dead=None, job_failures=crash.DATABASE_ERRORS)
 
 
+# A worker killed after it took a task from the queue but before it claimed the run loses
+# the task: the schedulers enqueue it again after the pickup timeout (5 min by default).
+HANDOFF_SETTINGS = {**crash.CHILD_SETTINGS, "TASKS_PICKUP_TIMEOUT": 5}
+
+
+@pytest.fixture
+def handoff_fleet(postgres, transactional_db, tmp_path, seed):
+    """Three run_scheduler children that enqueue lost tasks again after 5 s."""
+    fleet = crash.Fleet(3, WORKERS, HANDOFF_SETTINGS, tmp_path, seed)
+    yield fleet
+    fleet.reap()
+    processes.wait_for_children_to_disconnect()
+
+
 @pytest.fixture
 def task_workers(postgres, transactional_db, tmp_path, seed):
     """Three django-tasks-db db_worker children; all are reaped after the test."""
@@ -178,26 +192,30 @@ def task_workers(postgres, transactional_db, tmp_path, seed):
     fleet.reap()
 
 
-def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(fleet, task_workers):
+def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(handoff_fleet, task_workers):
     """Runs handed to django-tasks-db: 3 schedulers plan and enqueue, 3 db_workers execute,
     one SIGKILLed every 2-4 s; 20 schedules every second for 40 s (a db_worker runs one task
     at a time: 3 of them keep up with 20 jobs of 0.1 s a second, busy two thirds of it)."""
     began = time.monotonic()
     start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
     crash.create_schedules(20, start, seconds=0.1, tasks_backend="database")
-    fleet.start()
+    handoff_fleet.start()
     task_workers.start()
-    crash.wait_until_registered(fleet)
+    crash.wait_until_registered(handoff_fleet)
     task_workers.churn(until=monotonic_at(start + timedelta(seconds=40)))
     assert len(task_workers.pid_set("kill")) >= 8, "the driver killed too few workers"
     # Planning stops here; the schedulers settle what the killed workers left (their
     # leases expire and are swept, reentered runs are enqueued again) before they stop.
     Schedule.objects.update(enabled=False)
     stopped_at = clock.now()
-    processes.wait_for(
-        lambda: not Run.objects.active().exists(), 90, "the handed-off runs to settle", poll=0.2
-    )
-    for fleet_ in (task_workers, fleet):
+    try:
+        processes.wait_for(
+            lambda: not Run.objects.active().exists(), 90, "the handed-off runs to settle", poll=0.2
+        )
+    except AssertionError as exc:
+        active = Run.objects.active().values_list("pk", "status", "attempt", "enqueued_at")
+        raise AssertionError(f"{exc}\nstill active: {list(active)[:10]}") from None
+    for fleet_ in (task_workers, handoff_fleet):
         codes = fleet_.stop()
         assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{fleet_.logs()}"
 
