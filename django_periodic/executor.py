@@ -185,6 +185,15 @@ def timeout_at(claim: Claim) -> datetime | None:
     return None if timeout is None or started_at is None else started_at + timeout
 
 
+def next_watch_at(claim: Claim, now: datetime) -> datetime | None:
+    """When the run next needs watching for its timeout: the timeout, or once past it the
+    end of its grace (None: it has no timeout)."""
+    deadline = timeout_at(claim)
+    if deadline is None:
+        return None
+    return deadline if now < deadline else deadline + get_settings().TIMEOUT_GRACE
+
+
 def watch(claim: Claim, stop: StopRequest, now: datetime, cancel_asked: bool) -> bool:
     """Enforce what a running job must obey at ``now``: a cancel request, its timeout (told
     to stop), and the grace after it (failed ``timeout``, whatever the job does later).

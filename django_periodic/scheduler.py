@@ -326,11 +326,7 @@ class Scheduler:
             candidates += [ahead.next_retry, self.pool.next_start_deadline()]
             if ahead.next_pending is not None and ahead.next_pending > now:
                 candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
-            for claim in self.pool.in_flight():
-                timeout_at = executor.timeout_at(claim)
-                if timeout_at is not None:
-                    grace = self.settings.TIMEOUT_GRACE if timeout_at <= now else timedelta(0)
-                    candidates.append(timeout_at + grace)
+            candidates += [executor.next_watch_at(claim, now) for claim in self.pool.in_flight()]
         return min(at for at in candidates if at is not None)
 
     def _handoff_times(self, now: datetime, ahead: horizon.Horizon) -> list[datetime | None]:

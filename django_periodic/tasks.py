@@ -113,12 +113,8 @@ class _Watch:
 
     def seconds_to_next_check(self, now: datetime) -> float:
         """To the next heartbeat, or to the timeout (or the end of its grace) if sooner."""
-        settings = get_settings()
-        checks = [now + settings.HEARTBEAT_INTERVAL]
-        deadline = executor.timeout_at(self.claim)
-        if deadline is not None:
-            checks.append(deadline if now < deadline else deadline + settings.TIMEOUT_GRACE)
-        return max((min(checks) - now).total_seconds(), 0.0)
+        checks = [now + get_settings().HEARTBEAT_INTERVAL, executor.next_watch_at(self.claim, now)]
+        return max((min(at for at in checks if at is not None) - now).total_seconds(), 0.0)
 
 
 class _Watcher:
