@@ -3,6 +3,10 @@ lag, its constant cost; periodic_status's outputs and exit statuses; the health 
 django-health-check check."""
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from datetime import timedelta
 from importlib.util import find_spec
 from io import StringIO
@@ -255,6 +259,25 @@ def test_status_no_color_stays_plain_even_with_rich(now, process):
 
 def test_status_exits_0_when_all_is_well(now, process):
     assert status().rstrip().endswith("OK")  # no CommandError: exit status 0
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on: bound, then released."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_status_exits_3_when_the_database_cannot_be_reached():
+    env = os.environ | {
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PERIODIC_TEST_DB": "postgres",
+        "PERIODIC_TEST_POSTGRES_URL": f"postgres://postgres@127.0.0.1:{closed_port()}/periodic",
+    }
+    command = [sys.executable, "-m", "django", "periodic_status"]
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 3, finished.stderr
+    assert "Cannot query the database" in finished.stderr
 
 
 # -- the health view -------------------------------------------------------------------------
