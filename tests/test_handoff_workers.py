@@ -26,6 +26,8 @@ SETTINGS = {
     "POLL_INTERVAL": 0.5,
 }
 
+SKIPPED = {("skipped", "overlap"), ("skipped", "missed")}
+
 
 def test_db_workers_run_every_handed_off_fire_once(postgres, children):
     start = clock.now() + timedelta(seconds=2)
@@ -44,12 +46,16 @@ def test_db_workers_run_every_handed_off_fire_once(postgres, children):
     for child in (scheduler, *workers):
         assert child.terminate() == 0, child.output()
 
-    runs = list(Run.objects.all())
+    runs = list(Run.objects.select_related("schedule"))
     assert {run.tasks_backend for run in runs} == {"database"}
-    assert Counter(run.status for run in runs)["succeeded"] == len(runs)
+    # On a loaded machine a worker may not start a fire within its second: the next fire is
+    # then skipped by the overlap policy (or as missed), which is recorded, never lost.
+    outcomes = Counter((run.status, run.error_code) for run in runs)
+    assert set(outcomes) <= {("succeeded", ""), *SKIPPED}, outcomes
     executed = Counter(Execution.objects.values_list("schedule", "plan_time"))
     assert executed and set(executed.values()) == {1}  # each fire ran once
-    assert len(executed) == len(runs)
+    succeeded = {(run.schedule.name, run.plan_time) for run in runs if run.status == "succeeded"}
+    assert set(executed) == succeeded
     holders = set(Lease.objects.values_list("holder", flat=True))
     worker_pids = {str(worker.pid) for worker in workers}
     assert {holder.split(":")[1].split()[0] for holder in holders} <= worker_pids
