@@ -8,7 +8,7 @@ class PeriodicConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_periodic import checks, stop_signals  # noqa: F401  (registers the checks)
+        from django_periodic import checks, runlog, stop_signals  # noqa: F401  (the checks)
 
         # A scheduler stopped while it is still starting (loading jobs below, checks, boot
         # recovery) must exit cleanly, not by the signal's default action.
@@ -18,3 +18,5 @@ class PeriodicConfig(AppConfig):
         # and full_clean() can validate job and scope provider names: import each installed
         # app's jobs.py and scopes.py.
         autodiscover_modules("jobs", "scopes")
+        # The run log listens to the signals only where LOGGING enables it.
+        runlog.follow()

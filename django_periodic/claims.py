@@ -20,7 +20,7 @@ from django.db import connections, transaction
 from django.db.models import F, Field, Model, Value
 from django.db.models.functions import Greatest
 
-from django_periodic import clock, policies
+from django_periodic import clock, policies, signals
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 LATE_MESSAGE = "No worker could start it within its misfire grace."
@@ -141,12 +141,25 @@ def _claim_repeating(
         result = _claim_postgresql(wanted, now, limit, using, ahead)
     else:
         result = _claim_orm(wanted, now, limit, using, ahead)
+    if result.claims and signals.listened(signals.run_started):
+        signals.send_on_commit(map(_started, result.claims), using)
     promoted = result.late and Run.objects.using(using).promote_queued(result.late)
     if promoted and len(result.claims) < limit and wanted.run_id is None:
         # A late run skipped made way for a queued one: it may start now too.
         more = _claim_repeating(wanted, now, limit - len(result.claims), using, ahead)
         result.claims += more.claims
     return result
+
+
+def _started(claim: Claim) -> signals.Event:
+    return signals.of_run(signals.run_started, claim.run, started_at=claim.run.started_at)
+
+
+def _announce_skipped(run_ids: list[int], using: str) -> None:
+    """``run_skipped`` for runs skipped past their start deadline (rare: one query)."""
+    if run_ids and signals.listened(signals.run_skipped):
+        skipped = Run.objects.using(using).filter(pk__in=run_ids).select_related("schedule")
+        signals.send_on_commit((signals.of_run(signals.run_skipped, r) for r in skipped), using)
 
 
 def _claim_orm(
@@ -201,6 +214,7 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
                 error_message=LATE_MESSAGE,
                 finished_at=now,
             )
+            _announce_skipped([pk for pk, _ in rows], using)
     return [schedule_id for _, schedule_id in rows]
 
 
@@ -240,7 +254,7 @@ skipped AS (
     UPDATE {run} r SET status = 'skipped', error_code = %(late_code)s,
         error_message = %(late_message)s, finished_at = t.now
     FROM picked p CROSS JOIN t WHERE r.id = p.id AND p.late
-    RETURNING r.schedule_id
+    RETURNING r.schedule_id, r.id
 ),
 claimed AS (
     UPDATE {run} r SET status = 'running', attempt = r.attempt + 1,
@@ -256,8 +270,9 @@ leased AS (
     FROM claimed c JOIN {schedule} s ON s.id = c.schedule_id CROSS JOIN t
     RETURNING run_id, token
 )
-SELECT k.late, t.now, l.token, {run_columns}, {schedule_columns}
-FROM (SELECT array_agg(schedule_id) AS late FROM skipped) k CROSS JOIN t
+SELECT k.late, k.late_runs, t.now, l.token, {run_columns}, {schedule_columns}
+FROM (SELECT array_agg(schedule_id) AS late, array_agg(id) AS late_runs FROM skipped) k
+CROSS JOIN t
 LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id = c.schedule_id)
     ON true
 """
@@ -317,8 +332,9 @@ def _claim_postgresql(
         cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
     result = ClaimResult(late=rows[0][0] or [])
+    _announce_skipped(rows[0][1] or [], using)
     run_count = len(_fields(Run))
-    for _late, claimed_at, token, *columns in rows:
+    for _late, _late_runs, claimed_at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
         run = _instance(Run, columns[:run_count], using)

@@ -15,7 +15,7 @@ from django.db.models import ExpressionWrapper, F, Value
 from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
 
-from django_periodic import outcomes, wakeups
+from django_periodic import outcomes, signals, wakeups
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
@@ -123,6 +123,10 @@ def cancel_requested(process: SchedulerProcess, using: str = "default") -> set[i
     return set(asked.values_list("pk", flat=True))
 
 
+EXPIRED_CODE = "lease_expired"
+EXPIRED_MESSAGE = "The process running it stopped heartbeating; its lease expired."
+
+
 @dataclass
 class SweepResult:
     reentered: int = 0
@@ -153,11 +157,32 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
             status=Run.Status.FAILED,
             interruptions=F("interruptions") + 1,
             finished_at=now,
-            error_code="lease_expired",
-            error_message="The process running it stopped heartbeating; its lease expired.",
+            error_code=EXPIRED_CODE,
+            error_message=EXPIRED_MESSAGE,
         )
         Run.objects.using(using).promote_queued({lease.run.schedule_id for lease in lost})
+        if signals.listened(signals.lease_lost, signals.run_finished):
+            signals.send_on_commit(_expired_events(again, lost, now), using)
     return SweepResult(reentered, failed)
+
+
+def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> list[signals.Event]:
+    """``lease_lost`` for every lease expired, ``run_finished`` for the runs failed for it;
+    the runs as the sweep left them (one not running any more was left alone)."""
+    events = []
+    for lease in again + lost:
+        run = lease.run
+        if run.status != Run.Status.RUNNING:
+            continue
+        reentered = lease in again
+        run.status = Run.Status.PENDING if reentered else Run.Status.FAILED
+        if not reentered:
+            run.error_code = EXPIRED_CODE
+        events.append(signals.of_run(signals.lease_lost, run, reentered=reentered))
+        if not reentered:
+            duration = now - run.started_at if run.started_at else None
+            events.append(signals.of_run(signals.run_finished, run, duration=duration))
+    return events
 
 
 def _reenters(run: Run, limit: int) -> bool:

@@ -18,6 +18,7 @@ from django_periodic import (
     clock,
     policies,
     registry,
+    signals,
     taskbackends,
     triggers,
     wakeups,
@@ -356,6 +357,8 @@ class Schedule(models.Model):
             created = runs.bulk_create(new)
             if any(run.status == Run.Status.PENDING for run in created):
                 wakeups.notify(using)
+            if signals.listened(signals.run_planned, signals.run_skipped):
+                signals.send_on_commit(map(signals.recorded, created), using)
         return created
 
     def clean(self) -> None:

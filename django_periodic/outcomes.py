@@ -8,6 +8,7 @@ is one statement at the database's clock; elsewhere one transaction through the 
 
 import json
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -17,8 +18,9 @@ from typing import Any
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.db.models import F
+from django.dispatch import Signal
 
-from django_periodic import arrays, clock, policies
+from django_periodic import arrays, clock, policies, signals
 from django_periodic.claims import LATE_MESSAGE, Claim
 from django_periodic.models import Lease, Run, Schedule
 
@@ -157,7 +159,51 @@ def record(
         else:
             recorded = _record_orm(outcomes, now or clock.now(using), using)
         Run.objects.using(using).promote_queued(_queues_to_move(outcomes, recorded))
+        if signals.listened(*ENDING_SIGNALS.values()):
+            ended = [o for o in outcomes if o.claim.run.pk in recorded]
+            signals.send_on_commit(_events(ended, now), using)
     return recorded
+
+
+# The signal each new status of a recorded outcome sends (pending: given back, none).
+ENDING_SIGNALS: dict[str, Signal] = {
+    Run.Status.SUCCEEDED: signals.run_finished,
+    Run.Status.FAILED: signals.run_finished,
+    Run.Status.CANCELLED: signals.run_finished,
+    Run.Status.RETRYING: signals.run_retried,
+    Run.Status.SKIPPED: signals.run_skipped,
+}
+
+
+def _events(ended: Sequence[Outcome], now: datetime | None) -> list[signals.Event]:
+    events = []
+    monotonic = time.monotonic()
+    for outcome in ended:
+        signal = ENDING_SIGNALS.get(outcome.status)
+        if signal is None:
+            continue
+        run = outcome.claim.run
+        extra = {}
+        if signal is signals.run_finished:
+            started_at = outcome.started_at or run.started_at
+            ended_at = now or outcome.claim.db_time(monotonic)
+            ran = ended_at - started_at if ended_at and started_at else None
+            extra["duration"] = ran
+        event = signals.run_event(
+            signal,
+            run_id=run.pk,
+            schedule_id=run.schedule_id,
+            schedule=run.schedule.name,
+            scope=run.scope,
+            plan_time=run.plan_time,
+            attempt=run.attempt,
+            status=outcome.status,
+            reason=outcome.error_code,
+            using=outcome.claim.using,
+            **extra,
+        )
+        events.append(event)
+    return events
 
 
 def _queues_to_move(outcomes: Sequence[Outcome], recorded: set[int]) -> set[int]:

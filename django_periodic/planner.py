@@ -22,7 +22,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, When
 
-from django_periodic import loading, policies, recording, registry, scopes, triggers
+from django_periodic import loading, policies, recording, registry, scopes, signals, triggers
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule, ScheduleQuerySet
@@ -325,12 +325,20 @@ def _due_times(
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
     failed = [d for d in decisions if d.error]
-    planned, refused = recording.record([d for d in decisions if not d.error], now, using)
+    listened = signals.listened(signals.run_planned, signals.run_skipped)
+    inserted: list[recording.Inserted] | None = [] if listened else None
+    planned, refused = recording.record([d for d in decisions if not d.error], now, using, inserted)
     failed += refused
+    disabled: list[Decision] = []
     for decision in failed:
         if recording.record_failure(decision.schedule, decision.error, using):
             result.disabled.append(decision.schedule.name)
+            disabled.append(decision)
         result.failed.append(decision.schedule.name)
+    if inserted:
+        signals.send_on_commit(_planned_events(inserted, decisions, using), using)
+    if disabled and signals.listened(signals.schedule_disabled):
+        signals.send_on_commit(_disabled_events(disabled, using), using)
     fires = [(d.schedule, fire) for d in planned for fire in d.fires]
     result.skipped = sum(fire.status == Run.Status.SKIPPED for _, fire in fires)
     result.fired = len(fires) - result.skipped
@@ -339,6 +347,42 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
         for schedule, fire in fires
     )
     return result
+
+
+def _planned_events(
+    inserted: list[recording.Inserted], decisions: list[Decision], using: str
+) -> list[signals.Event]:
+    names = {d.schedule.pk: d.schedule.name for d in decisions}
+    return [
+        signals.run_event(
+            signals.run_skipped if status == Run.Status.SKIPPED else signals.run_planned,
+            run_id=run_id,
+            schedule_id=schedule_id,
+            schedule=names[schedule_id],
+            scope=scope,
+            plan_time=plan_time,
+            attempt=0,
+            status=status,
+            reason=reason,
+            using=using,
+        )
+        for run_id, schedule_id, scope, plan_time, status, reason in inserted
+    ]
+
+
+def _disabled_events(disabled: list[Decision], using: str) -> list[signals.Event]:
+    return [
+        (
+            signals.schedule_disabled,
+            {
+                "schedule_id": d.schedule.pk,
+                "schedule": d.schedule.name,
+                "error": d.error,
+                "using": using,
+            },
+        )
+        for d in disabled
+    ]
 
 
 def plan_retry(failed: Run, now: datetime) -> Run:

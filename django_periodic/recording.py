@@ -23,34 +23,52 @@ from django_periodic.models import Run, Schedule
 logger = logging.getLogger("django_periodic")
 
 
+# A run recorded: (id, schedule id, scope, plan time, status, error code).
+Inserted = tuple[int | None, int, str, datetime, str, str]
+
+
 def record(
-    decisions: list[Decision], now: datetime, using: str
+    decisions: list[Decision],
+    now: datetime,
+    using: str,
+    inserted: list[Inserted] | None = None,
 ) -> tuple[list[Decision], list[Decision]]:
     """Record a batch; return the decisions applied and those the database refused.
 
     The schedules' rows must be locked by the current transaction since their cursors were
     read (``plan_due`` selects them ``FOR UPDATE``). A refused decision carries the
-    database's error; its schedule's cursor has not moved.
+    database's error; its schedule's cursor has not moved. With ``inserted``, the runs
+    inserted are added to that list (for the signals; it costs a RETURNING).
     """
     try:
         with transaction.atomic(using=using):
-            return _record(decisions, now, using), []
+            found: list[Inserted] = []
+            planned = _record(decisions, now, using, found if inserted is not None else None)
     except DatabaseError:
         # One row the database refuses must not stop the others: retry one by one.
         logger.exception("Planning a batch failed; planning its schedules one at a time.")
-        return _record_one_by_one(decisions, now, using)
+        return _record_one_by_one(decisions, now, using, inserted)
+    if inserted is not None:
+        inserted += found
+    return planned, []
 
 
-def _record(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+def _record(
+    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
+) -> list[Decision]:
     """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
     if not decisions:
         return []
     if connections[using].vendor == "postgresql":
-        return _record_postgresql(decisions, now, using)
+        return _record_postgresql(decisions, now, using, inserted)
     advanced = _advance_cursors_serialized(decisions, using)
     planned = [d for d in decisions if d.schedule.pk in advanced]
     _supersede_retries(planned, now, using)
-    _insert_runs(planned, now, using)
+    new = _insert_runs(planned, now, using)
+    if inserted is not None:
+        inserted += [
+            (r.pk, r.schedule_id, r.scope, r.plan_time, r.status, r.error_code) for r in new
+        ]
     return planned
 
 
@@ -68,17 +86,21 @@ def _supersede_retries(decisions: list[Decision], now: datetime, using: str) -> 
 
 
 def _record_one_by_one(
-    decisions: list[Decision], now: datetime, using: str
+    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
 ) -> tuple[list[Decision], list[Decision]]:
     planned: list[Decision] = []
     failed: list[Decision] = []
     for decision in decisions:
+        found: list[Inserted] | None = None if inserted is None else []
         try:
             with transaction.atomic(using=using):
-                planned += _record([decision], now, using)
+                planned += _record([decision], now, using, found)
         except DatabaseError as exc:
             decision.error = f"Cannot plan: {exc}"
             failed.append(decision)
+            continue
+        if inserted is not None and found:
+            inserted += found
     return planned, failed
 
 
@@ -119,13 +141,14 @@ def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any
     return None if value is None else connection.ops.adapt_datetimefield_value(value)
 
 
-def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> None:
-    """Record every fire; a (schedule, scope, plan_time) already recorded is left as it is."""
+def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> list[Run]:
+    """Record every fire; a (schedule, scope, plan_time) already recorded is left as it is.
+    Returns the runs inserted."""
     runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
     recorded = _recorded_plan_times(runs, using)
     new = [run for run in runs if (run.schedule_id, run.scope, run.plan_time) not in recorded]
     # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
-    Run.objects.using(using).bulk_create(new)
+    return Run.objects.using(using).bulk_create(new)
 
 
 def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
@@ -205,27 +228,43 @@ WITH batch AS (
     ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope)
     USING (shape)
     ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger = 'schedule' DO NOTHING
+    {returning}
 )
-SELECT id FROM batch WHERE id NOT IN (SELECT id FROM moved)
+SELECT id, NULL::bigint, NULL::text, NULL::timestamptz, NULL::text, NULL::text
+FROM batch WHERE id NOT IN (SELECT id FROM moved)
+{inserted}
 """
+# With the signals' listeners: the runs inserted too (their schedule id is never NULL).
+RECORD_RETURNING = "RETURNING id, schedule_id, scope, plan_time, status, error_code"
+RECORD_INSERTED = (
+    "UNION ALL SELECT id, schedule_id, scope, plan_time, status, error_code FROM inserted"
+)
 
 
-def _record_postgresql(decisions: list[Decision], now: datetime, using: str) -> list[Decision]:
+def _record_postgresql(
+    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
+) -> list[Decision]:
     # A retry this batch supersedes ends first: it holds the active slot the new run takes.
     # Every cursor then moves: this transaction has held the rows' locks since it read the
     # cursors, so the compare-and-set cannot fail and no retry ends without its successor.
     _supersede_retries(decisions, now, using)
     connection = connections[using]
+    returning = inserted is not None
     sql = RECORD_SQL.format(
         run=connection.ops.quote_name(Run._meta.db_table),
         schedule=connection.ops.quote_name(Schedule._meta.db_table),
+        returning=RECORD_RETURNING if returning else "",
+        inserted=RECORD_INSERTED if returning else "",
     )
     with connection.cursor() as cursor:
         # conf.tasks_backend_for() in SQL: the schedule's backend, else the setting's.
         params: dict[str, Any] = {"now": now, "tasks_backend": tasks_backend_for("")}
         params.update(_shapes(decisions, now))
         cursor.execute(sql, params)
-        stuck = {row[0] for row in cursor.fetchall()}
+        rows = cursor.fetchall()
+    stuck = {row[0] for row in rows if row[1] is None}
+    if inserted is not None:
+        inserted += [row for row in rows if row[1] is not None]
     return [d for d in decisions if d.schedule.pk not in stuck]
 
 

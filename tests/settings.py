@@ -91,7 +91,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "loggers": {"django_periodic": {"handlers": ["console"], "level": "INFO"}},
+    "loggers": {
+        "django_periodic": {"handlers": ["console"], "level": "INFO"},
+        # The run log (a line per run transition) only where a test turns it on.
+        "django_periodic.runs": {"level": "WARNING"},
+    },
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

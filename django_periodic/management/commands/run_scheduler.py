@@ -3,11 +3,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_periodic import stop_signals
+from django_periodic import runlog, stop_signals
 from django_periodic.conf import get_settings
 from django_periodic.scheduler import Scheduler
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+# The run log (a line per run transition, at INFO) from --verbosity 2 on.
+RUN_LOG_LEVELS = {0: logging.WARNING, 1: logging.WARNING, 2: logging.INFO, 3: logging.INFO}
 
 logger = logging.getLogger("django_periodic")
 
@@ -34,6 +36,17 @@ class Command(BaseCommand):
             "--plan-only", action="store_true", help="Only plan runs; execute none."
         )
         parser.add_argument("--database", default="default", help="Database alias to use.")
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="Serve Prometheus metrics on this port (needs prometheus-client).",
+        )
+        parser.add_argument(
+            "--metrics-host",
+            default="127.0.0.1",
+            help="Address the metrics are served on (default: 127.0.0.1, loopback only).",
+        )
 
     def handle(
         self,
@@ -43,9 +56,13 @@ class Command(BaseCommand):
         plan_only: bool,
         database: str,
         verbosity: int,
+        metrics_port: int | None,
+        metrics_host: str,
         **options: Any,
     ) -> None:
         self._configure_logging(verbosity)
+        if metrics_port is not None:
+            self._serve_metrics(metrics_host, metrics_port, database)
         workers = get_settings().WORKERS if workers is None else workers
         if workers < 1 and not plan_only:
             raise CommandError("--workers must be at least 1 (or use --plan-only).")
@@ -59,8 +76,19 @@ class Command(BaseCommand):
         finally:
             stop_signals.release_process()
 
+    def _serve_metrics(self, host: str, port: int, database: str) -> None:
+        from django_periodic import metrics
+
+        try:
+            address = metrics.serve(host, port, database)
+        except (ImportError, OSError) as exc:
+            raise CommandError(f"Cannot serve metrics on {host}:{port}: {exc}") from exc
+        logger.info("Serving metrics on http://%s:%d/metrics", *address)
+
     def _configure_logging(self, verbosity: int) -> None:
         logger.setLevel(VERBOSITY_LEVELS.get(verbosity, logging.DEBUG))
+        runlog.logger.setLevel(RUN_LOG_LEVELS.get(verbosity, logging.INFO))
+        runlog.follow()
         if not logger.handlers and not logging.getLogger().handlers:
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))

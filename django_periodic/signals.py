@@ -1,0 +1,140 @@
+"""Signals: what happened to runs and schedules, sent once it has committed.
+
+Every run signal is sent with ``sender=Run`` (the model class) and the keyword arguments
+of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at``, ``run_finished`` adds
+``duration``, ``lease_lost`` adds ``reentered``. ``schedule_disabled`` is sent with
+``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``.
+See docs/signals.md.
+
+A change made in a transaction is announced after it commits (``transaction.on_commit``),
+and never if it rolls back. Receivers run in the thread that made the change (a
+scheduler's loop, its recorder, a task's worker): they must be quick, and one that raises
+is logged, never allowed to stop the scheduler.
+
+Nothing is built for a signal nobody listens to (``listened()``): the executor records
+thousands of runs a second, and a transition must cost nothing unless someone asked.
+"""
+
+import logging
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+from django.dispatch import Signal
+
+logger = logging.getLogger("django_periodic")
+
+#: A run was recorded, pending (or queued behind another by its overlap policy): by the
+#: planner for a fire, by ``run_now()`` or a retry from the admin.
+run_planned = Signal()
+#: A worker claimed the run: it is running, attempt ``attempt``, since ``started_at``.
+run_started = Signal()
+#: The run ended ``succeeded``, ``failed`` or ``cancelled`` (``status``), ``reason`` the
+#: error code of a failure ("" for a success); ``duration`` how long its last attempt ran.
+run_finished = Signal()
+#: An attempt failed with attempts left: the run waits to be retried (``status`` retrying).
+run_retried = Signal()
+#: The run was recorded or ended ``skipped``: ``reason`` says why (``missed``,
+#: ``overlap``, ``start_deadline``, see ``policies``).
+run_skipped = Signal()
+#: The sweeper released the run's expired lease: its process stopped heartbeating. The
+#: run goes back to pending (``reentered``) or ends failed ``lease_expired``.
+lease_lost = Signal()
+#: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times.
+schedule_disabled = Signal()
+
+RUN_SIGNALS = (run_planned, run_started, run_finished, run_retried, run_skipped, lease_lost)
+
+#: What every run signal sends (besides ``sender`` and ``signal``).
+RUN_ARGUMENTS = (
+    "run_id",  # int
+    "schedule_id",  # int
+    "schedule",  # str: the schedule's name
+    "scope",  # str: the scope key of a fanned-out schedule's run, else ""
+    "plan_time",  # datetime: the fire time the run is for
+    "attempt",  # int: attempts started so far (0 before the first)
+    "status",  # str: the run's status after the transition (Run.Status)
+    "reason",  # str: why it was skipped or failed (the run's error_code), else ""
+    "using",  # str: the database alias
+)
+
+Event = tuple[Signal, dict[str, Any]]
+
+
+def listened(*signals: Signal) -> bool:
+    """Whether any of these signals has a receiver: a check of a list, cheap enough for
+    once per batch."""
+    return any(signal.receivers for signal in signals)
+
+
+def run_event(
+    signal: Signal,
+    *,
+    run_id: int | None,
+    schedule_id: int,
+    schedule: str,
+    scope: str,
+    plan_time: Any,
+    attempt: int,
+    status: str,
+    reason: str = "",
+    using: str = "default",
+    **extra: Any,
+) -> Event:
+    """A run signal's event, with every argument of ``RUN_ARGUMENTS``."""
+    arguments = {
+        "run_id": run_id,
+        "schedule_id": schedule_id,
+        "schedule": schedule,
+        "scope": scope,
+        "plan_time": plan_time,
+        "attempt": attempt,
+        "status": str(status),  # a plain str, never Run.Status (a str subclass)
+        "reason": reason,
+        "using": using,
+    }
+    return signal, arguments | extra
+
+
+def of_run(signal: Signal, run: Any, **extra: Any) -> Event:
+    """A run signal's event for a ``Run`` (its schedule loaded, or cached on it)."""
+    return run_event(
+        signal,
+        run_id=run.pk,
+        schedule_id=run.schedule_id,
+        schedule=run.schedule.name,
+        scope=run.scope,
+        plan_time=run.plan_time,
+        attempt=run.attempt,
+        status=run.status,
+        reason=run.error_code,
+        using=run._state.db or "default",
+        **extra,
+    )
+
+
+def recorded(run: Any) -> Event:
+    """``run_planned`` (or ``run_skipped``) for a run just recorded."""
+    from django_periodic.models import Run
+
+    return of_run(run_skipped if run.status == Run.Status.SKIPPED else run_planned, run)
+
+
+def send_on_commit(events: Iterable[Event], using: str) -> None:
+    """Send the events once the current transaction on ``using`` commits (at once outside
+    one); never if it rolls back."""
+    events = list(events)
+    if events:
+        transaction.on_commit(partial(send, events), using=using)
+
+
+def send(events: list[Event]) -> None:
+    """Send events now, each to every receiver; a receiver that raises is logged."""
+    from django_periodic.models import Run, Schedule
+
+    for signal, arguments in events:
+        sender = Schedule if signal is schedule_disabled else Run
+        for receiver, response in signal.send_robust(sender, **arguments):
+            if isinstance(response, Exception):
+                logger.error("Signal receiver %r raised.", receiver, exc_info=response)
