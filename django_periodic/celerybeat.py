@@ -111,9 +111,18 @@ def rows_from_database(using: str = "default") -> Rows:
     return rows_from_fixture(records)
 
 
-def map_tasks(rows: Rows, job_map: Mapping[str, str], now: datetime) -> list[TaskMapping]:
-    """Map every periodic task; ``job_map`` renames celery task names to job names."""
-    return [map_task(task["fields"], rows, job_map, now) for task in rows.tasks]
+def map_tasks(
+    rows: Rows, job_map: Mapping[str, str], now: datetime, *, paused: bool = False
+) -> list[TaskMapping]:
+    """Map every periodic task; ``job_map`` renames celery task names to job names.
+
+    ``paused`` maps every task disabled, to run beside beat until the cut-over."""
+    mappings = [map_task(task["fields"], rows, job_map, now) for task in rows.tasks]
+    if paused:
+        for mapping in mappings:
+            if mapping.values is not None:
+                mapping.values["enabled"] = False
+    return mappings
 
 
 def map_task(

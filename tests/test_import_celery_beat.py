@@ -181,6 +181,13 @@ def test_a_disabled_task_stays_disabled(db):
     assert not Schedule.objects.get(name="paused").enabled
 
 
+def test_paused_imports_every_schedule_disabled_beside_beat(celery_rows):
+    run_import(paused=True)
+
+    assert Schedule.objects.count() == 6
+    assert not Schedule.objects.filter(enabled=True).exists()
+
+
 def test_start_time_and_expires_become_the_bounds(db):
     start, expires = datetime(2030, 1, 1, tzinfo=UTC), datetime(2031, 1, 1, tzinfo=UTC)
     periodic_task("bounded", start_time=start, expires=expires)

@@ -42,6 +42,11 @@ class Command(BaseCommand):
             help="Overwrite schedules that already have a task's name (default: skip them).",
         )
         parser.add_argument(
+            "--paused",
+            action="store_true",
+            help="Create every schedule disabled, to enable when beat stops (the cut-over).",
+        )
+        parser.add_argument(
             "--dry-run", action="store_true", help="Print the mapping; save nothing."
         )
         parser.add_argument("--database", default="default", help="Database alias to use.")
@@ -52,13 +57,14 @@ class Command(BaseCommand):
         from_json: str | None,
         job_map: list[str],
         update: bool,
+        paused: bool,
         dry_run: bool,
         database: str,
         **options: Any,
     ) -> None:
         jobs = _parse_job_map(job_map)
         rows = self._read(from_json, database)
-        mappings = celerybeat.map_tasks(rows, jobs, clock.now(database))
+        mappings = celerybeat.map_tasks(rows, jobs, clock.now(database), paused=paused)
         outcomes = celerybeat.apply(mappings, update=update, dry_run=dry_run, using=database)
         self._report(outcomes, dry_run)
 
