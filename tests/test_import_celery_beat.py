@@ -2,13 +2,15 @@
 a dumpdata file of them, become schedules; what cannot be mapped is reported, never dropped."""
 
 import json
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_periodic import triggers
+from django_periodic import clock, triggers
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory
 
@@ -161,6 +163,18 @@ def test_a_one_off_crontab_becomes_a_one_shot_at_its_next_time(db, now):
     schedule = Schedule.objects.get(name="once a year, once")
     assert schedule.trigger_kind == "once"
     assert schedule.run_at == triggers.cron("0 3 1 1 *").next_after(now)
+
+
+def test_a_one_off_interval_becomes_a_one_shot_one_interval_from_the_import(db):
+    every = beat.IntervalSchedule.objects.create(every=2, period="hours")
+    periodic_task("in two hours, once", interval=every, one_off=True)
+    before = clock.now()
+
+    run_import()
+
+    schedule = Schedule.objects.get(name="in two hours, once")
+    assert schedule.trigger_kind == "once"
+    assert before + timedelta(hours=2) < schedule.run_at <= clock.now() + timedelta(hours=2)
 
 
 def test_a_one_off_task_that_has_run_is_imported_disabled(db):
@@ -386,3 +400,42 @@ def test_a_file_that_is_not_a_fixture_is_a_command_error(db, tmp_path):
 def test_a_job_map_without_an_equals_sign_is_a_command_error(db):
     with pytest.raises(CommandError, match="CELERY_TASK=JOB"):
         run_import(job_map=["legacy.tasks.add"])
+
+
+WITHOUT_THE_APP = """
+import sys
+import django
+from django.conf import settings
+from django.core.management import CommandError, call_command
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_periodic"],
+    DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1]}},
+    USE_TZ=True,
+)
+django.setup()
+call_command("migrate", verbosity=0)
+try:
+    call_command("import_celery_beat")
+except CommandError as exc:
+    print("error:", exc)
+call_command("import_celery_beat", from_json=sys.argv[2], dry_run=True)
+print("imported django_celery_beat:", "django_celery_beat" in sys.modules)
+"""
+
+
+def test_the_command_works_without_django_celery_beat_in_installed_apps(tmp_path):
+    dump = tmp_path / "beat.json"
+    dump.write_text("[]")
+
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_THE_APP, str(tmp_path / "db.sqlite3"), str(dump)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+
+    assert "error: django_celery_beat is not in INSTALLED_APPS" in result.stdout
+    assert "Dry run, nothing saved: 0 would create" in result.stdout
+    assert "imported django_celery_beat: False" in result.stdout

@@ -4,6 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 
 from django_periodic import celerybeat, clock
 
@@ -76,6 +77,11 @@ class Command(BaseCommand):
             return celerybeat.rows_from_fixture(records)
         except (OSError, ValueError, LookupError) as exc:
             raise CommandError(str(exc)) from exc
+        except DatabaseError as exc:
+            raise CommandError(
+                f"Cannot read django-celery-beat's tables ({exc}): are its migrations "
+                "applied? A dumpdata file of them can be read instead (--from-json)."
+            ) from exc
 
     def _report(self, outcomes: list[celerybeat.Outcome], dry_run: bool) -> None:
         write, heading = self.stdout.write, self.style.MIGRATE_HEADING
