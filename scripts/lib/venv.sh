@@ -3,6 +3,9 @@
 #
 #   venv_ensure NAME X.Y PIP_ARGS...   # e.g. venv_ensure py311-django52 3.11 -e '.[postgres]' 'django<6'
 #
+# Requirements in the array VENV_NO_DEPS are installed after, with --no-deps: packages whose
+# metadata pins what the venv must keep (e.g. Django); their dependencies go in PIP_ARGS.
+#
 # A venv is (re)installed only when its stamp (a hash of the Python version, the pip arguments
 # and pyproject.toml) changes, so a warm run costs a few milliseconds and no network.
 
@@ -54,7 +57,8 @@ venv_ensure() {
     local name=$1 want=$2
     shift 2
     local dir=$VENV_ROOT/$name stamp got python
-    stamp=$({ echo "$_VENV_RECIPE $want"; printf '%s\n' "$@"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1)
+    local -a no_deps=("${VENV_NO_DEPS[@]+"${VENV_NO_DEPS[@]}"}")
+    stamp=$({ echo "$_VENV_RECIPE $want"; printf '%s\n' "$@" "${no_deps[@]}"; cat pyproject.toml; } | sha256sum | cut -d' ' -f1)
 
     got=$(_venv_probe "$dir/bin/python" || true)
     if [[ ${got%% *} != "$want" ]]; then
@@ -72,5 +76,8 @@ venv_ensure() {
     # The base interpreters ship old pips; `--group` (PEP 735 dependency groups) needs pip >= 25.1.
     _venv_pip "$dir/bin/python" install -q --upgrade pip || return 1
     _venv_pip "$dir/bin/python" install -q "$@" || return 1
+    if ((${#no_deps[@]})); then
+        _venv_pip "$dir/bin/python" install -q --no-deps "${no_deps[@]}" || return 1
+    fi
     echo "$stamp" >"$dir/.stamp"
 }
