@@ -3,13 +3,13 @@
 - A ```python block runs as code. One that starts with a file comment (``# billing/jobs.py``)
   runs as that module, so its ``@job`` functions get the names the text promises
   (``billing.jobs.send_report``).
-- A ```pycon block is a doctest: its output must match.
+- A ```pycon block is a doctest: its output must match ("..." stands for anything).
 - ``% skip: next`` before a block (a MyST comment, invisible on the site) skips it, for code
   that needs a project around it (your models, your URLs).
 
-Each page is one namespace, top to bottom; every example gets the test database
-(pytest-django's ``db``, so rows do not outlive their example), and the jobs and scope
-providers a page registers are forgotten after it.
+Each page is one namespace, top to bottom; each block gets the test database in a
+transaction of its own (pytest-django's ``db``: rows do not outlive their block), and the
+jobs and scope providers a page registers are forgotten after it.
 """
 
 import doctest
@@ -17,7 +17,6 @@ import re
 
 from sybil import Example, Sybil
 from sybil.evaluators.python import PythonEvaluator
-from sybil.parsers.abstract.codeblock import PythonDocTestOrCodeBlockParser
 from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 from django_periodic import registry, scopes
@@ -55,12 +54,17 @@ class ModuleEvaluator(PythonEvaluator):
         super().__call__(example)
 
 
-class PyconParser(PythonDocTestOrCodeBlockParser):
-    """Doctests in ```pycon blocks (what ruff formats as an interactive session)."""
-
-    @staticmethod
-    def codeblock_parser_class(language, evaluator):
-        return CodeBlockParser("pycon", evaluator)
+def run_session(example: Example) -> str | None:
+    """Runs a ```pycon block as one doctest, so that one example (one database transaction)
+    holds the whole session; returns doctest's report when an output differs."""
+    session = doctest.DocTestParser().get_doctest(
+        example.parsed, example.namespace, str(example.path), str(example.path), example.line
+    )
+    session.globs = example.namespace  # not a copy: the page's later blocks see its names
+    report: list[str] = []
+    runner = doctest.DocTestRunner(optionflags=DOCTEST_FLAGS)
+    runner.run(session, out=report.append, clear_globs=False)
+    return "".join(report) if runner.failures else None
 
 
 def forget_registrations(namespace):
@@ -78,7 +82,7 @@ def restore_registrations(namespace):
 pytest_collect_file = Sybil(
     parsers=[
         CodeBlockParser("python", ModuleEvaluator()),
-        PyconParser(doctest_optionflags=DOCTEST_FLAGS),
+        CodeBlockParser("pycon", run_session),
         SkipParser(),
     ],
     patterns=["docs/*.md", "README.md"],
