@@ -36,7 +36,6 @@ copyright = "the django-periodic authors"
 extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
-    "sphinx.ext.napoleon",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "conftest.py"]
@@ -47,7 +46,16 @@ myst_enable_extensions = ["colon_fence", "deflist"]
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True}
+autodoc_typehints_description_target = "documented_params"
+# Optional integrations the docs' venv does not install.
+autodoc_mock_imports = ["health_check"]
+
+# -n checks every reference; types from outside the package (no intersphinx, so that the
+# build needs no network) and the package's internals behind the public names are not pages.
+nitpick_ignore_regex = [
+    ("py:class", r"(datetime|collections\.abc|typing|types|django(\.\w+)*)\.\w+"),
+    ("py:class", r"django_periodic\.(choices|triggers|registry|scopes)\.\w+"),
+]
 
 html_theme = "furo"
 html_title = "django-periodic"
