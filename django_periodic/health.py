@@ -111,7 +111,7 @@ def attention(now: datetime, using: str = "default") -> list[Problem]:
 
 
 def gather(now: datetime, using: str = "default") -> Report:
-    """The status report as of ``now``: each section bounded to :data:`LISTED` rows."""
+    """The status report as of ``now``: each list bounded to ``LISTED`` (20) rows."""
     failed = Run.objects.using(using).failed().filter(finished_at__gte=now - FAILURES_WINDOW)
     by_scope, more_scopes = _failures_by_scope(failed)
     errors = Schedule.objects.using(using).exclude(last_error="").order_by("name")

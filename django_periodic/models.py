@@ -71,6 +71,7 @@ def default_timezone() -> str:
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def enabled(self) -> "ScheduleQuerySet":
+        """Schedules the planner looks at (not paused or disabled)."""
         return self.filter(enabled=True)
 
     def of_kind(self, kind: str) -> "ScheduleQuerySet":
@@ -459,9 +460,11 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.filter(status__in=Run.FINAL_STATUSES)
 
     def running(self) -> "RunQuerySet":
+        """Runs executing now, under a lease."""
         return self.filter(status=Run.Status.RUNNING)
 
     def failed(self) -> "RunQuerySet":
+        """Runs that ended failed."""
         return self.filter(status=Run.Status.FAILED)
 
     def occupancy(self, schedule_ids: list[int]) -> dict[tuple[int, str], policies.Occupancy]:

@@ -14,6 +14,7 @@
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
 #   PERIODIC_SKIP_PACKAGE=1                             skip building and smoke-testing the wheel and sdist
+#   PERIODIC_SKIP_DOCS=1                                skip building the documentation site
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -137,6 +138,16 @@ check_example() {
     db=$(mktemp -d)
     DATABASE_URL="sqlite:///$db/example.sqlite3" bash scripts/run-example.sh --check || rc=$?
     rm -rf "$db"
+    return "$rc"
+}
+
+# The documentation site, warnings as errors (scripts/docs.sh), into a temp dir. Its Python
+# examples run in every pytest run below (conftest.py).
+check_docs() {
+    local out rc=0
+    out=$(mktemp -d)
+    bash scripts/docs.sh "$out" || rc=$?
+    rm -rf "$out"
     return "$rc"
 }
 
@@ -267,6 +278,10 @@ main() {
 
     if [[ ${PERIODIC_SKIP_EXAMPLE:-0} != 1 ]]; then
         run_check "example project (scripts/run-example.sh --check)" check_example
+    fi
+
+    if [[ ${PERIODIC_SKIP_DOCS:-0} != 1 ]]; then
+        run_check "docs (scripts/docs.sh, sphinx -W)" check_docs
     fi
 
     local spec name _pyver _django markers db
