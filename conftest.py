@@ -28,15 +28,9 @@ MODULE_COMMENT = re.compile(r"#\s*([\w/]+)\.py\b")
 # page from here once its blocks run or are marked with "% skip: next".
 NOT_EXECUTED = [
     "docs/guide.md",
-    "docs/semantics.md",
     "docs/settings.md",
-    "docs/admin.md",
-    "docs/signals.md",
-    "docs/metrics.md",
-    "docs/logging.md",
     "docs/retention.md",
     "docs/backfill.md",
-    "docs/migrating-from-celery-beat.md",
 ]
 
 
