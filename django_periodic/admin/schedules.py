@@ -50,6 +50,7 @@ CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIEL
 STATE_FIELDS = (
     "scope_status",
     "next_fire",
+    "revision",
     "recent_runs",
     "last_error",
     "planning_failures",
