@@ -43,15 +43,15 @@ POLICY_FIELDS = (
     "allow_stale_reentry",
     "tasks_backend",
 )
+# How long a schedule's finished runs are kept (retention.py); empty: the global settings.
+RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 # What @job(...) may define besides its name: every field above.
-SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS)
+SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS)
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
 CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
 # Fields whose change makes a new revision of a schedule (Schedule.revision): what its
 # runs call, and when.
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
-# How long a schedule's finished runs are kept (retention.py); empty: the global settings.
-RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 
 
 # The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).

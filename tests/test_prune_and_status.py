@@ -63,7 +63,7 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
 def test_prune_runs_counts_runs_and_leases_separately(now):
     old_finished_runs(now, 2, leases_each=2)
     text = output_of("prune_runs", days=30)
-    assert "Deleted 2 runs and 4 leases planned before" in text
+    assert "Deleted 2 runs and 4 leases; kept runs planned since" in text
     assert not Run.objects.exists()
     assert not Lease.objects.exists()
 
@@ -81,8 +81,9 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
     old_finished_runs(now, 5)
     with CaptureQueriesContext(connection) as captured:
         text = output_of("prune_runs", days=30, batch_size=2)
-    # Three batches (2, 2, 1) of: select ids, delete leases by run id, delete runs by id.
-    assert len(statements(captured)) == 3 * 3
+    # The schedules' rules, then three batches (2, 2, 1) of: select ids, delete leases by
+    # run id, delete runs by id.
+    assert len(statements(captured)) == 1 + 3 * 3
     assert "Deleted 5 runs and 5 leases" in text
     assert not Run.objects.exists()
 
@@ -90,7 +91,7 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
 def test_prune_runs_dry_run_counts_and_deletes_nothing(now):
     old_finished_runs(now, 3, leases_each=2)
     text = output_of("prune_runs", days=30, dry_run=True)
-    assert "Would delete 3 runs and 6 leases planned before" in text
+    assert "Would delete 3 runs and 6 leases; kept runs planned since" in text
     assert Run.objects.count() == 3
     assert Lease.objects.count() == 6
 
