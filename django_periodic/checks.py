@@ -77,6 +77,8 @@ def _error_id(key: str) -> str:
 
 
 def _check_value(key: str, value: object) -> str | None:
+    if value is None and key in MAY_BE_NONE:
+        return None
     if key in DURATION_KEYS:
         if isinstance(value, timedelta):
             seconds = value.total_seconds()
@@ -92,8 +94,6 @@ def _check_value(key: str, value: object) -> str | None:
             return "must be an integer."
         return None if value > 0 else "must be positive."
     if key in STRING_KEYS:
-        if value is None and key in MAY_BE_NONE:
-            return None
         return None if isinstance(value, str) and value else "must be a non-empty string."
     known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS))
     return f"is not a known setting. Known settings: {known}."
@@ -134,3 +134,21 @@ def check_code_schedules(
                 )
             )
     return errors
+
+
+@register(Tags.compatibility)
+def check_retention(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Warning]:
+    """``KEEP_FAILED_RUNS_FOR`` only keeps failed runs longer than a count or age rule does."""
+    configured = getattr(settings, SETTING_NAME, None)
+    if not isinstance(configured, dict) or configured.get("KEEP_FAILED_RUNS_FOR") is None:
+        return []
+    if configured.get("KEEP_RUNS") is not None or configured.get("KEEP_RUNS_FOR") is not None:
+        return []
+    return [
+        Warning(
+            f"{SETTING_NAME}['KEEP_FAILED_RUNS_FOR'] is set, but neither KEEP_RUNS nor "
+            "KEEP_RUNS_FOR: runs are kept forever (unless a schedule sets its own rule).",
+            hint="Set KEEP_RUNS_FOR (or KEEP_RUNS) to how long other runs are kept.",
+            id="django_periodic.W002",
+        )
+    ]

@@ -32,6 +32,7 @@ class RunTrigger(models.TextChoices):
     SCHEDULE = "schedule", _("scheduled")
     MANUAL = "manual", _("manual")
     RETRY = "retry", _("retry")
+    BACKFILL = "backfill", _("backfill")
 
 
 class ScheduleKind(models.TextChoices):

@@ -34,19 +34,31 @@ class PeriodicSettings:
     TASKS_BACKEND: str | None = None
     TASKS_QUEUE: str = "default"
     TASKS_PICKUP_TIMEOUT: timedelta = timedelta(minutes=5)
+    # Retention (retention.py): finished runs kept by count and age, failed ones for longer
+    # (None: no such rule; no rule at all keeps everything), and how often and in what
+    # batches run_scheduler deletes the others.
+    KEEP_RUNS: int | None = None
+    KEEP_RUNS_FOR: timedelta | None = None
+    KEEP_FAILED_RUNS_FOR: timedelta | None = None
+    PRUNE_INTERVAL: timedelta = timedelta(hours=1)
+    PRUNE_BATCH_SIZE: int = 1000
 
 
-DURATION_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is timedelta)
-INTEGER_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is int)
+DURATION_KEYS = frozenset(
+    f.name for f in fields(PeriodicSettings) if f.type in (timedelta, timedelta | None)
+)
+INTEGER_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type in (int, int | None))
 # Text keys, and those of them that may be None.
 STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE"})
-MAY_BE_NONE = frozenset({"TASKS_BACKEND"})
+MAY_BE_NONE = frozenset({"TASKS_BACKEND", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"})
 # Keys for which 0 is a meaningful value (it turns the feature off).
 MAY_BE_ZERO = frozenset({"PLAN_AHEAD"})
 
 
-def _as_timedelta(value: Any) -> timedelta:
-    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+def _as_timedelta(value: Any) -> timedelta | None:
+    if value is None or isinstance(value, timedelta):
+        return value
+    return timedelta(seconds=value)
 
 
 def get_settings() -> PeriodicSettings:

@@ -51,6 +51,7 @@ class Due:
     kwargs: Any = None
     max_attempts: int = 1
     tasks_backend: str = ""
+    revision: int = 1
 
     def trigger_key(self) -> tuple[Any, ...]:
         """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""

@@ -21,6 +21,7 @@ from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
+    RETENTION_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
 )
@@ -195,7 +196,15 @@ class ScheduleForm(_ScheduleModelForm):
 
     class Meta:
         model = Schedule
-        fields = ["name", "job", *JOB_FIELDS, "enabled", *TRIGGER_FIELDS, *POLICY_FIELDS]
+        fields = [
+            "name",
+            "job",
+            *JOB_FIELDS,
+            "enabled",
+            *TRIGGER_FIELDS,
+            *POLICY_FIELDS,
+            *RETENTION_FIELDS,
+        ]
         widgets = {
             "cron": forms.TextInput(
                 attrs={

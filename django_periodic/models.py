@@ -1,5 +1,6 @@
 """The ledger: schedules, the runs they fire, and the leases under which runs execute."""
 
+import copy
 import uuid
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
@@ -8,7 +9,7 @@ from typing import Any, Self
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
 from django.utils.translation import gettext_lazy as _
 
@@ -43,10 +44,15 @@ POLICY_FIELDS = (
     "allow_stale_reentry",
     "tasks_backend",
 )
+# How long a schedule's finished runs are kept (retention.py); empty: the global settings.
+RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 # What @job(...) may define besides its name: every field above.
-SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS)
+SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS)
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
 CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
+# Fields whose change makes a new revision of a schedule (Schedule.revision): what its
+# runs call, and when.
+REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
 
 
 # The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
@@ -81,6 +87,16 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def due(self, now: datetime) -> "ScheduleQuerySet":
         """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
         return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
+
+    def update(self, **kwargs: Any) -> int:
+        """Update these rows; writing any of ``REVISION_FIELDS`` bumps their revision.
+
+        Bumped in the same statement, changed value or not (the database would have to
+        compare every field to tell), so ``bulk_update()`` of those fields bumps too.
+        """
+        if "revision" not in kwargs and not kwargs.keys().isdisjoint(REVISION_FIELDS):
+            kwargs["revision"] = F("revision") + 1
+        return super().update(**kwargs)
 
     def reschedule(self, now: datetime | None = None) -> int:
         """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
@@ -154,6 +170,30 @@ class Schedule(models.Model):
         ),
     )
 
+    keep_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("Keep at least its last N finished runs; empty: the KEEP_RUNS setting."),
+    )
+    keep_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Keep finished runs planned this recently; empty: the KEEP_RUNS_FOR setting."),
+    )
+    keep_failed_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Keep failed runs planned this recently; empty: the KEEP_FAILED_RUNS_FOR setting."
+        ),
+    )
+
+    revision = models.PositiveIntegerField(
+        default=1,
+        editable=False,
+        help_text=_("Bumped when its trigger, job or arguments change; each run records it."),
+    )
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     planning_failures = models.PositiveIntegerField(
@@ -190,6 +230,8 @@ class Schedule(models.Model):
 
     # The trigger fields as loaded or last saved (see from_db); absent on a new instance.
     _loaded_trigger: dict[str, Any]
+    # The revision fields likewise (deferred ones left out: reading them would query).
+    _loaded_revision: dict[str, Any]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
@@ -197,8 +239,20 @@ class Schedule(models.Model):
         moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
         if moved and update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "next_fire_at"}
+        revised = self._revised(update_fields)
+        if revised:
+            # In the UPDATE itself, so that two concurrent edits make two revisions.
+            self.revision = F("revision") + 1
+            if update_fields is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
         super().save(*args, **kwargs)
-        self._loaded_trigger = self._trigger_state()
+        if revised:
+            saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
+            self.revision = saved.values_list("revision", flat=True).get()
+        self._loaded_trigger = self._saved(self._trigger_state(), "_loaded_trigger", update_fields)
+        self._loaded_revision = self._saved(
+            self._revision_state(), "_loaded_revision", update_fields
+        )
         if moved:
             # Sleeping schedulers look at the new cursor.
             wakeups.notify(self._state.db or "default")
@@ -212,7 +266,8 @@ class Schedule(models.Model):
         """
         loaded = getattr(self, "_loaded_trigger", None) or {}
         current = self._trigger_state()
-        changed = {name for name in CURSOR_FIELDS if loaded.get(name) != current[name]}
+        missing = object()  # deferred when loaded, set since: counts as a change
+        changed = {name for name in current if loaded.get(name, missing) != current[name]}
         if not self._state.adding:
             if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
@@ -223,6 +278,37 @@ class Schedule(models.Model):
             self.created_at = now  # an interval's anchor: the database's clock, like all times
         self.next_fire_at = self.first_fire_time(now)
         return True
+
+    def _saved(
+        self, current: dict[str, Any], loaded: str, update_fields: Iterable[str] | None
+    ) -> dict[str, Any]:
+        """The values as stored now: those written, the loaded ones for the others."""
+        if update_fields is None:
+            return current
+        written = {k: v for k, v in current.items() if k in set(update_fields)}
+        return {**getattr(self, loaded, {}), **written}
+
+    def _revised(self, update_fields: Iterable[str] | None) -> bool:
+        """Whether this save writes a new value to one of ``REVISION_FIELDS``."""
+        if self._state.adding:
+            return False
+        loaded = getattr(self, "_loaded_revision", {})
+        written = REVISION_FIELDS if update_fields is None else set(update_fields)
+        missing = object()  # deferred when loaded, set since: counts as a change
+        current = self._revision_state()
+        return any(
+            loaded.get(name, missing) != current[name]
+            for name in REVISION_FIELDS
+            if name in written and name in current
+        )
+
+    def _revision_state(self) -> dict[str, Any]:
+        # A copy: args and kwargs may be changed in place.
+        return {
+            name: copy.deepcopy(self.__dict__[name])
+            for name in REVISION_FIELDS
+            if name in self.__dict__
+        }
 
     @classmethod
     def from_db(
@@ -235,10 +321,12 @@ class Schedule(models.Model):
     ) -> Self:
         instance = super().from_db(db, field_names, values, *args, **kwargs)
         instance._loaded_trigger = instance._trigger_state()
+        instance._loaded_revision = instance._revision_state()
         return instance
 
     def _trigger_state(self) -> dict[str, Any]:
-        return {name: getattr(self, name, None) for name in CURSOR_FIELDS}
+        # Deferred fields are left out: reading one would load the instance again.
+        return {name: self.__dict__[name] for name in CURSOR_FIELDS if name in self.__dict__}
 
     @property
     def trigger_kind(self) -> str:
@@ -313,8 +401,8 @@ class Schedule(models.Model):
         self, now: datetime, *, trigger: str, plan_time: datetime, scope: str = "", **snapshot: Any
     ) -> "Run":
         """Record a run outside the trigger's plan times (manual, retry) under the overlap
-        policy of its scope, like any fire. ``snapshot`` may override the job name and
-        arguments.
+        policy of its scope, like any fire. ``snapshot`` may override the job name,
+        arguments and revision (a retry repeats what the failed run called).
         """
         runs = self.plan_extra_runs(
             now, trigger=trigger, plan_time=plan_time, scopes=[scope], **snapshot
@@ -364,7 +452,8 @@ class Schedule(models.Model):
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
-        for field, message in self._trigger_errors() + self._job_errors() + self._route_errors():
+        found = self._trigger_errors() + self._job_errors() + self._route_errors()
+        for field, message in found + self._retention_errors():
             errors.setdefault(field, []).append(message)
         if errors:
             raise ValidationError(errors)
@@ -407,6 +496,14 @@ class Schedule(models.Model):
                 "or a live process could lose its lease."
             )
             errors.append(("lease_timeout", message))
+        return errors
+
+    def _retention_errors(self) -> list[tuple[str, str]]:
+        errors = []
+        for name in ("keep_runs_for", "keep_failed_runs_for"):
+            value = getattr(self, name)
+            if value is not None and value <= timedelta(0):
+                errors.append((name, f"{name} must be positive."))
         return errors
 
     def _route_errors(self) -> list[tuple[str, str]]:
@@ -581,6 +678,13 @@ class Run(models.Model):
         help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
     )
     trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
+    schedule_revision = models.PositiveIntegerField(
+        _("revision"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("The schedule's revision that planned it; empty if recorded before revisions."),
+    )
     status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
     attempt = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField(default=1)
@@ -678,7 +782,12 @@ class Run(models.Model):
     @classmethod
     def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":
         """An unsaved run of ``schedule`` with a snapshot of what it will call."""
-        snapshot = {"job_name": schedule.job, "args": schedule.args, "kwargs": schedule.kwargs}
+        snapshot = {
+            "job_name": schedule.job,
+            "args": schedule.args,
+            "kwargs": schedule.kwargs,
+            "schedule_revision": schedule.revision,
+        }
         return cls(
             schedule=schedule,
             plan_time=plan_time,

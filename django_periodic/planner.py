@@ -33,7 +33,7 @@ DECISION_FIELDS = (
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes",
 )  # fmt: skip
-SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend")
+SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 
 
 @dataclass
@@ -387,7 +387,12 @@ def _disabled_events(disabled: list[Decision], using: str) -> list[signals.Event
 
 def plan_retry(failed: Run, now: datetime) -> Run:
     """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
-    snapshot = {"job_name": failed.job_name, "args": failed.args, "kwargs": failed.kwargs}
+    snapshot = {
+        "job_name": failed.job_name,
+        "args": failed.args,
+        "kwargs": failed.kwargs,
+        "schedule_revision": failed.schedule_revision,
+    }
     return failed.schedule.plan_extra_run(
         now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, scope=failed.scope, **snapshot
     )

@@ -160,6 +160,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         job_name=schedule.job,
         args=schedule.args,
         kwargs=schedule.kwargs,
+        schedule_revision=schedule.revision,
         max_attempts=schedule.max_attempts,
         tasks_backend=tasks_backend_for(schedule.tasks_backend),
         exclusive=policies.is_exclusive(schedule.overlap),
@@ -208,15 +209,17 @@ WITH batch AS (
     FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
         WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
     WHERE s.id = batch.id AND s.next_fire_at = c.old_cursor
-    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts, s.tasks_backend
+    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts, s.tasks_backend,
+        s.revision
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, scope, plan_time, trigger, status, attempt, max_attempts, interruptions,
+        schedule_id, scope, plan_time, trigger, schedule_revision, status, attempt, max_attempts,
+        interruptions,
         exclusive, start_deadline, finished_at,
         error_code, error_message, traceback, job_name, args, kwargs,
         tasks_backend, task_id, created_at
     )
-    SELECT m.id, f.scope, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+    SELECT m.id, f.scope, f.plan_time, 'schedule', m.revision, f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '', m.job, m.args, m.kwargs,

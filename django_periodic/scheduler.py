@@ -22,6 +22,7 @@ from django_periodic import (
     leases,
     outcomes,
     planner,
+    pruner,
     sync,
     wakeups,
 )
@@ -74,6 +75,7 @@ class Scheduler:
             else None
         )
         self.listener = wakeups.Listener(using, self._alarm)
+        self.pruner: pruner.Pruner | None = None  # retention, in its own thread
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
         self._wake_at_monotonic = 0.0  # when the current sleep ends
@@ -102,6 +104,9 @@ class Scheduler:
             return
         if not once and not self.listener.start():
             logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
+        if not once:
+            self.pruner = pruner.Pruner(self.using)
+            self.pruner.start()
         try:
             self._run_once() if once else self._run_forever()
         finally:
@@ -400,6 +405,8 @@ class Scheduler:
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
         self.listener.stop()
+        if self.pruner:
+            self.pruner.stop()
         if self.pool:
             running = len(self.pool.in_flight())
             logger.info(

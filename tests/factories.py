@@ -26,6 +26,7 @@ class RunFactory(DjangoModelFactory):
     args = factory.SelfAttribute("schedule.args")
     kwargs = factory.SelfAttribute("schedule.kwargs")
     max_attempts = factory.SelfAttribute("schedule.max_attempts")
+    schedule_revision = factory.SelfAttribute("schedule.revision")
 
 
 class SchedulerProcessFactory(DjangoModelFactory):

@@ -63,7 +63,7 @@ def statements(captured: CaptureQueriesContext) -> list[str]:
 def test_prune_runs_counts_runs_and_leases_separately(now):
     old_finished_runs(now, 2, leases_each=2)
     text = output_of("prune_runs", days=30)
-    assert "Deleted 2 runs and 4 leases planned before" in text
+    assert "Deleted 2 runs and 4 leases; kept runs planned since" in text
     assert not Run.objects.exists()
     assert not Lease.objects.exists()
 
@@ -81,8 +81,9 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
     old_finished_runs(now, 5)
     with CaptureQueriesContext(connection) as captured:
         text = output_of("prune_runs", days=30, batch_size=2)
-    # Three batches (2, 2, 1) of: select ids, delete leases by run id, delete runs by id.
-    assert len(statements(captured)) == 3 * 3
+    # The schedules' rules, then three batches (2, 2, 1) of: select ids, delete leases by
+    # run id, delete runs by id.
+    assert len(statements(captured)) == 1 + 3 * 3
     assert "Deleted 5 runs and 5 leases" in text
     assert not Run.objects.exists()
 
@@ -90,7 +91,7 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
 def test_prune_runs_dry_run_counts_and_deletes_nothing(now):
     old_finished_runs(now, 3, leases_each=2)
     text = output_of("prune_runs", days=30, dry_run=True)
-    assert "Would delete 3 runs and 6 leases planned before" in text
+    assert "Would delete 3 runs and 6 leases; kept runs planned since" in text
     assert Run.objects.count() == 3
     assert Lease.objects.count() == 6
 
@@ -110,6 +111,39 @@ def test_prune_runs_keeps_recent_finished_runs(now):
     old_finished_runs(now, 1)
     output_of("prune_runs", days=30)
     assert Run.objects.get() == recent
+
+
+def test_prune_runs_without_options_applies_the_retention_settings(now, settings):
+    settings.DJANGO_PERIODIC = {"KEEP_RUNS": 1}
+    runs = old_finished_runs(now, 3)
+    text = output_of("prune_runs")
+    assert "Deleted 2 runs and 2 leases; kept the last 1 finished runs of each schedule" in text
+    assert list(Run.objects.all()) == [runs[-1]]
+
+
+def test_prune_runs_keep_runs_keeps_the_last_runs_of_each_schedule(now):
+    runs = old_finished_runs(now, 3)
+    output_of("prune_runs", keep_runs=2)
+    assert sorted(Run.objects.values_list("pk", flat=True)) == [runs[1].pk, runs[2].pk]
+
+
+def test_prune_runs_without_any_rule_keeps_thirty_days(now):
+    recent = RunFactory(plan_time=now - timedelta(days=29), status="succeeded")
+    old_finished_runs(now, 1)  # 40 days old
+    assert "kept runs planned since" in output_of("prune_runs")
+    assert Run.objects.get() == recent
+
+
+def test_prune_runs_keeps_what_a_schedules_own_rule_keeps(now):
+    runs = old_finished_runs(now, 2)
+    Schedule.objects.filter(pk=runs[0].schedule_id).update(keep_runs=5)
+    output_of("prune_runs", days=30)
+    assert Run.objects.count() == 2
+
+
+def test_prune_runs_rejects_keeping_fewer_than_one_run(db):
+    with pytest.raises(CommandError, match="at least 1"):
+        call_command("prune_runs", keep_runs=0)
 
 
 def test_prune_runs_rejects_a_batch_size_below_one(db):

@@ -135,6 +135,8 @@ def scope_table(
 def _square_title(run: RunSummary, labels: dict[str, str]) -> str:
     words = [labels.get(run.status, run.status), absolute(run.plan_time)]
     words.append(labels.get(run.trigger, run.trigger))
+    if run.schedule_revision is not None:
+        words.append(_("revision %(number)d") % {"number": run.schedule_revision})
     if run.error_code:
         words.append(run.error_code)
     return " · ".join(words)

@@ -15,7 +15,7 @@ STRIP_LENGTH = 20
 # A fanned-out schedule's page reads at most this many of its newest runs for the latest run
 # of each scope: a bounded read off its history index, however long the history.
 SCOPE_STATUS_RUNS = 20_000
-_FIELDS = ("pk", "schedule_id", "status", "plan_time", "trigger", "error_code")
+_FIELDS = ("pk", "schedule_id", "status", "plan_time", "trigger", "error_code", "schedule_revision")
 
 
 class RunSummary(NamedTuple):
@@ -25,6 +25,7 @@ class RunSummary(NamedTuple):
     plan_time: datetime
     trigger: str
     error_code: str
+    schedule_revision: int | None
 
 
 def recent_runs(
@@ -57,10 +58,11 @@ def recent_runs(
 
 # One index scan with a LIMIT per schedule (periodic_run_history: schedule, -plan_time).
 _RECENT_RUNS_SQL = """
-SELECT run.id, run.schedule_id, run.status, run.plan_time, run.trigger, run.error_code
+SELECT run.id, run.schedule_id, run.status, run.plan_time, run.trigger, run.error_code,
+    run.schedule_revision
 FROM unnest(%(ids)s::bigint[]) AS listed(id)
 CROSS JOIN LATERAL (
-    SELECT id, schedule_id, status, plan_time, trigger, error_code
+    SELECT id, schedule_id, status, plan_time, trigger, error_code, schedule_revision
     FROM {table}
     WHERE schedule_id = listed.id
     ORDER BY plan_time DESC, id DESC

@@ -149,6 +149,7 @@ class RunAdmin(_RunAdmin):
         "scope_text",
         "plan",
         "trigger",
+        "schedule_revision",
         "status_badge",
         "attempts",
         "started",
@@ -184,7 +185,19 @@ class RunAdmin(_RunAdmin):
 
     def get_fieldsets(self, request: HttpRequest, obj: Run | None = None) -> "_FieldsetSpec":
         fieldsets: list[tuple[StrOrPromise | None, _FieldOpts]] = [
-            (None, {"fields": ["schedule_link", "scope_text", "status_badge", "trigger", "plan"]}),
+            (
+                None,
+                {
+                    "fields": [
+                        "schedule_link",
+                        "scope_text",
+                        "status_badge",
+                        "trigger",
+                        "schedule_revision",
+                        "plan",
+                    ]
+                },
+            ),
         ]
         if obj is not None and (obj.error_code or obj.error_message or obj.traceback):
             fieldsets.append(

@@ -30,6 +30,7 @@ from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
+    RETENTION_FIELDS,
     TRIGGER_FIELDS,
     Run,
     Schedule,
@@ -46,10 +47,19 @@ else:
     _ScheduleAdmin = admin.ModelAdmin
 
 # What the code of a @job schedule defines; the admin shows it but cannot change it.
-CODE_DEFINED_FIELDS = ("name", "job", *JOB_FIELDS, "trigger_kind", *TRIGGER_FIELDS, *POLICY_FIELDS)
+CODE_DEFINED_FIELDS = (
+    "name",
+    "job",
+    *JOB_FIELDS,
+    "trigger_kind",
+    *TRIGGER_FIELDS,
+    *POLICY_FIELDS,
+    *RETENTION_FIELDS,
+)
 STATE_FIELDS = (
     "scope_status",
     "next_fire",
+    "revision",
     "recent_runs",
     "last_error",
     "planning_failures",
@@ -165,6 +175,7 @@ class ScheduleAdmin(_ScheduleAdmin):
             (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
             (_("Trigger"), {"fields": list(trigger)}),
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
+            (_("History"), {"fields": list(RETENTION_FIELDS)}),
         ]
         if obj is not None:
             # The scopes' latest runs only where there are scopes.

@@ -1,25 +1,35 @@
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections, transaction
-from django.db.models import QuerySet, signals
 
-from django_periodic import clock
-from django_periodic.models import Lease, Run, RunQuerySet
+from django_periodic import clock, retention
 
 DEFAULT_BATCH_SIZE = 5000
+# What is kept when neither the options nor the settings say (the command's old default).
+DEFAULT_DAYS = 30
 
 
 class Command(BaseCommand):
     help = (
-        "Delete finished runs (and their leases) planned more than --days ago, in batches. "
-        "Active runs are kept, and schedule cursors keep old plan times from firing again."
+        "Delete the finished runs (and their leases) that the retention rules do not keep, "
+        "in batches: the KEEP_* settings and each schedule's own, as run_scheduler applies "
+        "them; --days and --keep-runs replace the settings. With no rule at all, runs "
+        f"planned more than {DEFAULT_DAYS} days ago go. Active runs are kept, and schedule "
+        "cursors keep old plan times from firing again."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--days", type=int, default=30, help="Keep this many days (30).")
+        parser.add_argument(
+            "--days",
+            type=int,
+            help="Keep runs planned within this many days (instead of KEEP_RUNS_FOR).",
+        )
+        parser.add_argument(
+            "--keep-runs",
+            type=int,
+            help="Keep the last N finished runs of each schedule (instead of KEEP_RUNS).",
+        )
         parser.add_argument(
             "--batch-size",
             type=int,
@@ -34,90 +44,53 @@ class Command(BaseCommand):
     def handle(
         self,
         *args: Any,
-        days: int,
+        days: int | None,
+        keep_runs: int | None,
         batch_size: int,
         dry_run: bool,
         database: str,
         verbosity: int,
         **options: Any,
     ) -> None:
-        if days < 0:
+        if days is not None and days < 0:
             raise CommandError("--days must not be negative.")
+        if keep_runs is not None and keep_runs < 1:
+            raise CommandError("--keep-runs must be at least 1.")
         if batch_size < 1:
             raise CommandError("--batch-size must be at least 1.")
-        cutoff = clock.now(database) - timedelta(days=days)
-        prunable = Run.objects.using(database).finished().filter(plan_time__lt=cutoff)
-        if dry_run:
-            runs = prunable.count()
-            leases = Lease.objects.using(database).filter(run__in=prunable).count()
-            self._report("Would delete", runs, leases, cutoff)
-            return
-        runs = leases = 0
-        for batch_runs, batch_leases in _delete_in_batches(prunable, batch_size, database):
-            runs, leases = runs + batch_runs, leases + batch_leases
-            if verbosity >= 2:
-                self.stdout.write(f"  {runs} runs and {leases} leases deleted so far")
-        self._report("Deleted", runs, leases, cutoff)
-
-    def _report(self, verb: str, runs: int, leases: int, cutoff: datetime) -> None:
+        rules = _rules(days, keep_runs)
+        now = clock.now(database)
+        pruned = retention.Pruned()
+        batches = retention.prune(
+            now, using=database, rules=rules, batch_size=batch_size, dry_run=dry_run, wait=True
+        )
+        for batch in batches:
+            pruned += batch
+            if verbosity >= 2 and not dry_run:
+                self.stdout.write(f"  {pruned.runs} runs and {pruned.leases} leases deleted so far")
+        verb = "Would delete" if dry_run else "Deleted"
         self.stdout.write(
-            f"{verb} {runs} runs and {leases} leases planned before {cutoff:%Y-%m-%d %H:%M}."
+            f"{verb} {pruned.runs} runs and {pruned.leases} leases; {_kept(rules, now)}."
         )
 
 
-def _delete_in_batches(
-    prunable: RunQuerySet, batch_size: int, using: str
-) -> Iterator[tuple[int, int]]:
-    """Delete ``prunable`` batch by batch, yielding (runs, leases) deleted by each batch.
-
-    Each batch is its own short transaction, so locks are held briefly and a long prune
-    can be interrupted without losing what was done. Batches walk the primary key
-    upwards, so no batch rescans rows (or the dead index entries) of the ones before.
-    """
-    # SQLite binds at most 999 parameters per statement in older builds.
-    limit = connections[using].features.max_query_params or batch_size
-    batch_size = min(batch_size, limit)
-    after = 0
-    while True:
-        with transaction.atomic(using=using):
-            pks = list(
-                prunable.filter(pk__gt=after)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:batch_size]
-            )
-            deleted = _delete_batch(pks, using) if pks else (0, 0)
-        if pks:
-            yield deleted
-        if len(pks) < batch_size:
-            return
-        after = pks[-1]
+def _rules(days: int | None, keep_runs: int | None) -> retention.Rules:
+    rules = retention.Rules.from_settings()
+    if days is not None:
+        rules = retention.Rules(rules.keep_runs, timedelta(days=days), rules.keep_failed_runs_for)
+    if keep_runs is not None:
+        rules = retention.Rules(keep_runs, rules.keep_runs_for, rules.keep_failed_runs_for)
+    if not rules.limited:
+        rules = retention.Rules(None, timedelta(days=DEFAULT_DAYS), rules.keep_failed_runs_for)
+    return rules
 
 
-def _delete_batch(pks: list[int], using: str) -> tuple[int, int]:
-    """Delete these runs and their leases; return (runs, leases).
-
-    Leases go first, by run id, so the runs have nothing left to cascade to and can be
-    deleted by primary key. Finished runs never change status again and get no new
-    lease, so the ids selected stay safe to delete.
-    """
-    leases = _delete(Lease.objects.using(using).filter(run_id__in=pks))
-    runs = _delete(Run.objects.using(using).filter(pk__in=pks))
-    return runs, leases
-
-
-def _delete(rows: QuerySet[Any]) -> int:
-    """Delete ``rows`` in one statement and return how many went.
-
-    ``QuerySet.delete()`` would first fetch every full run row to collect the lease
-    cascade. It is kept only when project code hooks into deleting these rows (a delete
-    signal, or its own model pointing at them), since that needs the rows.
-    """
-    model = rows.model
-    hooked = (
-        any(relation.related_model is not Lease for relation in model._meta.related_objects)
-        or signals.pre_delete.has_listeners(model)
-        or signals.post_delete.has_listeners(model)
-    )
-    if hooked:
-        return rows.delete()[1].get(model._meta.label, 0)
-    return rows._raw_delete(rows.db)
+def _kept(rules: retention.Rules, now: datetime) -> str:
+    kept = []
+    if rules.keep_runs is not None:
+        kept.append(f"the last {rules.keep_runs} finished runs of each schedule")
+    if rules.keep_runs_for is not None:
+        kept.append(f"runs planned since {now - rules.keep_runs_for:%Y-%m-%d %H:%M}")
+    if rules.keep_failed_runs_for is not None:
+        kept.append(f"failed runs planned since {now - rules.keep_failed_runs_for:%Y-%m-%d %H:%M}")
+    return "kept " + ", ".join(kept) + " (or as each schedule's own rules say)"

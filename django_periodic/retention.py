@@ -1,0 +1,315 @@
+"""Retention: which finished runs are kept, and deleting the others in bounded batches.
+
+A finished run is kept while any rule keeps it: it is one of the last ``keep_runs`` finished
+runs of its schedule, or was planned within ``keep_runs_for``, or failed and was planned
+within ``keep_failed_runs_for``. Each rule is the schedule's own field, else the setting of
+the same name in capitals. A schedule with neither a count nor an age rule keeps everything.
+
+Active runs are never deleted, nor anything planning needs: the schedule's cursor
+(``next_fire_at``), not its history, keeps a plan time from firing twice.
+
+``run_scheduler`` applies these rules in a background pass (``pruner.py``) and
+``prune_runs`` applies them from cron; both delete through ``prune()``.
+"""
+
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import (
+    Case,
+    DateTimeField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+    signals,
+)
+
+from django_periodic.conf import get_settings
+from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Schedule
+
+# Schedules whose cutoffs one statement computes.
+SCHEDULE_BATCH = 100
+# The PostgreSQL advisory lock that one pruning process holds at a time.
+LOCK_KEY = zlib.crc32(b"django_periodic.retention")
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How long finished runs are kept (None: no such rule)."""
+
+    keep_runs: int | None = None
+    keep_runs_for: timedelta | None = None
+    keep_failed_runs_for: timedelta | None = None
+
+    @classmethod
+    def from_settings(cls) -> "Rules":
+        """The global rules: the ``KEEP_*`` settings."""
+        settings = get_settings()
+        return cls(settings.KEEP_RUNS, settings.KEEP_RUNS_FOR, settings.KEEP_FAILED_RUNS_FOR)
+
+    def overridden_by(
+        self,
+        keep_runs: int | None,
+        keep_runs_for: timedelta | None,
+        keep_failed_runs_for: timedelta | None,
+    ) -> "Rules":
+        """These rules with a schedule's own fields (``RETENTION_FIELDS``) where set."""
+        return Rules(
+            self.keep_runs if keep_runs is None else keep_runs,
+            self.keep_runs_for if keep_runs_for is None else keep_runs_for,
+            self.keep_failed_runs_for if keep_failed_runs_for is None else keep_failed_runs_for,
+        )
+
+    @property
+    def limited(self) -> bool:
+        """Whether runs may be deleted at all: a count or an age rule is set."""
+        return self.keep_runs is not None or self.keep_runs_for is not None
+
+
+@dataclass(frozen=True)
+class Cutoffs:
+    """A schedule's finished runs planned before ``before`` may go; failed ones only if
+    planned before ``failed_before`` too."""
+
+    before: datetime
+    failed_before: datetime
+
+
+def cutoffs(rules: Rules, now: datetime, nth_newest: datetime | None) -> Cutoffs | None:
+    """A schedule's cutoffs under ``rules``; None if it keeps every run.
+
+    ``nth_newest`` is the plan time of its ``keep_runs``-th newest finished run (None if it
+    has fewer). Runs planned at that time are kept: at least ``keep_runs`` remain.
+    """
+    if not rules.limited:
+        return None
+    bounds = []
+    if rules.keep_runs is not None:
+        if nth_newest is None:
+            return None
+        bounds.append(nth_newest)
+    if rules.keep_runs_for is not None:
+        bounds.append(now - rules.keep_runs_for)
+    before = min(bounds)
+    failed_before = before
+    if rules.keep_failed_runs_for is not None:
+        failed_before = min(before, now - rules.keep_failed_runs_for)
+    return Cutoffs(before, failed_before)
+
+
+@dataclass
+class Pruned:
+    """What a prune deleted (or, dry, would delete)."""
+
+    runs: int = 0
+    leases: int = 0
+    busy: bool = False  # another process was pruning: nothing was done
+
+    def __add__(self, other: "Pruned") -> "Pruned":
+        return Pruned(self.runs + other.runs, self.leases + other.leases, self.busy or other.busy)
+
+
+def prune(
+    now: datetime,
+    *,
+    using: str = "default",
+    rules: Rules | None = None,
+    batch_size: int | None = None,
+    dry_run: bool = False,
+    wait: bool = False,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Iterator[Pruned]:
+    """Delete the finished runs (and their leases) that no rule keeps, yielding what each
+    batch deleted; ``dry_run`` counts them instead, one count per batch of schedules.
+
+    One process prunes at a time (an advisory lock on PostgreSQL): without ``wait``, a
+    prune that finds another under way yields ``Pruned(busy=True)`` and stops. ``stopping``
+    is asked between batches. Each batch is its own short transaction.
+    """
+    rules = rules or Rules.from_settings()
+    batch_size = batch_size or get_settings().PRUNE_BATCH_SIZE
+    with _one_at_a_time(using, wait) as alone:
+        if not alone:
+            yield Pruned(busy=True)
+            return
+        for by_schedule in _schedule_batches(now, rules, using):
+            prunable = _prunable(by_schedule, using)
+            if dry_run:
+                yield _count(prunable)
+                continue
+            for deleted in delete_in_batches(prunable, batch_size, using):
+                yield deleted
+                if stopping():
+                    return
+            if stopping():
+                return
+
+
+def prunable_runs(now: datetime, rules: Rules, using: str = "default") -> list[int]:
+    """The ids of every run that ``prune()`` would delete now (for tests and inspection;
+    reads them all)."""
+    ids: list[int] = []
+    for by_schedule in _schedule_batches(now, rules, using):
+        ids += _prunable(by_schedule, using).values_list("pk", flat=True)
+    return sorted(ids)
+
+
+def _schedule_batches(now: datetime, rules: Rules, using: str) -> Iterator[dict[int, Cutoffs]]:
+    """The cutoffs of the schedules that delete anything, a batch of schedules at a time
+    (two statements each)."""
+    schedules = Schedule.objects.using(using).order_by("pk")
+    if not rules.limited:
+        # Only schedules with a rule of their own can delete: a pass costs nothing more.
+        schedules = schedules.filter(Q(keep_runs__isnull=False) | Q(keep_runs_for__isnull=False))
+    after = 0
+    while True:
+        rows = list(
+            schedules.filter(pk__gt=after).values_list("pk", *RETENTION_FIELDS)[:SCHEDULE_BATCH]
+        )
+        if not rows:
+            return
+        own = {row[0]: rules.overridden_by(*row[1:]) for row in rows}
+        nth = _nth_newest({pk: r.keep_runs for pk, r in own.items() if r.keep_runs}, using)
+        found = {pk: cutoffs(r, now, nth.get(pk)) for pk, r in own.items()}
+        by_schedule = {pk: cut for pk, cut in found.items() if cut is not None}
+        if by_schedule:
+            yield by_schedule
+        if len(rows) < SCHEDULE_BATCH:
+            return
+        after = rows[-1][0]
+
+
+def _nth_newest(counts: dict[int, int], using: str) -> dict[int, datetime]:
+    """Each schedule's ``counts[pk]``-th newest finished run's plan time (one statement; a
+    schedule with fewer finished runs is left out).
+
+    One short read of the history index per schedule: OFFSET must be a constant, so the
+    schedules are grouped by count.
+    """
+    if not counts:
+        return {}
+    newest = (
+        Run.objects.filter(schedule=OuterRef("pk"), status__in=Run.FINAL_STATUSES)
+        .order_by("-plan_time", "-pk")
+        .values("plan_time")
+    )
+    by_count: dict[int, list[int]] = {}
+    for pk, count in counts.items():
+        by_count.setdefault(count, []).append(pk)
+    nth = Case(
+        *(
+            When(pk__in=pks, then=Subquery(newest[count - 1 : count]))
+            for count, pks in by_count.items()
+        ),
+        default=Value(None),
+        output_field=DateTimeField(),
+    )
+    rows = Schedule.objects.using(using).filter(pk__in=counts).annotate(nth=nth)
+    return {pk: at for pk, at in rows.values_list("pk", "nth") if at is not None}
+
+
+def _prunable(by_schedule: dict[int, Cutoffs], using: str) -> RunQuerySet:
+    """The finished runs of these schedules that their cutoffs let go."""
+    alike: dict[Cutoffs, list[int]] = {}
+    for pk, cut in by_schedule.items():
+        alike.setdefault(cut, []).append(pk)
+    condition = Q()
+    for cut, pks in alike.items():
+        older = Q(schedule_id__in=pks, plan_time__lt=cut.before)
+        if cut.failed_before < cut.before:
+            older &= ~Q(status=Run.Status.FAILED) | Q(plan_time__lt=cut.failed_before)
+        condition |= older
+    return Run.objects.using(using).finished().filter(condition)
+
+
+def _count(prunable: RunQuerySet) -> Pruned:
+    leases = Lease.objects.using(prunable.db).filter(run__in=prunable.values("pk"))
+    return Pruned(prunable.count(), leases.count())
+
+
+@contextmanager
+def _one_at_a_time(using: str, wait: bool) -> Iterator[bool]:
+    """Hold the pruning lock (PostgreSQL: a session advisory lock, freed with the session if
+    the process dies); yield whether this process got it. SQLite writes one at a time."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
+            got = True
+        else:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
+            got = cursor.fetchone()[0]
+    try:
+        yield got
+    finally:
+        if got:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
+
+
+def delete_in_batches(prunable: RunQuerySet, batch_size: int, using: str) -> Iterator[Pruned]:
+    """Delete ``prunable`` batch by batch, yielding what each batch deleted.
+
+    Each batch is its own short transaction of three statements (select ids, delete their
+    leases, delete them), so locks are held briefly and a long prune can be interrupted
+    without losing what was done. Batches walk the primary key upwards, so no batch
+    rescans rows (or the dead index entries) of the ones before.
+    """
+    # SQLite binds at most 999 parameters per statement in older builds.
+    limit = connections[using].features.max_query_params or batch_size
+    batch_size = min(batch_size, limit)
+    after = 0
+    while True:
+        with transaction.atomic(using=using):
+            pks = list(
+                prunable.filter(pk__gt=after)
+                .order_by("pk")
+                .values_list("pk", flat=True)[:batch_size]
+            )
+            deleted = _delete_batch(pks, using) if pks else Pruned()
+        if pks:
+            yield deleted
+        if len(pks) < batch_size:
+            return
+        after = pks[-1]
+
+
+def _delete_batch(pks: list[int], using: str) -> Pruned:
+    """Delete these runs and their leases.
+
+    Leases go first, by run id, so the runs have nothing left to cascade to and can be
+    deleted by primary key. Finished runs never change status again and get no new
+    lease, so the ids selected stay safe to delete.
+    """
+    leases = _delete(Lease.objects.using(using).filter(run_id__in=pks))
+    runs = _delete(Run.objects.using(using).filter(pk__in=pks))
+    return Pruned(runs, leases)
+
+
+def _delete(rows: QuerySet[Any]) -> int:
+    """Delete ``rows`` in one statement and return how many went.
+
+    ``QuerySet.delete()`` would first fetch every full run row to collect the lease
+    cascade. It is kept only when project code hooks into deleting these rows (a delete
+    signal, or its own model pointing at them), since that needs the rows.
+    """
+    model = rows.model
+    hooked = (
+        any(relation.related_model is not Lease for relation in model._meta.related_objects)
+        or signals.pre_delete.has_listeners(model)
+        or signals.post_delete.has_listeners(model)
+    )
+    if hooked:
+        return rows.delete()[1].get(model._meta.label, 0)
+    return rows._raw_delete(rows.db)
