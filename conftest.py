@@ -28,8 +28,6 @@ MODULE_COMMENT = re.compile(r"#\s*([\w/]+)\.py\b")
 # page from here once its blocks run or are marked with "% skip: next".
 NOT_EXECUTED = [
     "docs/guide.md",
-    "docs/settings.md",
-    "docs/retention.md",
     "docs/backfill.md",
 ]
 
