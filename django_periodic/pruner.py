@@ -37,13 +37,15 @@ class Pruner(threading.Thread):
 
     def run(self) -> None:
         interval = self.interval.total_seconds()
-        try:
-            wait = min(interval, FIRST_PASS_AFTER)
-            while not self._stopped.wait(wait):
+        wait = min(interval, FIRST_PASS_AFTER)
+        while not self._stopped.wait(wait):
+            try:
                 self.prune_once()
-                wait = interval
-        finally:
-            connections[self.using].close()  # this thread's own connection
+            finally:
+                # This thread's own connection: not held idle for an interval (an hour by
+                # default) against the server's connection budget.
+                connections[self.using].close()
+            wait = interval
 
     def prune_once(self) -> retention.Pruned:
         """One pass; a database error ends it (logged), the next interval tries again."""
