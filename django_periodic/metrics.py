@@ -145,7 +145,9 @@ class _StateCollector:
     def _counts(self) -> tuple[int, int, int]:
         now = clock.now(self.using)
         due = Q(status=Run.Status.PENDING, plan_time__lte=now)
-        runs = Run.objects.using(self.using).aggregate(
+        # Only active runs (a partial index), never the whole history.
+        active = Run.objects.using(self.using).active()
+        runs = active.aggregate(
             running=Count("pk", filter=Q(status=Run.Status.RUNNING)),
             waiting=Count("pk", filter=due | Q(status=Run.Status.QUEUED)),
         )
