@@ -189,20 +189,16 @@ def _events(ended: Sequence[Outcome], now: datetime | None) -> list[signals.Even
             ended_at = now or outcome.claim.db_time(monotonic)
             ran = ended_at - started_at if ended_at and started_at else None
             extra["duration"] = ran
-        event = signals.run_event(
-            signal,
-            run_id=run.pk,
-            schedule_id=run.schedule_id,
-            schedule=run.schedule.name,
-            scope=run.scope,
-            plan_time=run.plan_time,
-            attempt=run.attempt,
-            status=outcome.status,
-            reason=outcome.error_code,
-            using=outcome.claim.using,
-            **extra,
+        events.append(
+            signals.of_run(
+                signal,
+                run,
+                status=outcome.status,
+                reason=outcome.error_code,
+                using=outcome.claim.using,
+                **extra,
+            )
         )
-        events.append(event)
     return events
 
 

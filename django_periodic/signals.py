@@ -97,21 +97,22 @@ def run_event(
     return signal, arguments | extra
 
 
-def of_run(signal: Signal, run: Any, **extra: Any) -> Event:
-    """A run signal's event for a ``Run`` (its schedule loaded, or cached on it)."""
-    return run_event(
-        signal,
-        run_id=run.pk,
-        schedule_id=run.schedule_id,
-        schedule=run.schedule.name,
-        scope=run.scope,
-        plan_time=run.plan_time,
-        attempt=run.attempt,
-        status=run.status,
-        reason=run.error_code,
-        using=run._state.db or "default",
-        **extra,
-    )
+def of_run(signal: Signal, run: Any, **overrides: Any) -> Event:
+    """A run signal's event for a ``Run`` (its schedule loaded, or cached on it); keyword
+    arguments replace the run's own values (an outcome's status before it is saved on the
+    instance) or add the signal's extra ones."""
+    fields = {
+        "run_id": run.pk,
+        "schedule_id": run.schedule_id,
+        "schedule": run.schedule.name,
+        "scope": run.scope,
+        "plan_time": run.plan_time,
+        "attempt": run.attempt,
+        "status": run.status,
+        "reason": run.error_code,
+        "using": run._state.db or "default",
+    }
+    return run_event(signal, **(fields | overrides))
 
 
 def recorded(run: Any) -> Event:

@@ -2,7 +2,7 @@ import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connection, connections
 
-from django_periodic import clock
+from django_periodic import clock, registry
 from tests import processes
 from tests.factories import SchedulerProcessFactory
 
@@ -30,6 +30,15 @@ def close_asgiref_connections(django_db_setup, django_db_blocker):
 
 # pytest-django already provides ``client``, ``admin_client`` (logged in as the superuser
 # "admin") and ``admin_user``: use them rather than defining look-alikes per module.
+
+
+@pytest.fixture
+def clean_registry():
+    """Jobs a test registers are forgotten after it."""
+    saved = registry.registered_jobs()
+    yield
+    registry._registry.clear()
+    registry._registry.update(saved)
 
 
 @pytest.fixture

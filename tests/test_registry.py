@@ -8,14 +8,6 @@ from django_periodic import checks, job, registry, sync
 from django_periodic.models import Run, Schedule
 
 
-@pytest.fixture
-def clean_registry():
-    saved = registry.registered_jobs()
-    yield
-    registry._registry.clear()
-    registry._registry.update(saved)
-
-
 def test_jobs_are_registered_by_module_and_qualname():
     found = registry.get_job("tests.jobs.add")
     assert found.description == "Adds two numbers."

@@ -10,7 +10,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import checks, job, planner, pruner, registry, retention, sync
+from django_periodic import checks, job, planner, pruner, retention, sync
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data
 from tests.processes import wait_for
@@ -19,14 +19,6 @@ pytestmark = pytest.mark.django_db
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
-
-
-@pytest.fixture
-def clean_registry():
-    saved = registry.registered_jobs()
-    yield
-    registry._registry.clear()
-    registry._registry.update(saved)
 
 
 def finished_runs(schedule, now, ages, status=Run.Status.SUCCEEDED) -> list[Run]:

@@ -17,14 +17,6 @@ def revision_of(schedule: Schedule) -> int:
     return Schedule.objects.values_list("revision", flat=True).get(pk=schedule.pk)
 
 
-@pytest.fixture
-def clean_registry():
-    saved = registry.registered_jobs()
-    yield
-    registry._registry.clear()
-    registry._registry.update(saved)
-
-
 # -- what bumps it -----------------------------------------------------------------------------
 
 
