@@ -5,7 +5,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
-from django_periodic import backfill, clock, planner
+from django_periodic import backfill, clock, handoff, health, leases, planner, taskbackends
 from django_periodic.models import Run
 from django_periodic.testing import fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
@@ -256,3 +256,33 @@ def test_a_real_scheduler_executes_released_backfilled_runs():
     call_command("run_scheduler", "--once", workers=2, verbosity=0)
     assert {run.status for run in backfilled(schedule)} == {"succeeded"}
     assert len(backfilled(schedule)) == 3
+
+
+@pytest.mark.django_db
+def test_a_backfilled_run_does_not_count_in_the_fire_lag():
+    schedule = cron_schedule(job="tests.jobs.add", args=[1, 2])
+    schedule.backfill(T0, T0 + timedelta(minutes=10), now=NOW)
+    (run,) = run_due(now=NOW)
+    assert run.started_at - run.plan_time >= timedelta(hours=1)
+    assert health.fire_lag(NOW) == health.Lag(0, None, None)
+
+
+@pytest.mark.django_db
+def test_cancelling_the_waiting_backfilled_runs_stops_the_backfill():
+    schedule = cron_schedule()
+    schedule.backfill(T0, NOW, now=NOW)
+    waiting = Run.objects.filter(schedule=schedule, trigger="backfill").waiting()
+    assert leases.request_cancel(waiting, NOW) == (6, 0)
+    assert run_due(now=NOW + timedelta(minutes=1)) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_backfilled_runs_of_a_handed_off_schedule_are_enqueued_once_released():
+    backend = taskbackends.framework().task_backends["dummy"]
+    backend.clear()
+    schedule = cron_schedule(tasks_backend="dummy")
+    result = schedule.backfill(T0, T0 + timedelta(minutes=30), rate=0.01)
+    assert handoff.dispatch() == 1  # the first is released at once, the next in 100 s
+    assert [r.args[0] for r in backend.results] == [backfilled(schedule)[0].pk]
+    assert result.last_release - result.first_release == timedelta(seconds=200)
+    backend.clear()
