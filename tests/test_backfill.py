@@ -3,7 +3,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connections
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 
 from django_periodic import backfill, clock, handoff, health, leases, planner, taskbackends
 from django_periodic.models import Run
@@ -286,3 +287,16 @@ def test_backfilled_runs_of_a_handed_off_schedule_are_enqueued_once_released():
     assert [r.args[0] for r in backend.results] == [backfilled(schedule)[0].pk]
     assert result.last_release - result.first_release == timedelta(seconds=200)
     backend.clear()
+
+
+def test_a_backfill_costs_the_same_few_queries_however_many_runs_it_records(postgres):
+    # (SQLite's bulk insert is split by its limit on parameters per statement.)
+    def queries_of(minutes):
+        schedule = cron_schedule(cron="* * * * *")
+        with CaptureQueriesContext(connection) as queries:
+            schedule.backfill(NOW - timedelta(minutes=minutes), NOW, now=NOW)
+        return len(queries)
+
+    few = queries_of(5)
+    assert queries_of(500) == few
+    assert few <= 6
