@@ -7,9 +7,10 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic import backfill, clock, handoff, health, leases, planner, taskbackends
-from django_periodic.models import Run
+from django_periodic.models import Lease, Run
 from django_periodic.testing import fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
+from tests.models import Execution
 from tests.processes import wait_for
 
 EVERY_10 = "*/10 * * * *"
@@ -300,3 +301,23 @@ def test_a_backfill_costs_the_same_few_queries_however_many_runs_it_records(post
     few = queries_of(5)
     assert queries_of(500) == few
     assert few <= 6
+
+
+@pytest.mark.processes
+def test_real_schedulers_run_each_backfilled_run_once_never_before_its_release(postgres, children):
+    schedule = cron_schedule(cron="* * * * *", job="tests.jobs.record")
+    now = clock.now()
+    result = schedule.backfill(now - timedelta(minutes=8), now, rate=5)
+    for _ in range(2):
+        children.start("--workers", "4")
+    runs = Run.objects.filter(schedule=schedule, trigger="backfill")
+    wait_for(lambda: not runs.active().exists(), 60, "the backfilled runs to end")
+    assert set(runs.values_list("status", flat=True)) == {"succeeded"}
+    executed = Execution.objects.filter(schedule=schedule.name).order_by("plan_time")
+    assert list(executed.values_list("plan_time", flat=True)) == fire_times(
+        "* * * * *", now - timedelta(minutes=8), now
+    )
+    spacing = timedelta(seconds=0.2)
+    claimed = Lease.objects.filter(run__in=runs).order_by("run__plan_time")
+    for index, acquired_at in enumerate(claimed.values_list("acquired_at", flat=True)):
+        assert acquired_at >= result.first_release + index * spacing
