@@ -122,10 +122,10 @@ def _wanted(schedule: Schedule, start: datetime, end: datetime, now: datetime) -
     most = MAX_RUNS // max(len(keys), 1)
     times = _plan_times(schedule, start, end, most)
     if len(times) > most:
+        per_time = f" ({len(keys)} scope keys per plan time)" if schedule.scopes else ""
         raise ValueError(
-            f"More than {MAX_RUNS} runs to backfill from {start} to {end} "
-            f"({len(keys)} scope keys per plan time): the limit per call is {MAX_RUNS}; "
-            "backfill a shorter range at a time."
+            f"More than {MAX_RUNS} runs to backfill from {start} to {end}{per_time}: the "
+            f"limit per call is {MAX_RUNS}; backfill a shorter range at a time."
         )
     return _Wanted(start, end, times, keys)
 

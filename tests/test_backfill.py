@@ -321,3 +321,12 @@ def test_real_schedulers_run_each_backfilled_run_once_never_before_its_release(p
     claimed = Lease.objects.filter(run__in=runs).order_by("run__plan_time")
     for index, acquired_at in enumerate(claimed.values_list("acquired_at", flat=True)):
         assert acquired_at >= result.first_release + index * spacing
+
+
+@pytest.mark.django_db
+def test_the_limit_counts_one_run_per_scope_key_of_a_fanned_out_schedule():
+    schedule = cron_schedule(cron="* * * * *", job="tests.jobs.per_tenant", scopes="tests.regions")
+    start = NOW - timedelta(minutes=backfill.MAX_RUNS // 2 + 1)
+    with pytest.raises(ValueError, match="2 scope keys per plan time"):
+        schedule.backfill(start, NOW, now=NOW)
+    assert not backfilled(schedule)
