@@ -19,15 +19,15 @@ from datetime import datetime, timedelta
 from django.db import connections, transaction
 from django.db.models import Max
 
-from django_periodic import clock, wakeups
+from django_periodic import clock, signals, wakeups
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import LEDGER_TRIGGERS
 from django_periodic.models import Run, Schedule
 
-# Runs released per second per schedule, unless a call says otherwise.
+#: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
-# Most runs one call may record (plan times times scope keys): more is a mistake (a minute
-# cron over a year), or a job for several calls.
+#: Most runs one call may record (plan times times scope keys): more is a mistake (a minute
+#: cron over a year), or a job for several calls.
 MAX_RUNS = 1000
 
 
@@ -47,6 +47,10 @@ class BackfillResult:
     def plan_times(self) -> int:
         """The runs the range holds: recorded now or before."""
         return self.recorded + self.existing
+
+
+# A run inserted: its id, scope, plan time and release time.
+Inserted = tuple[int, str, datetime, datetime]
 
 
 @dataclass(frozen=True)
@@ -80,11 +84,14 @@ def backfill(
     if not wanted.count:
         return BackfillResult(wanted.start, wanted.end, 0, 0)
     if connections[using].vendor == "postgresql":
-        releases = _insert_postgresql(schedule, wanted, now, spacing, using)
+        inserted = _insert_postgresql(schedule, wanted, now, spacing, using)
     else:
-        releases = _insert_orm(schedule, wanted, now, spacing, using)
-    if releases:
+        inserted = _insert_orm(schedule, wanted, now, spacing, using)
+    if inserted:
         wakeups.notify(using)
+    if signals.listened(signals.run_planned):
+        signals.send_on_commit(_planned_events(schedule, inserted, using), using)
+    releases = [release for _, _, _, release in inserted]
     return BackfillResult(
         wanted.start,
         wanted.end,
@@ -101,6 +108,25 @@ def preview(schedule: Schedule, start: datetime, end: datetime, now: datetime) -
     using = schedule._state.db or "default"
     existing = len(_recorded(schedule, wanted, using))
     return BackfillResult(wanted.start, wanted.end, wanted.count - existing, existing)
+
+
+def _planned_events(
+    schedule: Schedule, inserted: list[Inserted], using: str
+) -> list[signals.Event]:
+    return [
+        signals.run_event(
+            signals.run_planned,
+            run_id=run_id,
+            schedule_id=schedule.pk,
+            schedule=schedule.name,
+            scope=scope,
+            plan_time=plan_time,
+            attempt=0,
+            status=Run.Status.RETRYING,
+            using=using,
+        )
+        for run_id, scope, plan_time, _ in inserted
+    ]
 
 
 def _spacing(rate: float) -> timedelta:
@@ -161,7 +187,7 @@ def _first_release(schedule: Schedule, now: datetime, spacing: timedelta, using:
 
 def _insert_orm(
     schedule: Schedule, wanted: _Wanted, now: datetime, spacing: timedelta, using: str
-) -> list[datetime]:
+) -> list[Inserted]:
     # SQLite runs one write transaction at a time (transaction_mode IMMEDIATE, see checks),
     # so what this transaction reads cannot change before it writes.
     with transaction.atomic(using=using):
@@ -175,7 +201,12 @@ def _insert_orm(
                 runs.append(_run(schedule, plan_time, scope, release, now))
                 release += spacing
         Run.objects.using(using).bulk_create(runs)
-    return [run.next_retry_at for run in runs if run.next_retry_at is not None]
+    return [(run.pk, run.scope, run.plan_time, _release_of(run)) for run in runs]
+
+
+def _release_of(run: Run) -> datetime:
+    assert run.next_retry_at is not None  # set by _run()
+    return run.next_retry_at
 
 
 def _run(
@@ -232,13 +263,13 @@ SELECT %(schedule)s, f.scope, f.plan_time, 'backfill', 'retrying', 0, %(max_atte
 FROM fresh f CROSS JOIN t
 ORDER BY f.n
 ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger IN ({ledger}) DO NOTHING
-RETURNING next_retry_at
+RETURNING id, scope, plan_time, next_retry_at
 """
 
 
 def _insert_postgresql(
     schedule: Schedule, wanted: _Wanted, now: datetime, spacing: timedelta, using: str
-) -> list[datetime]:
+) -> list[Inserted]:
     connection = connections[using]
     run = Run.for_schedule(schedule, now)
     json_field = Run._meta.get_field("args")
@@ -262,4 +293,4 @@ def _insert_postgresql(
     with transaction.atomic(using=using), connection.cursor() as cursor:
         cursor.execute(LOCK_SQL.format(schedule=quote(Schedule._meta.db_table)), [schedule.pk])
         cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        return [(run_id, scope, plan_time, release) for run_id, scope, plan_time, release in cursor]

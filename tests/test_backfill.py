@@ -6,7 +6,16 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic import backfill, clock, handoff, health, leases, planner, taskbackends
+from django_periodic import (
+    backfill,
+    clock,
+    handoff,
+    health,
+    leases,
+    planner,
+    signals,
+    taskbackends,
+)
 from django_periodic.models import Lease, Run
 from django_periodic.testing import fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
@@ -330,3 +339,22 @@ def test_the_limit_counts_one_run_per_scope_key_of_a_fanned_out_schedule():
     with pytest.raises(ValueError, match="2 scope keys per plan time"):
         schedule.backfill(start, NOW, now=NOW)
     assert not backfilled(schedule)
+
+
+@pytest.mark.django_db
+def test_each_backfilled_run_is_announced_as_planned(django_capture_on_commit_callbacks):
+    schedule = cron_schedule()
+    RunFactory(schedule=schedule, plan_time=T0, status=Run.Status.SUCCEEDED)
+    got = []
+
+    def receiver(sender, **arguments):
+        got.append((arguments["run_id"], arguments["plan_time"], arguments["status"]))
+
+    signals.run_planned.connect(receiver, weak=False, dispatch_uid="test_backfill")
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            schedule.backfill(T0, T0 + timedelta(minutes=30), now=NOW)
+    finally:
+        signals.run_planned.disconnect(dispatch_uid="test_backfill")
+    runs = backfilled(schedule)
+    assert got == [(run.pk, run.plan_time, "retrying") for run in runs]
