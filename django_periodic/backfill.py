@@ -253,13 +253,13 @@ WITH t AS (
     )
 )
 INSERT INTO {run} (
-    schedule_id, scope, plan_time, trigger, status, attempt, max_attempts, interruptions,
-    exclusive, next_retry_at, error_code, error_message, traceback, job_name, args, kwargs,
-    tasks_backend, task_id, created_at
+    schedule_id, scope, plan_time, trigger, schedule_revision, status, attempt, max_attempts,
+    interruptions, exclusive, next_retry_at, error_code, error_message, traceback, job_name,
+    args, kwargs, tasks_backend, task_id, created_at
 )
-SELECT %(schedule)s, f.scope, f.plan_time, 'backfill', 'retrying', 0, %(max_attempts)s, 0,
-       false, t.first + f.n * %(spacing)s::interval, '', '', '', %(job)s, %(args)s,
-       %(kwargs)s, %(tasks_backend)s, '', %(now)s
+SELECT %(schedule)s, f.scope, f.plan_time, 'backfill', %(revision)s, 'retrying', 0,
+       %(max_attempts)s, 0, false, t.first + f.n * %(spacing)s::interval, '', '', '', %(job)s,
+       %(args)s, %(kwargs)s, %(tasks_backend)s, '', %(now)s
 FROM fresh f CROSS JOIN t
 ORDER BY f.n
 ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger IN ({ledger}) DO NOTHING
@@ -284,6 +284,7 @@ def _insert_postgresql(
         "schedule": schedule.pk,
         "plan_time": wanted.times,
         "scope": wanted.scopes,
+        "revision": run.schedule_revision,
         "max_attempts": run.max_attempts,
         "job": run.job_name,
         "args": json_field.get_db_prep_value(run.args, connection),

@@ -66,8 +66,8 @@ def test_backfill_records_one_waiting_run_per_plan_time_in_the_range():
     result = schedule.backfill(T0, T0 + timedelta(minutes=30), now=NOW)
     runs = backfilled(schedule)
     assert [run.plan_time for run in runs] == fire_times(EVERY_10, T0, T0 + timedelta(minutes=30))
-    assert {(run.status, run.attempt, run.job_name) for run in runs} == {
-        ("retrying", 0, "tests.jobs.add")
+    assert {(run.status, run.attempt, run.job_name, run.schedule_revision) for run in runs} == {
+        ("retrying", 0, "tests.jobs.add", schedule.revision)
     }
     assert (result.recorded, result.existing, result.start) == (3, 0, T0)
 
