@@ -35,6 +35,10 @@ class RunTrigger(models.TextChoices):
     BACKFILL = "backfill", _("backfill")
 
 
+# Triggers whose runs are the ledger: at most one per (schedule, scope, plan time).
+LEDGER_TRIGGERS = (RunTrigger.SCHEDULE, RunTrigger.BACKFILL)
+
+
 class ScheduleKind(models.TextChoices):
     """A schedule's kind of trigger."""
 

@@ -145,10 +145,12 @@ def gather(now: datetime, using: str = "default") -> Report:
 
 def fire_lag(now: datetime, using: str = "default") -> Lag:
     """p50 and p99 of ``started_at - plan_time`` over first attempts started in the last
-    :data:`LAG_WINDOW` (a retry's start says nothing about the scheduler's promptness)."""
+    :data:`LAG_WINDOW` (a retry's start says nothing about the scheduler's promptness, nor
+    does a backfilled run's, released long after its plan time on purpose)."""
     if connections[using].vendor == "postgresql":
         return _lag_in_sql(now - LAG_WINDOW, using)
     started = Run.objects.using(using).filter(attempt=1, started_at__gte=now - LAG_WINDOW)
+    started = started.exclude(trigger=Run.Trigger.BACKFILL)
     # Bounded: on SQLite (one process, development) the latest runs are sample enough.
     rows = started.order_by("-started_at").values_list("started_at", "plan_time")[:LAG_SAMPLE]
     lags = sorted(started_at - plan_time for started_at, plan_time in rows if started_at)
@@ -161,10 +163,10 @@ def _lag_in_sql(since: datetime, using: str) -> Lag:
         "SELECT count(*),"
         " percentile_cont(0.5) WITHIN GROUP (ORDER BY started_at - plan_time),"
         " percentile_cont(0.99) WITHIN GROUP (ORDER BY started_at - plan_time)"
-        f" FROM {table} WHERE attempt = 1 AND started_at >= %s"
+        f" FROM {table} WHERE attempt = 1 AND started_at >= %s AND trigger <> %s"
     )
     with connections[using].cursor() as cursor:
-        cursor.execute(sql, [since])
+        cursor.execute(sql, [since, Run.Trigger.BACKFILL])
         runs, p50, p99 = cursor.fetchone()
     return Lag(runs, p50, p99)
 

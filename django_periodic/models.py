@@ -4,7 +4,7 @@ import copy
 import uuid
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -27,6 +27,9 @@ from django_periodic import (
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings, tasks_backend_for
+
+if TYPE_CHECKING:
+    from django_periodic.backfill import BackfillResult
 
 # Schedule fields by role: the admin's form and fieldsets, @job and the sync use these.
 JOB_FIELDS = ("args", "kwargs", "scopes")
@@ -397,6 +400,28 @@ class Schedule(models.Model):
         now = clock.now(self._state.db or "default")
         return self.plan_extra_runs(now, trigger=Run.Trigger.MANUAL, plan_time=now, scopes=keys)
 
+    def backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        rate: float | None = None,
+        now: datetime | None = None,
+    ) -> "BackfillResult":
+        """Record a run (trigger ``backfill``) for each plan time of the trigger in
+        ``[start, end)`` that has no run yet, one per scope key on a fanned-out schedule.
+
+        Only past plan times are recorded (``end`` is clamped to the database's clock);
+        the cursor does not move. Runs wait until released ``rate`` per second (default
+        ``backfill.DEFAULT_RATE``), after the schedule's runs already waiting from an earlier
+        backfill. Raises ValueError for a bad range, or more than ``backfill.MAX_RUNS`` runs.
+        See docs/backfill.md.
+        """
+        from django_periodic import backfill
+
+        rate = backfill.DEFAULT_RATE if rate is None else rate
+        return backfill.backfill(self, start, end, rate=rate, now=now)
+
     def plan_extra_run(
         self, now: datetime, *, trigger: str, plan_time: datetime, scope: str = "", **snapshot: Any
     ) -> "Run":
@@ -541,6 +566,9 @@ class Schedule(models.Model):
 
 # The statuses of runs a worker may claim (when due): pending and retrying.
 CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
+# Backfilled runs wait as retries do, until their release (see backfill.py); a newer fire
+# neither supersedes them nor counts them as a retry of its own.
+BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -574,7 +602,7 @@ class RunQuerySet(models.QuerySet["Run"]):
             .annotate(
                 active=Count("pk", filter=active),
                 queued=Count("pk", filter=Q(status=Run.Status.QUEUED)),
-                retrying=Count("pk", filter=Q(status=Run.Status.RETRYING)),
+                retrying=Count("pk", filter=Q(status=Run.Status.RETRYING) & ~BACKFILLED),
             )
             .order_by()
         )
@@ -600,7 +628,8 @@ class RunQuerySet(models.QuerySet["Run"]):
     def supersede_retries(self, now: datetime) -> int:
         """End these runs' waiting retries ``failed``: a newer fire of their schedule replaced
         them."""
-        return self.filter(status=Run.Status.RETRYING).update(
+        retries = self.filter(status=Run.Status.RETRYING).exclude(BACKFILLED)
+        return retries.update(
             status=Run.Status.FAILED,
             error_code=policies.FAILED_SUPERSEDED,
             error_message="A newer fire of its schedule replaced it before it was retried.",
@@ -734,7 +763,7 @@ class Run(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["schedule", "scope", "plan_time"],
-                condition=Q(trigger="schedule"),
+                condition=Q(trigger__in=choices.LEDGER_TRIGGERS),
                 name="periodic_run_once_per_plan_time",
             ),
             # The database, not only the planner, keeps a second exclusive run of a schedule

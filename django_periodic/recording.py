@@ -15,7 +15,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
-from django_periodic import arrays, policies
+from django_periodic import arrays, choices, policies
 from django_periodic.conf import get_settings, tasks_backend_for
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule
@@ -183,7 +183,7 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, dat
     if not runs:
         return set()
     recorded = Run.objects.using(using).filter(
-        trigger=Run.Trigger.SCHEDULE,
+        trigger__in=choices.LEDGER_TRIGGERS,
         schedule_id__in={run.schedule_id for run in runs},
         plan_time__in={run.plan_time for run in runs},
     )

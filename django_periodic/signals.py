@@ -26,7 +26,8 @@ from django.dispatch import Signal
 logger = logging.getLogger("django_periodic")
 
 #: A run was recorded, pending (or queued behind another by its overlap policy): by the
-#: planner for a fire, by ``run_now()`` or a retry from the admin.
+#: planner for a fire, by ``run_now()`` or a retry from the admin; or by a backfill,
+#: waiting for its release (retrying, attempt 0).
 run_planned = Signal()
 #: A worker claimed the run: it is running, attempt ``attempt``, since ``started_at``.
 run_started = Signal()

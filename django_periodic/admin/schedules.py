@@ -24,6 +24,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock, triggers, wakeups
+from django_periodic.admin import backfill as backfill_page
 from django_periodic.admin import display, history, preview
 from django_periodic.forms import KIND_LABELS, ScheduleForm
 from django_periodic.models import (
@@ -157,7 +158,7 @@ class ScheduleAdmin(_ScheduleAdmin):
     list_filter = ["enabled", "job", TriggerKindFilter, LastStatusFilter, CodeDefinedFilter]
     search_fields = ["name", "job"]
     show_full_result_count = False  # a second COUNT(*) of the whole table on every page
-    actions = ["run_now", "enable", "resume_with_catch_up", "disable"]
+    actions = ["run_now", "enable", "resume_with_catch_up", "disable", "backfill"]
 
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
@@ -414,6 +415,12 @@ class ScheduleAdmin(_ScheduleAdmin):
         )
         message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", paused)
         self.message_user(request, message % {"n": paused})
+
+    @admin.action(description=gettext_lazy("Backfill missed runs…"), permissions=["change"])
+    def backfill(
+        self, request: HttpRequest, queryset: QuerySet[Schedule]
+    ) -> HttpResponseBase | None:
+        return backfill_page.backfill_action(self, request, queryset)
 
     @staticmethod
     def _restart(queryset: QuerySet[Schedule]) -> tuple[int, list[str]]:
