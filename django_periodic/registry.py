@@ -108,12 +108,13 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
 
 
 def code_location(func: Callable[..., Any]) -> str:
-    """Where ``func`` is defined, "module:line" (the module alone if its source is gone)."""
-    try:
-        line = inspect.getsourcelines(func)[1]
-    except (OSError, TypeError):
+    """Where ``func`` is defined, "module:line" (the module alone for a callable without
+    code of its own). The line comes from the code object, not the source file, which may
+    be gone or not be Python (a job defined in a notebook or a doctest)."""
+    code = getattr(inspect.unwrap(func), "__code__", None)
+    if code is None:
         return func.__module__
-    return f"{func.__module__}:{line}"
+    return f"{func.__module__}:{code.co_firstlineno}"
 
 
 def get_job(name: str) -> Job:

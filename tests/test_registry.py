@@ -148,3 +148,10 @@ def test_scope_providers_are_registered_by_module_and_qualname():
     assert found.description == "The tenants of the tests (TENANTS)."
     with pytest.raises(scopes.UnknownProvider, match=r"Registered: .*tests\.regions"):
         scopes.get_provider("nope")
+
+
+def test_a_job_whose_source_file_is_not_python_still_says_where_it_is(clean_registry):
+    namespace = {"__name__": "notebook"}
+    source = "from django_periodic import job\n\n\n@job(name='from.notebook')\ndef task(): ...\n"
+    exec(compile(source, "notes.md", "exec"), namespace)  # inspect cannot read notes.md
+    assert registry.get_job("from.notebook").defined_in == "notebook:4"
