@@ -27,7 +27,6 @@ MODULE_COMMENT = re.compile(r"#\s*([\w/]+)\.py\b")
 # Pages whose examples are not yet written to run (they are shown, not executed). Remove a
 # page from here once its blocks run or are marked with "% skip: next".
 NOT_EXECUTED = [
-    "docs/backfill.md",
 ]
 
 
