@@ -24,12 +24,6 @@ from django_periodic import registry, scopes
 # "# billing/jobs.py" on a block's first line: the module the block stands for.
 MODULE_COMMENT = re.compile(r"#\s*([\w/]+)\.py\b")
 
-# Pages whose examples are not yet written to run (they are shown, not executed). Remove a
-# page from here once its blocks run or are marked with "% skip: next".
-NOT_EXECUTED = [
-]
-
-
 # "..." stands for what changes between runs (times, ids); line breaks are not significant.
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -76,7 +70,6 @@ pytest_collect_file = Sybil(
         SkipParser(),
     ],
     patterns=["docs/*.md", "README.md"],
-    excludes=NOT_EXECUTED,
     fixtures=["db"],
     setup=forget_registrations,
     teardown=restore_registrations,
