@@ -22,7 +22,7 @@ from django.db.models import Max
 from django_periodic import clock, signals, wakeups
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import LEDGER_TRIGGERS
-from django_periodic.models import Run, Schedule
+from django_periodic.models import AWAITING_RELEASE, Run, Schedule
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
@@ -178,9 +178,7 @@ def _recorded(schedule: Schedule, wanted: _Wanted, using: str) -> set[tuple[str,
 
 def _first_release(schedule: Schedule, now: datetime, spacing: timedelta, using: str) -> datetime:
     """After the schedule's last backfilled run still waiting for its release, or now."""
-    waiting = Run.objects.using(using).filter(
-        schedule=schedule, trigger=Run.Trigger.BACKFILL, status=Run.Status.RETRYING, attempt=0
-    )
+    waiting = Run.objects.using(using).filter(AWAITING_RELEASE, schedule=schedule)
     last = waiting.aggregate(at=Max("next_retry_at"))["at"]
     return now if last is None else max(now, last + spacing)
 

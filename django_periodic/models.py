@@ -569,6 +569,8 @@ CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
 # Backfilled runs wait as retries do, until their release (see backfill.py); a newer fire
 # neither supersedes them nor counts them as a retry of its own.
 BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
+# A backfilled run not started yet: it waits in retrying, attempt 0, until next_retry_at.
+AWAITING_RELEASE = BACKFILLED & Q(status=choices.RunStatus.RETRYING, attempt=0)
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -807,6 +809,16 @@ class Run(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_name} @ {self.plan_time:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+    @property
+    def awaits_release(self) -> bool:
+        """A backfilled run that has not started: it waits for its release time
+        (``next_retry_at``), paced by the backfill's rate (``AWAITING_RELEASE``)."""
+        return (
+            self.trigger == Run.Trigger.BACKFILL
+            and self.status == Run.Status.RETRYING
+            and self.attempt == 0
+        )
 
     @classmethod
     def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":

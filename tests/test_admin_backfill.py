@@ -135,3 +135,13 @@ def test_a_viewer_cannot_backfill(client, hour_ago):
          end=local(hour_ago + timedelta(minutes=20)), rate="1")  # fmt: skip
     assert not backfilled().exists()
     assert "backfill" not in client.get(LIST_URL).content.decode()
+
+
+def test_the_run_list_shows_a_backfilled_run_awaiting_release_as_such(admin_client, hour_ago):
+    schedule = ten_minutes()
+    schedule.backfill(hour_ago, hour_ago + timedelta(minutes=10))
+    response = admin_client.get(reverse("admin:django_periodic_run_changelist"))
+    assert "awaiting release" in response.content.decode()
+    Run.objects.update(attempt=1)  # once started, a backfilled run retries as any run
+    response = admin_client.get(reverse("admin:django_periodic_run_changelist"))
+    assert "awaiting release" not in response.content.decode()

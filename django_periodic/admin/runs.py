@@ -303,6 +303,10 @@ class RunAdmin(_RunAdmin):
 
     @admin.display(description=gettext_lazy("status"), ordering="status")
     def status_badge(self, run: Run) -> SafeString:
+        if run.awaits_release:
+            released = display.absolute(run.next_retry_at)
+            title = _("Backfilled: starts at %(time)s") % {"time": released}
+            return display.badge(run.status, _("awaiting release"), title)
         return display.status_badge(run.status, run.error_code)
 
     @admin.display(description=gettext_lazy("attempt"))
