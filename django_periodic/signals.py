@@ -20,8 +20,11 @@ from collections.abc import Iterable
 from functools import partial
 from typing import Any
 
+from django.apps import apps
 from django.db import transaction
 from django.dispatch import Signal
+
+from django_periodic.choices import RunStatus
 
 logger = logging.getLogger("django_periodic")
 
@@ -118,9 +121,7 @@ def of_run(signal: Signal, run: Any, **overrides: Any) -> Event:
 
 def recorded(run: Any) -> Event:
     """``run_planned`` (or ``run_skipped``) for a run just recorded."""
-    from django_periodic.models import Run
-
-    return of_run(run_skipped if run.status == Run.Status.SKIPPED else run_planned, run)
+    return of_run(run_skipped if run.status == RunStatus.SKIPPED else run_planned, run)
 
 
 def send_on_commit(events: Iterable[Event], using: str) -> None:
@@ -133,10 +134,10 @@ def send_on_commit(events: Iterable[Event], using: str) -> None:
 
 def send(events: list[Event]) -> None:
     """Send events now, each to every receiver; a receiver that raises is logged."""
-    from django_periodic.models import Run, Schedule
-
+    # Looked up, not imported: the models send these signals, so they import this module.
+    sender_name = {schedule_disabled: "Schedule"}
     for signal, arguments in events:
-        sender = Schedule if signal is schedule_disabled else Run
+        sender = apps.get_model("django_periodic", sender_name.get(signal, "Run"))
         for receiver, response in signal.send_robust(sender, **arguments):
             if isinstance(response, Exception):
                 logger.error("Signal receiver %r raised.", receiver, exc_info=response)

@@ -34,6 +34,9 @@ def test_no_module_imports_one_that_imports_it_back():
     known = {module_name(p) for p in paths}
     graph = {module_name(p): imported_modules(p, known) - {module_name(p)} for p in paths}
     graph["django_periodic"] = set()  # the package re-exports; its modules import from it
+    # Schedule.backfill() is the model's entry point to the backfill module, imported when
+    # it is called: the one place a model reaches up a layer.
+    graph["django_periodic.models"] -= {"django_periodic.backfill"}
     try:
         TopologicalSorter(graph).prepare()
     except CycleError as exc:
