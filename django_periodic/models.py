@@ -58,6 +58,10 @@ CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
 
 
+def _copy_if_mutable(value: Any) -> Any:
+    return copy.deepcopy(value) if isinstance(value, list | dict) else value
+
+
 # The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
 KIND_FIELDS: dict[str, str] = {
     ScheduleKind.CRON: "cron",
@@ -306,9 +310,10 @@ class Schedule(models.Model):
         )
 
     def _revision_state(self) -> dict[str, Any]:
-        # A copy: args and kwargs may be changed in place.
+        # Copies of args and kwargs, which may be changed in place; the other fields hold
+        # immutable values. Every claimed run loads its schedule: this stays cheap.
         return {
-            name: copy.deepcopy(self.__dict__[name])
+            name: _copy_if_mutable(self.__dict__[name])
             for name in REVISION_FIELDS
             if name in self.__dict__
         }
