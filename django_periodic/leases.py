@@ -170,18 +170,20 @@ def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> lis
     """``lease_lost`` for every lease expired, ``run_finished`` for the runs failed for it;
     the runs as the sweep left them (one not running any more was left alone)."""
     events = []
-    for lease in again + lost:
+    for lease in again:
+        if lease.run.status == Run.Status.RUNNING:
+            lost_lease = signals.of_run(
+                signals.lease_lost, lease.run, status=Run.Status.PENDING, reentered=True
+            )
+            events.append(lost_lease)
+    for lease in lost:
         run = lease.run
         if run.status != Run.Status.RUNNING:
             continue
-        reentered = lease in again
-        run.status = Run.Status.PENDING if reentered else Run.Status.FAILED
-        if not reentered:
-            run.error_code = EXPIRED_CODE
-        events.append(signals.of_run(signals.lease_lost, run, reentered=reentered))
-        if not reentered:
-            duration = now - run.started_at if run.started_at else None
-            events.append(signals.of_run(signals.run_finished, run, duration=duration))
+        failed = {"status": Run.Status.FAILED, "reason": EXPIRED_CODE}
+        duration = now - run.started_at if run.started_at else None
+        events.append(signals.of_run(signals.lease_lost, run, reentered=False, **failed))
+        events.append(signals.of_run(signals.run_finished, run, duration=duration, **failed))
     return events
 
 
