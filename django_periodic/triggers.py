@@ -18,8 +18,11 @@ from datetime import UTC, datetime, timedelta
 
 from croniter import CroniterError, croniter
 
+from django_periodic import bounds
+
 _ZERO = timedelta(0)
 _MINUTE = timedelta(minutes=1)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 class InvalidTrigger(ValueError):
@@ -352,7 +355,12 @@ class OnceTrigger(Trigger):
 
 @dataclass(frozen=True)
 class BoundedTrigger(Trigger):
-    """The fires of `trigger` with start_at <= fire <= end_at (either bound optional)."""
+    """The fires of `trigger` with start_at <= fire <= end_at (either bound optional).
+
+    Fires outside [bounds.EARLIEST, bounds.LATEST) do not exist either: a trigger near the
+    end of time has no next fire, rather than one that overflows a datetime (or, in
+    another time zone, the admin's page) or PostgreSQL's timestamp range.
+    """
 
     trigger: Trigger
     start_at: datetime | None = None
@@ -366,24 +374,34 @@ class BoundedTrigger(Trigger):
         if start is not None and end is not None and end < start:
             raise InvalidTrigger(f"end_at {self.end_at} is before start_at {self.start_at}.")
 
+    @property
+    def first(self) -> datetime:
+        """The earliest instant a fire may have."""
+        if self.start_at is None:
+            return bounds.EARLIEST
+        return max(self.start_at, bounds.EARLIEST)
+
+    @property
+    def last(self) -> datetime:
+        """The latest instant a fire may have."""
+        latest = bounds.LATEST - _MICROSECOND
+        return latest if self.end_at is None else min(self.end_at, latest)
+
     def next_after(self, after: datetime) -> datetime | None:
         _naive_utc(after, "after")
-        if self.start_at is not None and after < self.start_at:
-            # Datetimes have microsecond resolution, so this makes start_at itself eligible.
-            after = self.start_at - timedelta(microseconds=1)
+        # Datetimes have microsecond resolution, so this makes the first instant eligible.
+        after = max(after, self.first - _MICROSECOND)
+        if after >= self.last:
+            return None  # and the inner trigger never looks past the end of time
         fire = self.trigger.next_after(after)
-        if fire is None or (self.end_at is not None and fire > self.end_at):
-            return None
-        return fire
+        return None if fire is None or fire > self.last else fire
 
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         _naive_utc(moment, "moment")
-        if self.end_at is not None and moment > self.end_at:
-            moment = self.end_at
-        fire = self.trigger.latest_at_or_before(moment)
-        if fire is None or (self.start_at is not None and fire < self.start_at):
+        if moment < self.first:
             return None
-        return fire
+        fire = self.trigger.latest_at_or_before(min(moment, self.last))
+        return None if fire is None or fire < self.first else fire
 
 
 @functools.lru_cache(maxsize=4096)

@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_periodic import testing
+from django_periodic.bounds import EARLIEST, LATEST, UNPLANNED
 from django_periodic.triggers import (
     MACROS,
     BoundedTrigger,
@@ -633,6 +634,50 @@ def test_bounds_are_validated():
         BoundedTrigger(BOUNDED_KINDS["cron"], start_at=utc(2026, 1, 2), end_at=utc(2026, 1, 1))
     with pytest.raises(InvalidTrigger, match="must be a Trigger"):
         BoundedTrigger("0 * * * *")  # type: ignore[arg-type]
+
+
+# --- the range of times (bounds.EARLIEST, bounds.LATEST) -------------------------------------
+
+KIRITIMATI = "Pacific/Kiritimati"  # UTC+14: the first wall clock to reach a year
+LAST = LATEST - US  # the last instant a fire may have
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        CronTrigger("0 * * * *", KIRITIMATI),
+        IntervalTrigger(timedelta(hours=1), utc(2026, 1, 1)),
+        IntervalTrigger(timedelta(days=36525), utc(8950, 1, 1)),  # the longest interval
+        OnceTrigger(utc(8999, 12, 31, 23)),
+    ],
+    ids=["cron", "interval", "century", "once"],
+)
+def test_near_the_end_of_time_there_is_no_next_fire_rather_than_an_overflow(inner):
+    trigger = BoundedTrigger(inner)
+    for after in (LAST, LATEST, datetime(9999, 12, 31, 23, tzinfo=UTC)):
+        assert trigger.next_after(after) is None
+    last = trigger.latest_at_or_before(datetime(9999, 12, 31, 23, tzinfo=UTC))
+    assert last is not None and last < LATEST
+    assert last == trigger.latest_at_or_before(LAST)
+    assert fire_times(trigger, 3, last) == []
+
+
+def test_a_fire_just_before_the_end_of_time_still_fires():
+    assert fire_times(BoundedTrigger(OnceTrigger(LAST)), 2, utc(8999, 1, 1)) == [LAST]
+    yearly = BoundedTrigger(CronTrigger("0 0 1 1 *"))  # its 9000-01-01 is LATEST itself
+    assert fire_times(yearly, 3, utc(8998, 6, 1)) == [utc(8999, 1, 1)]
+    # In UTC+14 that new year comes ten hours before LATEST.
+    kiritimati = BoundedTrigger(CronTrigger("0 0 1 1 *", KIRITIMATI))
+    assert fire_times(kiritimati, 3, utc(8999, 6, 1)) == [utc(8999, 12, 31, 10)]
+
+
+def test_no_fire_comes_before_the_earliest_time():
+    daily = BoundedTrigger(CronTrigger("0 0 * * *"))
+    assert daily.next_after(UNPLANNED) == EARLIEST
+    assert daily.latest_at_or_before(EARLIEST - US) is None
+    hourly = BoundedTrigger(IntervalTrigger(timedelta(hours=1), utc(1850, 1, 1)))
+    assert hourly.next_after(utc(1850, 1, 1)) == EARLIEST
+    assert hourly.latest_at_or_before(utc(1899, 6, 1)) is None
 
 
 # --- naive datetimes ------------------------------------------------------------------------
