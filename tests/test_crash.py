@@ -215,9 +215,11 @@ def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(handoff_fleet
     except AssertionError as exc:
         active = Run.objects.active().values_list("pk", "status", "attempt", "enqueued_at")
         raise AssertionError(f"{exc}\nstill active: {list(active)[:10]}") from None
-    for fleet_ in (task_workers, handoff_fleet):
-        codes = fleet_.stop()
-        assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{fleet_.logs()}"
+    # Every run has settled. How db_worker exits on SIGTERM is django-tasks-db's business
+    # (inside its own COMMIT it exits 1), not a promise of ours: the workers are killed.
+    task_workers.reap()
+    codes = handoff_fleet.stop()
+    assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{handoff_fleet.logs()}"
 
     ledger = crash.Ledger.load()
     seconds = round(time.monotonic() - began)

@@ -43,8 +43,14 @@ def test_db_workers_run_every_handed_off_fire_once(postgres, children):
     wait_for(lambda: Execution.objects.count() >= 60, 60, "60 executions")
     Schedule.objects.update(enabled=False)
     wait_for(lambda: not Run.objects.active().exists(), 30, "the last runs to end")
-    for child in (scheduler, *workers):
-        assert child.terminate() == 0, child.output()
+    assert scheduler.terminate() == 0, scheduler.output()
+    # Every run has ended: the workers have nothing of ours left to do. How db_worker exits
+    # on SIGTERM is django-tasks-db's business (inside its own COMMIT it exits 1), not a
+    # promise of ours, so they are killed rather than asked.
+    for worker in workers:
+        worker.kill()
+
+    assert not Lease.objects.held().exists()  # nothing stuck
 
     runs = list(Run.objects.select_related("schedule"))
     assert {run.tasks_backend for run in runs} == {"database"}
