@@ -2,7 +2,6 @@
 
 import asyncio
 import threading
-import time
 
 import pytest
 
@@ -38,15 +37,18 @@ def test_coroutines_from_any_thread_are_awaited_on_the_one_loop_thread(loop):
 
 
 def test_coroutines_await_side_by_side(loop):
-    async def nap() -> tuple[float, float]:
-        began = time.monotonic()
-        await asyncio.sleep(0.3)
-        return began, time.monotonic()
+    count, arrived, everyone_here = 50, [], asyncio.Event()
 
-    futures = [loop.submit(nap()) for _ in range(50)]
-    spans = [future.result(timeout=10) for future in futures]
-    # Each started before any ended: all 50 were awaited at once.
-    assert max(began for began, _ in spans) < min(ended for _, ended in spans)
+    async def meet() -> int:
+        arrived.append(1)
+        if len(arrived) == count:
+            everyone_here.set()
+        # None leaves before all have come: only a loop awaiting all 50 at once gets here.
+        await asyncio.wait_for(everyone_here.wait(), timeout=10)
+        return len(arrived)
+
+    futures = [loop.submit(meet()) for _ in range(count)]
+    assert [future.result(timeout=20) for future in futures] == [count] * count
 
 
 @pytest.mark.parametrize("name", ["SystemExit", "KeyboardInterrupt"])
