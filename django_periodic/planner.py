@@ -13,8 +13,14 @@ app code that may query or call out, so it is never called while rows are locked
 that finds it due leaves it alone, its provider is called after that transaction, and a
 second one locks it again and records the runs of every key, unless another planner has
 planned that fire meanwhile.
+
+Whatever a row holds, it fails alone: any exception while deciding for a schedule, or
+loading it, is recorded on that schedule (``recording.record_failure``) and the rest of the
+batch is planned. A schedule stored without save() has the cursor ``bounds.UNPLANNED``: the
+batch that finds it sets its first fire time, as save() would have, and records no run.
 """
 
+import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,11 +28,22 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Case, F, Q, When
 
-from django_periodic import loading, policies, recording, registry, scopes, signals, triggers
+from django_periodic import (
+    bounds,
+    loading,
+    policies,
+    recording,
+    registry,
+    scopes,
+    signals,
+    triggers,
+)
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
-from django_periodic.models import Run, Schedule, ScheduleQuerySet
+from django_periodic.models import TRIGGER_FIELDS, Run, Schedule, ScheduleQuerySet
 from django_periodic.policies import Occupancy
+
+logger = logging.getLogger("django_periodic")
 
 DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
@@ -83,15 +100,18 @@ def plan_due(
     batch_size = batch_size or get_settings().PLAN_BATCH_SIZE
     with transaction.atomic(using=using):
         due = Schedule.objects.using(using).due(now + ahead)
-        schedules = _locked(due, batch_size, using)
-        if not schedules:
+        schedules, unloadable = _locked(due, batch_size, using)
+        if not schedules and not unloadable:
             return PlanResult()
+        memo = _Memo()
+        unplanned = [first_planned(s, now, memo) for s in schedules if _unplanned(s)]
+        schedules = [s for s in schedules if not _unplanned(s)]
         occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
         fanned_out = [s for s in schedules if s.scopes]
         if fanned_out:
             schedules = [s for s in schedules if not s.scopes]
-        decisions = decide_all(schedules, now, occupancy)
-        result = _apply(decisions, now, using)
+        decisions = decide_all(schedules, now, occupancy, memo)
+        result = _apply([*unloadable, *unplanned, *decisions], now, using)
         result.deferred = len(schedules) - len(decisions)
     # Outside the transaction: the providers of those that can be planned now are called next.
     plannable = [s for s in fanned_out if not _waits_for_due_time(s, now, occupancy)]
@@ -101,9 +121,13 @@ def plan_due(
     return result
 
 
-def _locked(due: ScheduleQuerySet, limit: int, using: str) -> list[Due]:
+def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], list[Decision]]:
     """Lock up to ``limit`` of these schedules, skipping those another planner holds, and
-    load the columns planning reads."""
+    load the columns planning reads.
+
+    Also returns the failures of rows that cannot be loaded (a value Python cannot hold,
+    stored past the database's checks): found one by one, only when the batch fails.
+    """
     fields: tuple[str, ...] = DECISION_FIELDS
     if connections[using].vendor != "postgresql":
         fields += SNAPSHOT_FIELDS
@@ -111,8 +135,60 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> list[Due]:
     # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
     anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
     due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
-    with loading.timestamps_parsed_once(using):
-        return [Due(*row) for row in due.values_list(*fields)[:limit]]
+    try:
+        with loading.timestamps_parsed_once(using):
+            return [Due(*row) for row in due.values_list(*fields)[:limit]], []
+    except policies.CONNECTION_ERRORS:
+        raise  # the database's failure, not a row's
+    except Exception:
+        logger.exception("Could not load a batch of due schedules; loading them one at a time.")
+    return _load_one_by_one(due, limit, fields)
+
+
+def _load_one_by_one(
+    due: ScheduleQuerySet, limit: int, fields: tuple[str, ...]
+) -> tuple[list[Due], list[Decision]]:
+    loaded: list[Due] = []
+    failed: list[Decision] = []
+    for pk, name, failures in due.values_list("pk", "name", "planning_failures")[:limit]:
+        try:
+            loaded.append(Due(*due.filter(pk=pk).values_list(*fields).get()))
+        except policies.CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            error = f"Cannot plan: its row cannot be loaded ({type(exc).__name__}: {exc})."
+            failed.append(Decision(_unloadable(pk, name, failures), cursor=None, error=error))
+    return loaded, failed
+
+
+def _unloadable(pk: int, name: str, planning_failures: int) -> Due:
+    """A schedule whose row cannot be loaded: what recording its failure reads, no more."""
+    return Due(
+        pk=pk, name=name, job="", cron="", timezone="", interval=None, run_at=None,
+        start_at=None, end_at=None, created_at=None, next_fire_at=None, overlap="",
+        max_queued=0, max_concurrent=None, misfire="", misfire_grace=timedelta(0),
+        planning_failures=planning_failures, scopes="",
+    )  # fmt: skip
+
+
+def _unplanned(schedule: Due) -> bool:
+    """Stored without save(): its cursor is the database's default, not a fire time."""
+    return schedule.next_fire_at == bounds.UNPLANNED
+
+
+def first_planned(schedule: Due, now: datetime, memo: "_Memo | None" = None) -> Decision:
+    """The decision for a schedule stored without save() (cursor ``bounds.UNPLANNED``): its
+    cursor moves to its first fire time, as save() would have set it, and no run is
+    recorded for the time it never had (no database access).
+
+    Like ``Schedule.first_fire_time``, a one-shot keeps its ``run_at`` even when it has
+    passed, so that its misfire policy decides when the next batch plans it.
+    """
+    memo = memo or _Memo()
+    try:
+        return Decision(schedule, cursor=memo.first_fire_time(schedule, now))
+    except Exception as exc:  # a bad trigger: this schedule fails, never the tick
+        return _failed(schedule, exc)
 
 
 def _waits_for_due_time(
@@ -141,14 +217,15 @@ def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: st
     expected = {s.pk: (s.next_fire_at, s.scopes) for s in seen}
     with transaction.atomic(using=using):
         due = Schedule.objects.using(using).due(now + ahead).filter(pk__in=expected)
+        schedules, unloadable = _locked(due, len(seen), using)
         locked = [
             schedule
-            for schedule in _locked(due, len(seen), using)
+            for schedule in schedules
             if expected[schedule.pk] == (schedule.next_fire_at, schedule.scopes)
         ]
         occupancy = Run.objects.using(using).occupancy([s.pk for s in locked])
         memo = _Memo()
-        decisions = []
+        decisions = unloadable
         for schedule in locked:
             fetched = keys[schedule.pk]
             if isinstance(fetched, str):
@@ -156,7 +233,7 @@ def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: st
             elif not _waits_for_due_time(schedule, now, occupancy):
                 decisions.append(decide_fanned_out(schedule, now, fetched, occupancy, memo))
         result = _apply(decisions, now, using)
-        result.deferred = len(locked) - len(decisions)
+        result.deferred = len(locked) + len(unloadable) - len(decisions)
         return result
 
 
@@ -173,6 +250,19 @@ def decide_fanned_out(
     No key, no run; the cursor moves all the same.
     """
     memo = memo or _Memo()
+    try:
+        return _decide_fanned_out(schedule, now, keys, occupancy, memo)
+    except Exception as exc:  # any bad row: one schedule fails, never the tick
+        return _failed(schedule, exc)
+
+
+def _decide_fanned_out(
+    schedule: Due,
+    now: datetime,
+    keys: list[str],
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "_Memo",
+) -> Decision:
     ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
     at = schedule.next_fire_at if ahead else now
     assert at is not None  # a due schedule has a cursor
@@ -194,7 +284,10 @@ def decide_fanned_out(
 
 
 def decide_all(
-    schedules: list[Due], now: datetime, occupancy: dict[tuple[int, str], Occupancy]
+    schedules: list[Due],
+    now: datetime,
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "_Memo | None" = None,
 ) -> list[Decision]:
     """Decide a batch; each distinct trigger's due times are computed once (no database access).
 
@@ -202,7 +295,7 @@ def decide_all(
     schedules alike in those share one decision's fires. A schedule not due yet (planned
     ahead) decides as at its next fire, and only with nothing in flight; else it waits.
     """
-    memo = _Memo()
+    memo = memo or _Memo()
     decisions = []
     for schedule in schedules:
         in_flight = occupancy.get((schedule.pk, ""))
@@ -234,6 +327,16 @@ class _Memo:
         self.triggers: dict[tuple[Any, ...], triggers.Trigger | str] = {}  # -> trigger or error
         self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor, now) -> ...
         self.decisions: dict[tuple[Any, ...], Decision] = {}
+        self.first: dict[tuple[Any, ...], datetime | None] = {}  # (trigger, now) -> ...
+
+    def first_fire_time(self, schedule: Due, now: datetime) -> datetime | None:
+        """``Schedule.first_fire_time`` of the schedule's trigger; raises for a bad row."""
+        key = (schedule.trigger_key(), now)
+        if key not in self.first:
+            # created_at anchors an interval without start_at (as in Due.trigger).
+            fields = {name: getattr(schedule, name) for name in (*TRIGGER_FIELDS, "created_at")}
+            self.first[key] = Schedule(**fields).first_fire_time(now)
+        return self.first[key]
 
     def due_times(self, schedule: Due, now: datetime) -> DueTimes:
         """The schedule's due times; raises (a bad row) as computing them would."""
@@ -279,12 +382,29 @@ def _error(check: Any, *args: Any) -> str:
 def decide(
     schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo | None" = None
 ) -> Decision:
-    """The runs a due schedule records at ``now`` and its next cursor (no database access)."""
+    """The runs a due schedule records at ``now`` and its next cursor (no database access).
+
+    A schedule whose row makes deciding raise (its trigger, its policy's arithmetic, ...)
+    gets a decision that carries the error instead.
+    """
     memo = memo or _Memo()
     try:
-        due = memo.due_times(schedule, now)
-    except _Failed as exc:  # any bad row: one schedule fails, never the tick
+        return _decide(schedule, now, occupancy, memo)
+    except Exception as exc:  # any bad row: one schedule fails, never the tick
+        return _failed(schedule, exc)
+
+
+def _failed(schedule: Due, exc: Exception) -> Decision:
+    """The decision of a schedule that could not be decided: its error, its cursor kept."""
+    if isinstance(exc, _Failed):
         return Decision(schedule, cursor=None, error=str(exc))
+    # Not a failure foreseen (a bad trigger or job): its traceback says where it broke.
+    logger.warning("Deciding for schedule %r raised:", schedule.name, exc_info=exc)
+    return Decision(schedule, cursor=None, error=f"Cannot plan: {type(exc).__name__}: {exc}")
+
+
+def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo") -> Decision:
+    due = memo.due_times(schedule, now)
     fires = []
     status: str
     for plan_time, missed in policies.misfire_marks(schedule, due.times, now, memo.limit):
@@ -343,7 +463,8 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result.skipped = sum(fire.status == Run.Status.SKIPPED for _, fire in fires)
     result.fired = len(fires) - result.skipped
     result.late = sum(
-        fire.status != Run.Status.SKIPPED and fire.plan_time < now - schedule.misfire_grace
+        fire.status != Run.Status.SKIPPED
+        and fire.plan_time < policies.misfire_deadline(schedule.misfire_grace, now)
         for schedule, fire in fires
     )
     return result

@@ -9,14 +9,27 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from django.db import InterfaceError, OperationalError
+
+from django_periodic import bounds
 from django_periodic.choices import Misfire, Overlap, RunStatus
 
-# Why a fire was recorded skipped (``Run.error_code``), or a waiting retry failed.
+# Why a fire was recorded skipped (``Run.error_code``), or a run failed before it started.
 SKIPPED_MISSED = "missed"
 SKIPPED_OVERLAP = "overlap"
 SKIPPED_QUEUE_FULL = "queue_full"
 SKIPPED_START_DEADLINE = "start_deadline"
 FAILED_SUPERSEDED = "superseded"
+# Its lease cannot be taken: the database refused the claim, or its schedule's
+# lease_timeout would make the lease outlast every time a row may hold.
+FAILED_CANNOT_CLAIM = "cannot_claim"
+# It is routed to a TASKS alias that the TASKS setting does not have.
+FAILED_UNKNOWN_TASKS_BACKEND = "unknown_tasks_backend"
+
+# Errors of the database or the connection, never one row's: the loop retries them (with
+# backoff) rather than failing a schedule or a run for them. Any other exception while
+# handling one schedule or one run is that row's failure.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 class Policy(Protocol):
@@ -43,12 +56,32 @@ def is_exclusive(overlap: str) -> bool:
     return overlap != Overlap.CONCURRENT
 
 
-def start_deadline(misfire_grace: timedelta, plan_time: datetime, now: datetime) -> datetime:
+def shifted(at: datetime, by: timedelta) -> datetime:
+    """``at + by``, held within the range of stored times (``bounds``): a deadline past
+    either end is as good as that end, and a row's duration, however large, never
+    overflows the arithmetic."""
+    if by >= bounds.LATEST - at:
+        return bounds.LATEST
+    if by <= bounds.EARLIEST - at:
+        return bounds.EARLIEST
+    return at + by
+
+
+def start_deadline(misfire_grace: timedelta, plan_time: datetime, now: datetime) -> datetime | None:
     """When a pending fire is skipped if no worker has started it: a grace after it is due.
 
     Counted from ``now`` for a fire made late by the misfire policy, so it gets a grace too.
+    None (no deadline) for a grace that reaches past every time a row may hold.
     """
-    return max(plan_time, now) + misfire_grace
+    deadline = shifted(max(plan_time, now), misfire_grace)
+    return None if deadline == bounds.LATEST else deadline
+
+
+def misfire_deadline(misfire_grace: timedelta, now: datetime) -> datetime:
+    """Plan times before this are late at ``now``: older than the misfire grace."""
+    if misfire_grace >= now - bounds.EARLIEST:
+        return bounds.EARLIEST  # and -misfire_grace might not even be a timedelta
+    return shifted(now, -misfire_grace)
 
 
 def overlap_status(policy: Policy, occupancy: Occupancy) -> tuple[str, str]:
@@ -73,7 +106,7 @@ def misfire_marks(
     policy: Policy, due: list[datetime], now: datetime, catchup_limit: int
 ) -> Iterator[tuple[datetime, bool]]:
     """Yield (plan_time, missed) for each due time under the schedule's misfire policy."""
-    deadline = now - policy.misfire_grace
+    deadline = misfire_deadline(policy.misfire_grace, now)
     if not any(t < deadline for t in due):
         return ((t, False) for t in due)
     if policy.misfire == Misfire.ALL:

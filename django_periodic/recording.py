@@ -3,15 +3,15 @@
 A batch is recorded in one savepoint of the planner's transaction: every cursor moves from
 the value read to its new one, and only schedules whose cursor moved get their runs. On
 PostgreSQL that is one statement whatever the batch size; elsewhere the ORM does it. If the
-database refuses a batch (a run breaking one-active-run), the schedules are recorded one at
-a time, so one bad row fails alone.
+database refuses a batch (a run breaking one-active-run, a value out of its range), or
+preparing it raises, the schedules are recorded one at a time, so one bad row fails alone.
 """
 
 import logging
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, connections, transaction
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
@@ -44,7 +44,9 @@ def record(
         with transaction.atomic(using=using):
             found: list[Inserted] = []
             planned = _record(decisions, now, using, found if inserted is not None else None)
-    except DatabaseError:
+    except policies.CONNECTION_ERRORS:
+        raise  # the database's failure, not a row's: the loop retries the tick
+    except Exception:
         # One row the database refuses must not stop the others: retry one by one.
         logger.exception("Planning a batch failed; planning its schedules one at a time.")
         return _record_one_by_one(decisions, now, using, inserted)
@@ -95,8 +97,10 @@ def _record_one_by_one(
         try:
             with transaction.atomic(using=using):
                 planned += _record([decision], now, using, found)
-        except DatabaseError as exc:
-            decision.error = f"Cannot plan: {exc}"
+        except policies.CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            decision.error = f"Cannot plan: {type(exc).__name__}: {exc}"
             failed.append(decision)
             continue
         if inserted is not None and found:
@@ -110,8 +114,10 @@ def record_failure(schedule: Due, error: str, using: str) -> bool:
     Returns whether it was disabled. The cursor stays, so a fixed row fires from where it
     stopped (its misfire policy decides about the times missed meanwhile).
     """
-    failures = schedule.planning_failures + 1
-    disable = failures >= get_settings().PLANNING_FAILURE_LIMIT
+    limit = get_settings().PLANNING_FAILURE_LIMIT
+    # Counted up to the limit only: a count stored past it must not overflow the column.
+    failures = min(schedule.planning_failures, limit - 1) + 1
+    disable = failures >= limit
     fields = {"planning_failures": failures, "last_error": error}
     if disable:
         fields["enabled"] = False

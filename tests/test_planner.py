@@ -4,7 +4,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import arrays, planner, triggers
+from django_periodic import arrays, bounds, planner, policies, triggers
+from django_periodic.decisions import Due
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -234,6 +235,143 @@ def test_a_schedule_that_plans_again_forgets_its_failures():
     schedule.refresh_from_db()
     assert (schedule.planning_failures, schedule.last_error, schedule.enabled) == (0, "", True)
     assert [status for _, status, _ in runs_of(schedule)] == ["pending"]
+
+
+def due_row(**columns) -> Due:
+    """A due schedule's row as the planner loads it: every fire pending, 10 s apart from T0.
+
+    Built in memory, so that it may hold what the database's checks refuse.
+    """
+    values = {
+        "pk": 1, "name": "row", "job": "tests.jobs.noop", "cron": "", "timezone": "UTC",
+        "interval": EVERY, "run_at": None, "start_at": T0, "end_at": None, "created_at": None,
+        "next_fire_at": T0, "overlap": "concurrent", "max_queued": 1, "max_concurrent": None,
+        "misfire": "latest", "misfire_grace": timedelta(minutes=1), "planning_failures": 0,
+        "scopes": "",
+    }  # fmt: skip
+    return Due(**(values | columns))
+
+
+@pytest.mark.parametrize("grace", [timedelta(days=999_999), timedelta.max])
+def test_a_misfire_grace_past_the_range_of_times_misses_nothing(grace):
+    # Once stopped both schedulers at every start: now - grace overflowed, outside any try.
+    decision = planner.decide(due_row(misfire_grace=grace), T0 + timedelta(seconds=42), policies.Occupancy())
+    assert decision.error == ""
+    assert [(f.plan_time, f.status) for f in decision.fires] == [
+        (T0 + i * EVERY, "pending") for i in range(5)
+    ]
+
+
+@pytest.mark.parametrize(
+    "duration",
+    [timedelta.min, -timedelta(days=999_999), timedelta(0), timedelta(days=999_999), timedelta.max],
+)
+def test_deadlines_stay_within_the_range_of_times_whatever_the_duration(duration):
+    for now in (bounds.EARLIEST, T0, bounds.LATEST - timedelta(microseconds=1)):
+        assert bounds.EARLIEST <= policies.misfire_deadline(duration, now) <= bounds.LATEST
+        deadline = policies.start_deadline(duration, now, now)
+        assert deadline is None or bounds.EARLIEST <= deadline < bounds.LATEST
+
+
+@pytest.mark.django_db
+def test_a_schedule_whose_decision_raises_fails_alone_and_its_batch_is_planned(monkeypatch):
+    # Whatever raises while deciding for one row (here a policy, made to) is that row's
+    # failure: recorded on it, and the rest of the batch is planned in the same tick.
+    # Its own grace: schedules alike in every column the decision reads share one.
+    broken = due_schedule(name="broken", misfire_grace=timedelta(minutes=2))
+    healthy = [due_schedule(name=f"healthy-{i}") for i in range(3)]
+    overlap_status = policies.overlap_status
+
+    def raising_for_broken(policy, occupancy):
+        if policy.name == "broken":
+            raise RuntimeError("a bug no row should trigger")
+        return overlap_status(policy, occupancy)
+
+    monkeypatch.setattr(policies, "overlap_status", raising_for_broken)
+    result = planner.plan_due(T0 + timedelta(seconds=1))
+    broken.refresh_from_db()
+    assert result.failed == ["broken"] and result.fired == 3
+    assert broken.last_error == "Cannot plan: RuntimeError: a bug no row should trigger"
+    assert (broken.planning_failures, broken.next_fire_at) == (1, T0)
+    assert runs_of(broken) == []
+    for schedule in healthy:
+        assert runs_of(schedule) == [(T0, "pending", "")]
+
+
+@pytest.mark.django_db
+def test_a_failure_count_stored_past_the_limit_does_not_overflow_its_column(settings):
+    # failures + 1 overflowed PostgreSQL's integer: the whole tick failed, every time.
+    settings.DJANGO_PERIODIC = {"PLANNING_FAILURE_LIMIT": 3}
+    bad = due_schedule()
+    Schedule.objects.filter(pk=bad.pk).update(
+        job="tests.jobs.removed_from_code", planning_failures=2**31 - 1
+    )
+    good = due_schedule()
+    assert planner.plan_due(T0 + timedelta(seconds=1)).disabled == [bad.name]
+    bad.refresh_from_db()
+    assert (bad.planning_failures, bad.enabled) == (3, False)
+    assert runs_of(good) == [(T0, "pending", "")]
+
+
+def unplanned(**fields) -> Schedule:
+    """A schedule as bulk_create, raw SQL or a fixture store it: its cursor the database's
+    default, ``bounds.UNPLANNED``."""
+    schedule = ScheduleFactory(**fields)
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=bounds.UNPLANNED)
+    return schedule
+
+
+@pytest.mark.django_db
+def test_a_schedule_stored_without_save_starts_from_its_first_fire_time():
+    now = T0 + timedelta(seconds=42)
+    interval = unplanned(interval=EVERY, start_at=T0)
+    cron = unplanned(interval=None, cron="*/5 * * * *")
+    once = unplanned(interval=None, run_at=T0)  # passed: its misfire policy decides
+    ended = unplanned(interval=None, run_at=T0, end_at=T0 - EVERY)  # never fires
+    result = planner.plan_due(now)
+    assert (result.schedules, result.fired, result.skipped, result.failed) == (4, 0, 0, [])
+    assert not Run.objects.exists()  # no run for a time it never had
+    cursors = dict(Schedule.objects.values_list("pk", "next_fire_at"))
+    assert cursors == {
+        interval.pk: T0 + 5 * EVERY,
+        cron.pk: T0 + timedelta(minutes=5),
+        once.pk: T0,
+        ended.pk: None,
+    }
+    planner.plan_due(now)
+    assert runs_of(once) == [(T0, "pending", "")]  # within its grace: fired
+
+
+@pytest.mark.django_db
+def test_a_schedule_stored_without_save_with_a_bad_trigger_fails_planning():
+    bad = unplanned(interval=None, cron="0 3 * * *")
+    Schedule.objects.filter(pk=bad.pk).update(cron="61 * * * *")
+    assert planner.plan_due(T0).failed == [bad.name]
+    bad.refresh_from_db()
+    assert (bad.planning_failures, bad.next_fire_at) == (1, bounds.UNPLANNED)
+    assert "minute" in bad.last_error
+
+
+@pytest.mark.django_db
+def test_planning_schedules_stored_without_save_costs_a_constant_number_of_queries(postgres):
+    def plan(count):
+        for _ in range(count):
+            unplanned(interval=EVERY, start_at=T0)
+        with connection.execute_wrapper(counter):
+            assert planner.plan_due(T0).schedules == count
+        Schedule.objects.all().delete()
+
+    queries = []
+
+    def counter(execute, sql, params, many, context):
+        queries.append(sql)
+        return execute(sql, params, many, context)
+
+    plan(5)
+    few = len(queries)
+    queries.clear()
+    plan(60)
+    assert len(queries) == few
 
 
 @pytest.mark.django_db
