@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 
-from django_periodic import sync, taskbackends
+from django_periodic import bounds, sync, taskbackends
 from django_periodic.conf import (
     DURATION_KEYS,
     INTEGER_KEYS,
@@ -18,6 +18,7 @@ from django_periodic.conf import (
     MAY_BE_ZERO,
     SETTING_NAME,
     STRING_KEYS,
+    get_settings,
 )
 from django_periodic.models import Schedule
 
@@ -68,7 +69,23 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         error = _check_value(key, value)
         if error:
             errors.append(Error(f"{SETTING_NAME}[{key!r}] {error}", id=_error_id(key)))
+        elif key == "MIN_INTERVAL":
+            errors += _check_min_interval(get_settings().MIN_INTERVAL)
     return errors
+
+
+def _check_min_interval(minimum: timedelta) -> list[Error]:
+    """The shortest interval must be one the database accepts (``bounds.SCHEDULE``)."""
+    valid = bounds.SCHEDULE["interval"]
+    if minimum in valid:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['MIN_INTERVAL'] must be from {valid.describe()} (the intervals "
+            f"the database accepts), not {bounds.show(minimum)}.",
+            id="django_periodic.E006",
+        )
+    ]
 
 
 def _error_id(key: str) -> str:

@@ -26,6 +26,10 @@ class PeriodicSettings:
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
     PLANNING_FAILURE_LIMIT: int = 3
+    # The shortest interval a schedule may have: clean() refuses shorter ones, and the
+    # planner refuses (and in the end disables) a shorter one stored anyway. At least
+    # bounds.INTERVAL_FLOOR, what the database accepts (system check E006).
+    MIN_INTERVAL: timedelta = timedelta(seconds=1)
     RESULT_MAX_BYTES: int = 64 * 1024
     ERROR_MAX_CHARS: int = 16 * 1024
     # Hand-off: a TASKS alias whose workers execute runs (None: run_scheduler's threads),

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django_periodic import triggers
-from django_periodic.models import Schedule
+from django_periodic.models import trigger_of
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,8 @@ class Due:
         )
 
     def trigger(self) -> triggers.Trigger:
-        """The schedule's trigger, built by the model's own rules."""
-        fields = ("cron", "timezone", "interval", "run_at", "start_at", "end_at", "created_at")
-        return Schedule(**{name: getattr(self, name) for name in fields}).trigger
+        """The schedule's trigger, built by the model's own rules (``models.trigger_of``)."""
+        return trigger_of(self)
 
 
 @dataclass(slots=True)

@@ -4,10 +4,9 @@ import copy
 import uuid
 from collections.abc import Collection, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
 from django.db import IntegrityError, connections, models, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
 from django.db.models.expressions import RawSQL
@@ -15,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import (
     arrays,
+    bounds,
     choices,
     clock,
     policies,
@@ -74,6 +74,119 @@ _KIND_FILTERS = {
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
     ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
 }
+
+
+class TriggerRow(Protocol):
+    """The columns a trigger is built from: a ``Schedule``, or a due row the planner loaded."""
+
+    @property
+    def cron(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def interval(self) -> timedelta | None: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+    @property
+    def start_at(self) -> datetime | None: ...
+    @property
+    def end_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime | None: ...
+
+
+def kind_of(row: TriggerRow) -> str:
+    """The ``Schedule.Kind`` of a row's trigger ("" if none is set)."""
+    if row.cron:
+        return ScheduleKind.CRON
+    if row.interval is not None:
+        return ScheduleKind.INTERVAL
+    return ScheduleKind.ONCE if row.run_at is not None else ""
+
+
+def trigger_of(row: TriggerRow) -> triggers.Trigger:
+    """The fire times of a row as a pure trigger: the one place where a row becomes one.
+
+    Raises InvalidTrigger for a bad row, however it was stored: no trigger, an invalid cron
+    or time zone, a time out of range, an interval shorter than the MIN_INTERVAL setting.
+    """
+    errors = trigger_field_errors(row)
+    if errors:
+        raise triggers.InvalidTrigger(" ".join(message for _, message in errors))
+    kind = kind_of(row)
+    inner: triggers.Trigger
+    if kind == ScheduleKind.CRON:
+        inner = triggers.cron(row.cron, row.timezone)
+    elif kind == ScheduleKind.INTERVAL:
+        assert row.interval is not None  # what makes the kind INTERVAL
+        anchor = row.start_at or row.created_at
+        if anchor is None:
+            raise triggers.InvalidTrigger("An interval needs its anchor: start_at or created_at.")
+        inner = triggers.IntervalTrigger(row.interval, anchor)
+    elif kind == ScheduleKind.ONCE:
+        assert row.run_at is not None  # what makes the kind ONCE
+        inner = triggers.OnceTrigger(row.run_at)
+    else:
+        raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
+    return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
+
+
+def first_fire_time_of(row: TriggerRow, now: datetime) -> datetime | None:
+    """The cursor of a new or re-triggered schedule: the first fire after ``now``.
+
+    A one-shot keeps its ``run_at`` even when it has passed: firing late or not
+    is the misfire policy's decision, and it must not vanish silently.
+    """
+    trigger = trigger_of(row)
+    if kind_of(row) == ScheduleKind.ONCE:
+        assert row.run_at is not None  # what makes the kind ONCE
+        return trigger.next_after(row.run_at - timedelta(microseconds=1))
+    return trigger.next_after(now)
+
+
+# The bounded fields a trigger is built from (bounds.SCHEDULE holds their ranges).
+_BOUNDED_TRIGGER_FIELDS = ("run_at", "start_at", "end_at")
+
+
+def trigger_field_errors(row: TriggerRow) -> list[tuple[str, str]]:
+    """(field, message) for each trigger field of ``row`` out of its range: a time outside
+    [bounds.EARLIEST, bounds.LATEST), an interval outside its range or below MIN_INTERVAL."""
+    errors = []
+    for name in _BOUNDED_TRIGGER_FIELDS:
+        message = bounds.SCHEDULE[name].error(name, getattr(row, name))
+        if message:
+            errors.append((name, message))
+    message = None if row.interval is None else _interval_error(row.interval)
+    return [*errors, ("interval", message)] if message else errors
+
+
+def _interval_error(interval: timedelta) -> str | None:
+    if interval <= timedelta(0):
+        return "The interval must be positive."
+    # A setting, so that a deployment can ask for more than the database's floor; a row
+    # below it that was stored anyway (or before it was raised) is refused here.
+    minimum = get_settings().MIN_INTERVAL
+    if interval < minimum:
+        shown, least = bounds.show(interval), bounds.show(minimum)
+        return f"The interval ({shown}) must be at least MIN_INTERVAL ({least})."
+    return bounds.SCHEDULE["interval"].error("interval", interval)
+
+
+def _range_constraints() -> list[models.CheckConstraint]:
+    """One CHECK per field of bounds.SCHEDULE: no path (``update()``, ``bulk_create()``, raw
+    SQL) stores a value out of its range. NULL passes a CHECK: an empty field is allowed
+    where the field is nullable."""
+    constraints = []
+    for name, valid in bounds.SCHEDULE.items():
+        low = f"{name}__gt" if valid.low_open else f"{name}__gte"
+        high = f"{name}__lt" if valid.high_open else f"{name}__lte"
+        constraints.append(
+            models.CheckConstraint(
+                condition=Q(**{low: valid.low, high: valid.high}),
+                name=f"periodic_schedule_{name}_range",
+            )
+        )
+    return constraints
 
 
 def default_timezone() -> str:
@@ -153,12 +266,11 @@ class Schedule(models.Model):
     max_concurrent = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
         help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
     )
     misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
     misfire_grace = models.DurationField(default=timedelta(minutes=1))
-    max_attempts = models.PositiveIntegerField(default=1, validators=[MinValueValidator(1)])
+    max_attempts = models.PositiveIntegerField(default=1)
     retry_backoff = models.DurationField(
         default=timedelta(seconds=10), help_text=_("Delay before the first retry; doubles after.")
     )
@@ -180,7 +292,6 @@ class Schedule(models.Model):
     keep_runs = models.PositiveIntegerField(
         null=True,
         blank=True,
-        validators=[MinValueValidator(1)],
         help_text=_("Keep at least its last N finished runs; empty: the KEEP_RUNS setting."),
     )
     keep_runs_for = models.DurationField(
@@ -201,7 +312,11 @@ class Schedule(models.Model):
         editable=False,
         help_text=_("Bumped when its trigger, job or arguments change; each run records it."),
     )
-    next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # The cursor; NULL: no next fire. A row stored without save() gets UNPLANNED from the
+    # database, and is planned from its trigger (is_unplanned).
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, editable=False, db_default=bounds.UNPLANNED
+    )
     last_error = models.TextField(blank=True, editable=False)
     planning_failures = models.PositiveIntegerField(
         default=0, editable=False, help_text=_("Consecutive ticks that could not plan it.")
@@ -221,6 +336,7 @@ class Schedule(models.Model):
             # index for LIKE 'prefix%' that no query here uses, and that every cursor move
             # (a non-HOT update) had to write: one index in four.
             models.UniqueConstraint(fields=["name"], name="periodic_schedule_name_unique"),
+            *_range_constraints(),
         ]
         indexes = [
             # In due()'s order (cursor, then id), so a batch reads its rows off the index;
@@ -339,11 +455,13 @@ class Schedule(models.Model):
     @property
     def trigger_kind(self) -> str:
         """The ``Schedule.Kind`` of the trigger ("" if none is set)."""
-        if self.cron:
-            return ScheduleKind.CRON
-        if self.interval is not None:
-            return ScheduleKind.INTERVAL
-        return ScheduleKind.ONCE if self.run_at is not None else ""
+        return kind_of(self)
+
+    @property
+    def is_unplanned(self) -> bool:
+        """Stored without save() (``bulk_create()``, raw SQL, a fixture): its cursor is the
+        database's default, ``bounds.UNPLANNED``, until the planner plans it from its trigger."""
+        return self.next_fire_at == bounds.UNPLANNED
 
     @property
     def is_code_defined(self) -> bool:
@@ -352,31 +470,12 @@ class Schedule(models.Model):
     @property
     def trigger(self) -> triggers.Trigger:
         """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
-        kind = self.trigger_kind
-        inner: triggers.Trigger
-        if kind == ScheduleKind.CRON:
-            inner = triggers.cron(self.cron, self.timezone)
-        elif kind == ScheduleKind.INTERVAL:
-            assert self.interval is not None  # what makes the kind INTERVAL
-            inner = triggers.IntervalTrigger(self.interval, self.start_at or self.created_at)
-        elif kind == ScheduleKind.ONCE:
-            assert self.run_at is not None  # what makes the kind ONCE
-            inner = triggers.OnceTrigger(self.run_at)
-        else:
-            raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
-        return triggers.BoundedTrigger(inner, self.start_at, self.end_at)
+        return trigger_of(self)
 
     def first_fire_time(self, now: datetime) -> datetime | None:
-        """The cursor of a new or re-triggered schedule: the first fire after ``now``.
-
-        A one-shot keeps its ``run_at`` even when it has passed: firing late or not
-        is the misfire policy's decision, and it must not vanish silently.
-        """
-        trigger = self.trigger
-        if self.trigger_kind == ScheduleKind.ONCE:
-            assert self.run_at is not None  # what makes the kind ONCE
-            return trigger.next_after(self.run_at - timedelta(microseconds=1))
-        return trigger.next_after(now)
+        """The cursor of a new or re-triggered schedule: the first fire after ``now``
+        (``first_fire_time_of``)."""
+        return first_fire_time_of(self, now)
 
     def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
         """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
@@ -483,10 +582,15 @@ class Schedule(models.Model):
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
         found = self._trigger_errors() + self._job_errors() + self._route_errors()
-        for field, message in found + self._retention_errors():
+        for field, message in found + self._range_errors():
             errors.setdefault(field, []).append(message)
         if errors:
             raise ValidationError(errors)
+
+    def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
+        # clean() checks the ranges of bounds.SCHEDULE, the CHECK constraints' own, with a
+        # message on the field; Django would run one query per CHECK to say it again.
+        super().validate_constraints(exclude={*(exclude or ()), *bounds.SCHEDULE})
 
     def _trigger_errors(self) -> list[tuple[str, str]]:
         kinds = [name for name in KIND_FIELDS.values() if getattr(self, name) not in ("", None)]
@@ -504,36 +608,31 @@ class Schedule(models.Model):
                 triggers.validate_cron(self.cron)
             except triggers.InvalidTrigger as exc:
                 errors.append(("cron", str(exc)))
-        if self.interval is not None and self.interval <= timedelta(0):
-            errors.append(("interval", "The interval must be positive."))
-        if self.start_at and self.end_at and self.end_at <= self.start_at:
+        out_of_range = trigger_field_errors(self)
+        errors += out_of_range
+        compared = not {"start_at", "end_at"} & {field for field, _ in out_of_range}
+        start, end = self.start_at, self.end_at
+        if compared and start and end and end <= start:
             errors.append(("end_at", "end_at must be after start_at."))
-        return errors + self._duration_errors()
+        return errors
 
-    def _duration_errors(self) -> list[tuple[str, str]]:
+    def _range_errors(self) -> list[tuple[str, str]]:
+        """Fields out of their range (bounds.SCHEDULE); the trigger's are checked with it."""
         errors = []
-        for name in ("lease_timeout", "timeout"):
-            value = getattr(self, name)
-            if value is not None and value <= timedelta(0):
-                errors.append((name, f"{name} must be positive."))
-        for name in ("misfire_grace", "retry_backoff"):
-            if getattr(self, name) < timedelta(0):
-                errors.append((name, f"{name} must not be negative."))
+        for name, valid in bounds.SCHEDULE.items():
+            if name in TRIGGER_FIELDS:
+                continue  # checked with the trigger, as when one is built (trigger_field_errors)
+            message = valid.error(name, getattr(self, name))
+            if message:
+                errors.append((name, message))
         heartbeat = get_settings().HEARTBEAT_INTERVAL
-        if timedelta(0) < self.lease_timeout < 2 * heartbeat:
+        lease_timeout = self.lease_timeout
+        if lease_timeout is not None and timedelta(0) < lease_timeout < 2 * heartbeat:
             message = (
                 f"lease_timeout must be at least twice the heartbeat interval ({heartbeat}), "
                 "or a live process could lose its lease."
             )
             errors.append(("lease_timeout", message))
-        return errors
-
-    def _retention_errors(self) -> list[tuple[str, str]]:
-        errors = []
-        for name in ("keep_runs_for", "keep_failed_runs_for"):
-            value = getattr(self, name)
-            if value is not None and value <= timedelta(0):
-                errors.append((name, f"{name} must be positive."))
         return errors
 
     def _route_errors(self) -> list[tuple[str, str]]:

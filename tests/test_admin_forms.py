@@ -1,10 +1,13 @@
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.urls import reverse
+from django.utils.duration import duration_string
 
 from django_periodic.forms import ScheduleForm, timezone_names
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory, schedule_form_data
+from tests.test_bounds import OUTSIDE
 
 pytestmark = pytest.mark.django_db
 
@@ -136,3 +139,49 @@ def test_time_zones_are_the_iana_names():
     assert {"Europe/Berlin", "America/New_York", "UTC"} <= set(names)
     assert "localtime" not in names
     assert list(names) == sorted(names)
+
+
+# -- ranges (bounds.SCHEDULE): each shown on its own field ------------------------------------
+
+
+def form_value(value) -> str:
+    """A value as typed into the form (the site's time zone is UTC)."""
+    if isinstance(value, timedelta):
+        return duration_string(value)
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    return str(value)
+
+
+def form_data_with(name: str, value) -> dict:
+    fields = {name: form_value(value)}
+    if name == "interval":
+        fields.update(trigger_kind="interval", cron="")
+    elif name == "run_at":
+        fields.update(trigger_kind="once", cron="")
+    return data(**fields)
+
+
+@pytest.mark.parametrize(("name", "value"), OUTSIDE)
+def test_a_value_out_of_range_is_refused_on_its_field(name, value):
+    form = ScheduleForm(form_data_with(name, value))
+    assert not form.is_valid()
+    assert list(form.errors) == [name]
+    assert len(form.errors[name]) == 1
+
+
+def test_the_range_is_said_on_the_field():
+    grace = errors(misfire_grace=form_value(timedelta(days=999_999)))
+    assert grace == {"misfire_grace": ["misfire_grace must be at most 36525 days."]}
+    interval = errors(trigger_kind="interval", cron="", interval="00:00:00.5")
+    assert interval == {"interval": ["The interval (500 ms) must be at least MIN_INTERVAL (1 s)."]}
+    late = errors(trigger_kind="once", cron="", run_at="9999-12-31 23:00:00")
+    assert late == {"run_at": ["run_at must be before 9000-01-01 00:00 UTC."]}
+
+
+def test_the_admin_page_shows_the_range_and_saves_nothing(admin_client):
+    url = reverse("admin:django_periodic_schedule_add")
+    response = admin_client.post(url, schedule_form_data(lease_timeout="100000000 00:00:00"))
+    assert response.status_code == 200
+    assert "lease_timeout must be at most 7 days." in response.content.decode()
+    assert not Schedule.objects.exists()

@@ -66,3 +66,37 @@ def test_sqlite_without_immediate_transactions_shows_in_manage_py_check(settings
     call_command("check", stdout=out, stderr=err)
     assert "django_periodic.W001" in out.getvalue() + err.getvalue()
     assert "'loose'" in out.getvalue() + err.getvalue()
+
+
+@pytest.mark.parametrize("value", [1, 0.001, timedelta(minutes=5), timedelta(days=36525)])
+def test_a_min_interval_the_database_accepts_passes(settings, value):
+    assert ids({"MIN_INTERVAL": value}, settings) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (0.0005, ["django_periodic.E006"]),  # below the database's floor of 1 ms
+        (timedelta(days=36526), ["django_periodic.E006"]),  # above the longest interval
+        (0, ["django_periodic.E003"]),
+        ("1s", ["django_periodic.E003"]),
+    ],
+)
+def test_a_min_interval_the_database_would_refuse_is_reported(settings, value, expected):
+    assert ids({"MIN_INTERVAL": value}, settings) == expected
+
+
+def test_the_min_interval_error_says_the_range(settings):
+    settings.DJANGO_PERIODIC = {"MIN_INTERVAL": 0.0005}
+    (error,) = check_settings()
+    assert error.msg == (
+        "DJANGO_PERIODIC['MIN_INTERVAL'] must be from 1 ms to 36525 days (the intervals the "
+        "database accepts), not 500 µs."
+    )
+
+
+def test_min_interval_defaults_to_a_second(settings):
+    settings.DJANGO_PERIODIC = {}
+    assert timedelta(seconds=1) == get_settings().MIN_INTERVAL
+    settings.DJANGO_PERIODIC = {"MIN_INTERVAL": 0.25}
+    assert timedelta(milliseconds=250) == get_settings().MIN_INTERVAL

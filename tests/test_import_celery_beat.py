@@ -113,7 +113,7 @@ def test_crontab_becomes_a_cron_in_its_timezone_firing_when_celery_does(db):
         ("hours", 3, timedelta(hours=3)),
         ("minutes", 15, timedelta(minutes=15)),
         ("seconds", 90, timedelta(seconds=90)),
-        ("microseconds", 500_000, timedelta(microseconds=500_000)),
+        ("microseconds", 1_500_000, timedelta(microseconds=1_500_000)),  # >= MIN_INTERVAL
     ],
 )
 def test_an_interval_becomes_the_same_timedelta_in_each_period(db, period, every, interval):

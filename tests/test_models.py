@@ -49,7 +49,7 @@ def test_a_valid_schedule_passes_full_clean():
         ({"lease_timeout": timedelta(0)}, "lease_timeout", "positive"),
         ({"lease_timeout": timedelta(seconds=15)}, "lease_timeout", "twice the heartbeat"),
         ({"misfire_grace": timedelta(seconds=-1)}, "misfire_grace", "negative"),
-        ({"max_attempts": 0}, "max_attempts", "greater than or equal to 1"),
+        ({"max_attempts": 0}, "max_attempts", "at least 1"),
     ],
 )
 def test_full_clean_rejects_bad_input_on_the_right_field(fields, field, fragment):
@@ -164,3 +164,14 @@ def test_run_querysets_are_named_after_states():
     assert Run.objects.failed().count() == 1
     assert Run.objects.running().count() == 1
     assert Run.objects.active().count() == 1
+
+
+@pytest.mark.django_db
+def test_a_schedule_stored_without_save_is_unplanned_until_rescheduled(now):
+    Schedule.objects.bulk_create([Schedule(name="s", job="tests.jobs.noop", cron="0 3 * * *")])
+    schedule = Schedule.objects.get()
+    assert schedule.is_unplanned
+    Schedule.objects.reschedule(now)
+    schedule.refresh_from_db()
+    assert not schedule.is_unplanned
+    assert schedule.next_fire_at == schedule.first_fire_time(now)
