@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, connection, transaction
 from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
 from django_periodic import bounds, clock, planner, triggers
 from django_periodic.bounds import CENTURY, EARLIEST, LATEST, UNPLANNED
@@ -167,6 +168,18 @@ def test_empty_optional_fields_pass_their_checks():
     schedule = ScheduleFactory(timeout=None, max_concurrent=None, keep_runs=None)
     Schedule.objects.filter(pk=schedule.pk).update(start_at=None, end_at=None, keep_runs_for=None)
     assert Schedule.objects.filter(timeout=None, keep_runs=None, end_at=None).count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("zone", ["Pacific/Kiritimati", "Etc/GMT+12"])  # UTC+14, UTC-12
+def test_the_admin_lists_schedules_at_the_ends_of_the_ranges(admin_client, settings, zone):
+    settings.TIME_ZONE = zone
+    ScheduleFactory(name="last", interval=None, run_at=LATEST - US, misfire_grace=CENTURY)
+    ScheduleFactory(name="first", interval=None, run_at=EARLIEST, keep_runs_for=CENTURY)
+    ScheduleFactory(name="long", interval=CENTURY, start_at=LATEST - US, end_at=LATEST - US)
+    response = admin_client.get(reverse("admin:django_periodic_schedule_changelist"))
+    assert response.status_code == 200
+    assert {"last", "first", "long"} <= set(re.findall(r">(last|first|long)<", response.text))
 
 
 # -- MIN_INTERVAL: below it, a stored interval gives no trigger -----------------------------
