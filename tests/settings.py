@@ -64,7 +64,9 @@ if ENGINE == "postgres":
         "PERIODIC_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/periodic"
     )
     default = environ.Env.db_url_config(url)
-    default["TEST"] = {"NAME": "test_periodic"}
+    # test_<the URL's database>: two test runs with different URLs on one server do not
+    # share their test database.
+    default["TEST"] = {"NAME": f"test_{default['NAME']}"}
 elif ENGINE == "sqlite":
     # A file, not :memory:, so worker threads and child processes share the test database;
     # one per pytest process, so that two test runs on one machine do not share it.
