@@ -4,13 +4,20 @@ On PostgreSQL a claim is one statement, whatever its size: it locks the oldest c
 runs (skipping rows other processes hold), skips those past their start deadline, marks
 the rest running and inserts their leases, all at the database's clock. Elsewhere the same
 happens through the ORM in one transaction.
+
+A run that cannot be claimed fails alone (``cannot_claim``): one whose lease would expire
+past the range of stored times (its schedule's ``lease_timeout`` is out of range) is failed
+by the claim itself, and if a claim fails as a whole, its runs are claimed again one at a
+time to find the one at fault.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
@@ -18,12 +25,20 @@ from uuid import UUID
 
 from django.db import connections, transaction
 from django.db.models import F, Field, Model, Value
-from django.db.models.functions import Greatest
+from django.db.models.functions import Greatest, Now
+from django.dispatch import Signal
 
-from django_periodic import clock, policies, signals
-from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic import bounds, clock, policies, signals
+from django_periodic.conf import get_settings
+from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
+
+logger = logging.getLogger("django_periodic")
 
 LATE_MESSAGE = "No worker could start it within its misfire grace."
+UNLEASABLE_MESSAGE = (
+    f"Cannot claim: its schedule's lease_timeout would make its lease expire after "
+    f"{bounds.LATEST:%Y-%m-%d}, past every time a row may hold."
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,18 @@ class Claim:
 class ClaimResult:
     claims: list[Claim] = field(default_factory=list)
     late: list[int] = field(default_factory=list)  # schedules of the runs skipped as late
+    refused: list[int] = field(default_factory=list)  # ...and of those failed cannot_claim
+
+    def __add__(self, other: ClaimResult) -> ClaimResult:
+        return ClaimResult(
+            self.claims + other.claims, self.late + other.late, self.refused + other.refused
+        )
+
+
+def can_lease(lease_timeout: timedelta, now: datetime) -> bool:
+    """Whether a lease taken at ``now`` expires within the range of stored times (CLAIM_SQL
+    says the same in SQL)."""
+    return lease_timeout < bounds.LATEST - now
 
 
 def claim(
@@ -137,29 +164,115 @@ def _claim_repeating(
 ) -> ClaimResult:
     if limit <= 0:
         return ClaimResult()
-    if connections[using].vendor == "postgresql":
-        result = _claim_postgresql(wanted, now, limit, using, ahead)
-    else:
-        result = _claim_orm(wanted, now, limit, using, ahead)
+    try:
+        result = _claim_at_once(wanted, now, limit, using, ahead)
+    except policies.CONNECTION_ERRORS:
+        raise  # the database's failure, not a run's: the loop retries
+    except Exception:
+        # One run the claim cannot take must not stop the others: find it.
+        logger.exception("A claim failed; claiming its runs one at a time.")
+        result = _claim_one_by_one(wanted, now, limit, using, ahead)
     if result.claims and signals.listened(signals.run_started):
         signals.send_on_commit(map(_started, result.claims), using)
-    promoted = result.late and Run.objects.using(using).promote_queued(result.late)
+    ended = result.late + result.refused
+    promoted = ended and Run.objects.using(using).promote_queued(ended)
     if promoted and len(result.claims) < limit and wanted.run_id is None:
-        # A late run skipped made way for a queued one: it may start now too.
+        # A run skipped or failed made way for a queued one: it may start now too.
         more = _claim_repeating(wanted, now, limit - len(result.claims), using, ahead)
         result.claims += more.claims
     return result
+
+
+def _claim_at_once(
+    wanted: _Wanted,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
+) -> ClaimResult:
+    if connections[using].vendor == "postgresql":
+        with _undoable(using):
+            return _claim_postgresql(wanted, now, limit, using, ahead)
+    return _claim_orm(wanted, now, limit, using, ahead)
+
+
+def _undoable(using: str) -> contextlib.AbstractContextManager[Any]:
+    """A savepoint if a transaction is open, which a failed statement would spoil;
+    nothing in autocommit (no BEGIN and COMMIT spent on every claim)."""
+    if connections[using].in_atomic_block:
+        return transaction.atomic(using=using)
+    return contextlib.nullcontext()
+
+
+def _claim_one_by_one(
+    wanted: _Wanted,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
+) -> ClaimResult:
+    """Claim the runs a failed claim would have taken, each alone; one that fails even
+    alone ends ``failed`` (``cannot_claim``), with the error, and the others are claimed."""
+    result = ClaimResult()
+    claimable = _claimable(wanted, now or clock.now(using), ahead, using)
+    for run_id in claimable.values_list("pk", flat=True)[:limit]:
+        try:
+            with transaction.atomic(using=using):
+                result += _claim_at_once(replace(wanted, run_id=run_id), now, 1, using, ahead)
+        except policies.CONNECTION_ERRORS:
+            raise
+        except Exception as exc:
+            logger.exception("Run %s cannot be claimed.", run_id)
+            message = f"Cannot claim: {type(exc).__name__}: {exc}"
+            result.refused += fail_unclaimed([run_id], policies.FAILED_CANNOT_CLAIM, message, using)
+    return result
+
+
+def _claimable(wanted: _Wanted, now: datetime, ahead: timedelta | None, using: str) -> RunQuerySet:
+    """The runs a claim takes, oldest first: those that may start now, or (ahead) those
+    due soon; those its workers execute, or the one run it names."""
+    runs = Run.objects.using(using)
+    claimable = runs.coming(now, ahead) if ahead else runs.claimable(now)
+    if wanted.run_id is None:
+        return claimable.executed_here()
+    return claimable.filter(pk=wanted.run_id)
+
+
+def fail_unclaimed(run_ids: list[int], code: str, message: str, using: str) -> list[int]:
+    """Fail runs waiting to start (pending or retrying) that no worker can ever claim, with
+    ``code`` and ``message``; return their schedules, whose queued runs may move up.
+
+    One run's failure, never the process's: rare, so a few statements each time.
+    """
+    waiting = Run.objects.using(using).filter(
+        pk__in=run_ids, status__in=[Run.Status.PENDING, Run.Status.RETRYING]
+    )
+    with transaction.atomic(using=using):
+        rows = list(waiting.select_for_update().values_list("pk", "schedule_id"))
+        Run.objects.using(using).filter(pk__in=[pk for pk, _ in rows]).update(
+            status=Run.Status.FAILED,
+            error_code=code,
+            error_message=message[: get_settings().ERROR_MAX_CHARS],
+            next_retry_at=None,
+            enqueued_at=None,
+            finished_at=Now(),
+        )
+        _announce_ended([pk for pk, _ in rows], signals.run_finished, using, duration=None)
+    for pk, _ in rows:
+        logger.error("Run %s failed (%s): %s", pk, code, message)
+    return [schedule_id for _, schedule_id in rows]
 
 
 def _started(claim: Claim) -> signals.Event:
     return signals.of_run(signals.run_started, claim.run, started_at=claim.run.started_at)
 
 
-def _announce_skipped(run_ids: list[int], using: str) -> None:
-    """``run_skipped`` for runs skipped past their start deadline (rare: one query)."""
-    if run_ids and signals.listened(signals.run_skipped):
-        skipped = Run.objects.using(using).filter(pk__in=run_ids).select_related("schedule")
-        signals.send_on_commit((signals.of_run(signals.run_skipped, r) for r in skipped), using)
+def _announce_ended(run_ids: list[int], signal: Signal, using: str, **extra: Any) -> None:
+    """``signal`` for runs a claim ended without running them: ``run_skipped`` for those
+    past their start deadline, ``run_finished`` for those it failed (rare: one query)."""
+    if run_ids and signals.listened(signal):
+        ended = Run.objects.using(using).filter(pk__in=run_ids).select_related("schedule")
+        signals.send_on_commit((signals.of_run(signal, r, **extra) for r in ended), using)
 
 
 def _claim_orm(
@@ -173,15 +286,16 @@ def _claim_orm(
     result = ClaimResult(late=[] if ahead else skip_late(now, using))
     runs_ = Run.objects.using(using)
     with transaction.atomic(using=using):
-        claimable = runs_.coming(now, ahead) if ahead else runs_.claimable(now)
-        if wanted.run_id is None:
-            claimable = claimable.executed_here()
-        else:
-            claimable = claimable.filter(pk=wanted.run_id)
-        claimable = claimable.select_related("schedule")
+        claimable = _claimable(wanted, now, ahead, using).select_related("schedule")
         by_id = wanted.run_id is not None  # see _claim_sql
         locked = claimable.select_for_update(skip_locked=not by_id, of=("self",))
         runs = list(locked[:limit])
+        unleasable = [run.pk for run in runs if not can_lease(run.schedule.lease_timeout, now)]
+        if unleasable:
+            result.refused = fail_unclaimed(
+                unleasable, policies.FAILED_CANNOT_CLAIM, UNLEASABLE_MESSAGE, using
+            )
+            runs = [run for run in runs if run.pk not in unleasable]
         if not runs:
             return result
         runs_.filter(pk__in=[r.pk for r in runs]).update(
@@ -214,7 +328,7 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
                 error_message=LATE_MESSAGE,
                 finished_at=now,
             )
-            _announce_skipped([pk for pk, _ in rows], using)
+            _announce_ended([pk for pk, _ in rows], signals.run_skipped, using)
     return [schedule_id for _, schedule_id in rows]
 
 
@@ -234,14 +348,14 @@ def _new_lease(run: Run, wanted: _Wanted, now: datetime) -> Lease:
     )
 
 
-# The oldest claimable runs, locked; those past their start deadline are skipped, the rest
-# run under a new lease each (started at their plan time, if claimed ahead of it). The
-# outer SELECT has one row even when nothing was claimed, so that the skipped runs'
-# schedules come back too.
+# The oldest claimable runs, locked; those past their start deadline are skipped, those
+# whose lease cannot be taken (can_lease) fail, the rest run under a new lease each
+# (started at their plan time, if claimed ahead of it). The outer SELECT has one row even
+# when nothing was claimed, so that the schedules of the runs skipped or failed come back.
 CLAIM_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
-    SELECT r.id,
+    SELECT r.id, r.schedule_id,
            COALESCE(r.status = 'pending' AND r.attempt = 0 AND r.start_deadline < t.now, false)
            AS late
     FROM {run} r CROSS JOIN t
@@ -250,16 +364,27 @@ picked AS (
     LIMIT %(limit)s
     FOR UPDATE OF r {skip_locked}
 ),
+judged AS (
+    SELECT p.id, p.late,
+           NOT p.late AND NOT s.lease_timeout < %(latest)s::timestamptz - t.now AS unleasable
+    FROM picked p JOIN {schedule} s ON s.id = p.schedule_id CROSS JOIN t
+),
 skipped AS (
     UPDATE {run} r SET status = 'skipped', error_code = %(late_code)s,
         error_message = %(late_message)s, finished_at = t.now
-    FROM picked p CROSS JOIN t WHERE r.id = p.id AND p.late
+    FROM judged p CROSS JOIN t WHERE r.id = p.id AND p.late
+    RETURNING r.schedule_id, r.id
+),
+refused AS (
+    UPDATE {run} r SET status = 'failed', error_code = %(refused_code)s,
+        error_message = %(refused_message)s, next_retry_at = NULL, finished_at = t.now
+    FROM judged p CROSS JOIN t WHERE r.id = p.id AND p.unleasable
     RETURNING r.schedule_id, r.id
 ),
 claimed AS (
     UPDATE {run} r SET status = 'running', attempt = r.attempt + 1,
         started_at = GREATEST(t.now, r.plan_time), enqueued_at = NULL
-    FROM picked p CROSS JOIN t WHERE r.id = p.id AND NOT p.late
+    FROM judged p CROSS JOIN t WHERE r.id = p.id AND NOT p.late AND NOT p.unleasable
     RETURNING r.*
 ),
 leased AS (
@@ -270,8 +395,11 @@ leased AS (
     FROM claimed c JOIN {schedule} s ON s.id = c.schedule_id CROSS JOIN t
     RETURNING run_id, token
 )
-SELECT k.late, k.late_runs, t.now, l.token, {run_columns}, {schedule_columns}
+SELECT k.late, k.late_runs, f.refused, f.refused_runs, t.now, l.token, {run_columns},
+       {schedule_columns}
 FROM (SELECT array_agg(schedule_id) AS late, array_agg(id) AS late_runs FROM skipped) k
+CROSS JOIN (SELECT array_agg(schedule_id) AS refused, array_agg(id) AS refused_runs
+            FROM refused) f
 CROSS JOIN t
 LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id = c.schedule_id)
     ON true
@@ -323,6 +451,9 @@ def _claim_postgresql(
         "limit": limit,
         "late_code": policies.SKIPPED_START_DEADLINE,
         "late_message": LATE_MESSAGE,
+        "latest": bounds.LATEST,
+        "refused_code": policies.FAILED_CANNOT_CLAIM,
+        "refused_message": UNLEASABLE_MESSAGE,
         "holder": wanted.holder,
         "process": wanted.process_id,
         "run_id": wanted.run_id,
@@ -331,10 +462,12 @@ def _claim_postgresql(
     with connections[using].cursor() as cursor:
         cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
-    result = ClaimResult(late=rows[0][0] or [])
-    _announce_skipped(rows[0][1] or [], using)
+    late, late_runs, refused, refused_runs = rows[0][:4]
+    result = ClaimResult(late=late or [], refused=refused or [])
+    _announce_ended(late_runs or [], signals.run_skipped, using)
+    _announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
     run_count = len(_fields(Run))
-    for _late, _late_runs, claimed_at, token, *columns in rows:
+    for _late, _late_runs, _refused, _refused_runs, claimed_at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
         run = _instance(Run, columns[:run_count], using)

@@ -9,15 +9,20 @@ one task for it. The worker that picks the task up claims the run's lease first
 timeout, token-guarded outcome, retries. A task delivered twice finds its run claimed
 and does nothing. A task that nobody claimed within ``TASKS_PICKUP_TIMEOUT`` is presumed
 lost and enqueued again, unless its backend says it is still waiting in the queue.
+
+A run fails alone: one routed to an alias the ``TASKS`` setting lacks ends ``failed``
+(``unknown_tasks_backend``), and one whose task cannot be enqueued (the backend is down)
+is left marked, to be enqueued again once the pickup timeout has passed.
 """
 
 import logging
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
 
-from django_periodic import clock, taskbackends
+from django_periodic import claims, clock, policies, taskbackends
 from django_periodic.conf import get_settings
 from django_periodic.models import Run
 
@@ -48,7 +53,8 @@ def _take_batch(now: datetime, using: str) -> list[Run]:
     unsent = Q(enqueued_at__isnull=True)
     overdue = Q(enqueued_at__lte=now - get_settings().TASKS_PICKUP_TIMEOUT)
     waiting = runs.handed_off().claimable(now).filter(unsent | overdue)
-    locked = waiting.select_for_update(skip_locked=True).only("pk", "tasks_backend", "task_id")
+    locked = waiting.select_for_update(skip_locked=True)
+    locked = locked.only("pk", "schedule_id", "tasks_backend", "task_id")
     batch = list(locked[:DISPATCH_BATCH])
     if not batch:
         return []
@@ -61,13 +67,13 @@ def _still_queued(run: Run) -> bool:
     backend is busy, not lost. Without a result to ask for, presume it lost."""
     if not run.task_id:
         return False
-    tasks = taskbackends.framework()
-    backend = tasks.task_backends[run.tasks_backend]
-    if not backend.supports_get_result:
-        return False
     try:
+        tasks = taskbackends.framework()
+        backend = tasks.task_backends[run.tasks_backend]
+        if not backend.supports_get_result:
+            return False
         result = backend.get_result(run.task_id)
-    except Exception:  # TaskResultDoesNotExist, or a backend that lost it otherwise
+    except Exception:  # TaskResultDoesNotExist, a backend that lost it, one removed
         return False
     return bool(result.status == tasks.TaskResultStatus.READY)
 
@@ -76,14 +82,14 @@ def _enqueue(batch: list[Run], using: str) -> int:
     """Enqueue the runs' tasks (after the commit that marked them) and note their ids."""
     if not batch:
         return 0
-    from django_periodic.tasks import execute_run  # imports the framework: only when used
-
+    unknown = _fail_unknown_backends(batch, using)
     queue = get_settings().TASKS_QUEUE
     sent = []
     for run in batch:
-        task = execute_run.using(backend=run.tasks_backend, queue_name=queue)
+        if run.tasks_backend in unknown:
+            continue
         try:
-            run.task_id = task.enqueue(run.pk, using).id
+            run.task_id = _task(run.tasks_backend, queue).enqueue(run.pk, using).id
         except Exception:
             # Left marked: enqueued again once TASKS_PICKUP_TIMEOUT has passed.
             logger.exception("Could not enqueue run %s to %r.", run.pk, run.tasks_backend)
@@ -91,3 +97,24 @@ def _enqueue(batch: list[Run], using: str) -> int:
         sent.append(run)
     Run.objects.using(using).bulk_update(sent, ["task_id"])
     return len(sent)
+
+
+def _task(alias: str, queue: str) -> Any:
+    """The task that executes a run, sent to backend ``alias``."""
+    from django_periodic.tasks import execute_run  # imports the framework: only when used
+
+    return execute_run.using(backend=alias, queue_name=queue)
+
+
+def _fail_unknown_backends(batch: list[Run], using: str) -> set[str]:
+    """Fail the runs routed to an alias runs cannot be handed to (not in ``TASKS``, or no
+    tasks framework): no task could ever execute them. Return those aliases."""
+    errors = {alias: taskbackends.alias_error(alias) for alias in {r.tasks_backend for r in batch}}
+    unknown = {alias: error for alias, error in errors.items() if error}
+    schedules = []
+    for alias, error in unknown.items():
+        runs = [run.pk for run in batch if run.tasks_backend == alias]
+        code = policies.FAILED_UNKNOWN_TASKS_BACKEND
+        schedules += claims.fail_unclaimed(runs, code, f"Cannot hand off: {error}", using)
+    Run.objects.using(using).promote_queued(schedules)
+    return set(unknown)

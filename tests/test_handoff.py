@@ -135,6 +135,41 @@ def test_a_task_still_queued_past_the_pickup_timeout_is_not_enqueued_twice(now):
     assert handoff.dispatch() == 1
 
 
+def test_a_run_routed_to_an_unknown_alias_fails_and_the_others_are_enqueued(now, dummy):
+    # clean() refuses the alias; update() and raw SQL store it all the same.
+    lost = handed_off(now, backend="no-such-alias")
+    queued = RunFactory(
+        schedule=lost.schedule, plan_time=now + timedelta(seconds=1), status="queued"
+    )
+    due = handed_off(now)
+    assert handoff.dispatch() == 1
+    (result,) = dummy.results
+    assert result.args == [due.pk, "default"]
+    lost.refresh_from_db()
+    assert (lost.status, lost.error_code) == ("failed", "unknown_tasks_backend")
+    assert "'no-such-alias' is not a backend of the TASKS setting" in lost.error_message
+    assert lost.finished_at is not None
+    queued.refresh_from_db()
+    assert queued.status == "pending"  # the failed run's slot is free: the queue moves up
+    assert handoff.dispatch() == 0  # nothing left to hand off, nothing failed twice
+
+
+def test_a_task_that_cannot_be_enqueued_is_left_for_the_pickup_timeout(now, settings):
+    # A backend that refuses the task (here: a queue it does not have) is a backend's
+    # trouble, maybe passing: the run stays pending, and the rest of the batch is sent.
+    refused = handed_off(now)
+    Run.objects.filter(pk=refused.pk).update(tasks_backend="database")
+    due = handed_off(now)
+    database = {**settings.TASKS["database"], "QUEUES": ["other"]}
+    settings.TASKS = {**settings.TASKS, "database": database}
+    assert handoff.dispatch() == 1
+    refused.refresh_from_db()
+    assert (refused.status, refused.task_id) == ("pending", "")
+    assert refused.enqueued_at is not None  # tried again once the pickup timeout passed
+    due.refresh_from_db()
+    assert due.task_id  # enqueued (to a new DummyBackend: changing TASKS made new ones)
+
+
 def test_a_task_picked_up_past_the_start_deadline_skips_its_run(now, dummy):
     run = handed_off(now, job="tests.jobs.record")
     Run.objects.filter(pk=run.pk).update(start_deadline=now - timedelta(seconds=1))
