@@ -3,7 +3,6 @@
 import asyncio
 import contextlib
 import inspect
-import json
 import logging
 import time
 import traceback
@@ -14,10 +13,9 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import InterfaceError, OperationalError, close_old_connections, connections
+from django.db import close_old_connections, connections
 
-from django_periodic import clock, eventloop, leases, outcomes, registry
+from django_periodic import clock, eventloop, leases, outcomes, policies, registry
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import JobContext, StopRequest
@@ -135,7 +133,7 @@ def _outcome_of(
     if stop.reason in _STOP_OUTCOMES:
         return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
     if error is None:
-        return outcomes.succeeded(claim, capped_result(result)).started(started_at)
+        return outcomes.succeeded(claim, result).started(started_at)
     if isinstance(error, asyncio.CancelledError) and stop.is_set():
         return None
     return outcomes.failed(claim, _failure_of(error)).started(started_at)
@@ -156,7 +154,7 @@ def record(batch: list[outcomes.Outcome]) -> set[int]:
         try:
             recorded = outcomes.record(batch, None, using)
             break
-        except (OperationalError, InterfaceError) as exc:
+        except policies.CONNECTION_ERRORS as exc:
             if delay is None:
                 raise
             logger.warning(
@@ -234,25 +232,19 @@ async def _supervised(awaitable: Awaitable[Any], stop: StopRequest) -> Any:
 
 
 def _failure_of(exc: BaseException) -> outcomes.Failure:
-    """The recorded failure of a job's exception. Only an ``Exception`` is retried: a job
-    raising SystemExit or KeyboardInterrupt asked to stop, not to be run again."""
-    limit = get_settings().ERROR_MAX_CHARS
-    text = "".join(traceback.format_exception(exc))
+    """The failure of a job's exception, its texts in full (``outcomes.failed`` caps them).
+    Only an ``Exception`` is retried: a job raising SystemExit or KeyboardInterrupt asked to
+    stop, not to be run again."""
     return outcomes.Failure(
-        code=type(exc).__qualname__[:200],
-        message=str(exc)[:limit],
-        traceback=text[-limit:],  # the end of a traceback says where it broke
+        code=type(exc).__qualname__,
+        message=_message(exc),
+        traceback="".join(traceback.format_exception(exc)),
         retryable=isinstance(exc, Exception),
     )
 
 
-def capped_result(result: Any) -> Any:
-    """The result as stored: JSON as-is when it fits, else a truncated text preview."""
-    limit = get_settings().RESULT_MAX_BYTES
+def _message(exc: BaseException) -> str:
     try:
-        text = json.dumps(result, cls=DjangoJSONEncoder)
-    except (TypeError, ValueError):
-        return {"repr": repr(result)[:limit], "note": "result is not JSON-serializable"}
-    if len(text.encode()) <= limit:
-        return json.loads(text)
-    return {"preview": text[:limit], "note": f"result truncated from {len(text)} characters"}
+        return str(exc)
+    except Exception:  # as the traceback module says it
+        return "<exception str() failed>"

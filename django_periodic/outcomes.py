@@ -1,4 +1,4 @@
-"""How attempts end: outcomes decided in Python, recorded many per statement.
+"""How attempts end: outcomes decided in Python, made storable, recorded many per statement.
 
 Every outcome first releases its lease *by token*; only the runs whose lease was still held
 change. A process that lost a lease (to the sweeper, or at shutdown) can therefore never
@@ -7,13 +7,15 @@ is one statement at the database's clock; elsewhere one transaction through the 
 """
 
 import json
+import math
 import random
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
@@ -22,6 +24,7 @@ from django.dispatch import Signal
 
 from django_periodic import arrays, clock, policies, signals
 from django_periodic.claims import LATE_MESSAGE, Claim
+from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule
 
 MAX_RETRY_DELAY = timedelta(days=1)
@@ -39,7 +42,11 @@ class Failure:
 
 @dataclass(frozen=True)
 class Outcome:
-    """How one attempt ended: the lease's outcome and the run's new state."""
+    """How one attempt ended: the lease's outcome and the run's new state.
+
+    Built by the functions below, whose result and error texts are as they will be stored
+    (``storable_result``, ``storable_text``).
+    """
 
     claim: Claim
     lease_outcome: str
@@ -57,21 +64,27 @@ class Outcome:
 
 
 def succeeded(claim: Claim, result: Any) -> Outcome:
-    return Outcome(claim, Lease.Outcome.SUCCEEDED, Run.Status.SUCCEEDED, result=result)
+    """A job that returned ``result``: stored as ``storable_result`` makes it."""
+    return Outcome(
+        claim, Lease.Outcome.SUCCEEDED, Run.Status.SUCCEEDED, result=storable_result(result)
+    )
 
 
 def failed(claim: Claim, failure: Failure) -> Outcome:
-    """A failed attempt: retried later while attempts remain, else the run fails."""
+    """A failed attempt: retried later while attempts remain, else the run fails. Its texts
+    are stored as ``storable_text`` makes them: the message's start, the traceback's end
+    (which says where it broke)."""
     run = claim.run
     attempts_used = run.attempt - run.interruptions
     retry = failure.retryable and attempts_used < run.max_attempts
+    limit = get_settings().ERROR_MAX_CHARS
     return Outcome(
         claim,
         Lease.Outcome.RETRY if retry else Lease.Outcome.FAILED,
         Run.Status.RETRYING if retry else Run.Status.FAILED,
-        error_code=failure.code,
-        error_message=failure.message,
-        traceback=failure.traceback,
+        error_code=storable_text(failure.code, ERROR_CODE_MAX_LENGTH),
+        error_message=storable_text(failure.message, limit),
+        traceback=storable_text(failure.traceback, limit, keep_end=True),
         retry_in=retry_delay(run.schedule.retry_backoff, attempts_used) if retry else None,
     )
 
@@ -141,6 +154,86 @@ def unstarted(claim: Claim) -> Outcome:
     """Given up at shutdown before its job started (held for its plan time, or waiting for
     a thread): back to pending for any process, and no attempt spent."""
     return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
+
+
+# What every database stores: one rule for results and error texts (docs/semantics.md,
+# "What is stored"). PostgreSQL refuses NUL characters in text and jsonb, and NaN or
+# Infinity in jsonb; no database driver sends a lone surrogate (such as a file name's
+# undecodable byte under Python's surrogateescape).
+REPLACEMENT_CHARACTER = "\ufffd"
+NOT_JSON_NOTE = "result is not JSON-serializable"
+# A longer error code (an exception's class name) is cut to what its column holds.
+ERROR_CODE_MAX_LENGTH = cast(int, Run._meta.get_field("error_code").max_length)
+_UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
+# NUL as JSON writes it, "\u0000", but not an escaped backslash followed by "u0000".
+_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
+# NaN and the infinities as PostgreSQL's to_jsonb() writes them (and Django's encoder a
+# Decimal's).
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def storable_text(text: str, limit: int, *, keep_end: bool = False) -> str:
+    """``text`` as stored: its first ``limit`` characters (the last, with ``keep_end``),
+    with each NUL and lone surrogate replaced by U+FFFD."""
+    if len(text) > limit:
+        text = text[-limit:] if keep_end else text[:limit]
+    return _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, text)
+
+
+def storable_result(result: Any) -> Any:
+    """``result`` as stored in ``Run.result``: its JSON (Django's encoder), with NaN and
+    the infinities as the strings "NaN", "Infinity" and "-Infinity" and each NUL and lone
+    surrogate, in keys and values alike, replaced by U+FFFD.
+
+    A result with no JSON form is stored as ``{"repr": ..., "note": NOT_JSON_NOTE}``; one
+    whose JSON is longer than ``RESULT_MAX_BYTES`` as ``{"preview": <its first
+    RESULT_MAX_BYTES bytes>, "note": "result truncated from <N> bytes"}``.
+    """
+    if result is None:
+        return None
+    limit = get_settings().RESULT_MAX_BYTES
+    try:
+        text = _json_text(result)
+    except Exception:  # a type the encoder does not know, a cycle, a too long int...
+        return {"repr": storable_text(_repr(result), limit), "note": NOT_JSON_NOTE}
+    # Lone surrogates are in the text as they are, NUL escaped (JSON escapes controls).
+    text = _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, text)
+    if "\\u0000" in text:
+        text = _NUL_ESCAPE.sub(lambda match: match[1] + REPLACEMENT_CHARACTER, text)
+    encoded = text.encode()
+    if len(encoded) > limit:
+        preview = encoded[:limit].decode(errors="ignore")
+        return {"preview": preview, "note": f"result truncated from {len(encoded)} bytes"}
+    return json.loads(text)
+
+
+def _json_text(value: Any) -> str:
+    try:
+        return _dumps(value)
+    except ValueError:  # NaN or an infinity in it (a cycle fails again)
+        return _dumps(_finite(value))
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each NaN or infinite float in it, a dict key too, as its string."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(float(value))]
+    if isinstance(value, dict):
+        return {_finite(key): _finite(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(item) for item in value]
+    return value
+
+
+def _repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object whose repr() failed>"
 
 
 def record(

@@ -189,3 +189,26 @@ def regions():
 def per_tenant(context, greeting: str = "hello"):
     """Returns its scope key."""
     return f"{greeting} {context.scope}"
+
+
+# Results no database stores as they are, by name (tests.test_outcomes).
+UNSTORABLE_RESULTS = {
+    "nan": {"value": float("nan")},
+    "infinities": [float("inf"), {"low": float("-inf")}],
+    "nul": {"key\x00": ["value\x00", {"deeper\x00": "\x00"}]},
+    "surrogate": "file \udcff.txt",
+    "huge": "x" * 100_000,
+    "not_json": {"when": time},  # a module
+}
+
+
+@job
+def return_unstorable(kind: str):
+    """Returns ``UNSTORABLE_RESULTS[kind]``."""
+    return UNSTORABLE_RESULTS[kind]
+
+
+@job
+def raise_unstorable():
+    """Raises with a NUL and a lone surrogate (an undecodable file name) in its message."""
+    raise ValueError("bad byte \x00 in file \udcff.txt")

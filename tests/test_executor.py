@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import JobContext, claims, eventloop, executor, leases
+from django_periodic import JobContext, claims, eventloop, executor, job, leases
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.workers import Recorder, WorkerPool
@@ -47,6 +47,23 @@ def test_an_exception_fails_the_run_with_code_message_and_traceback(process, now
     run = Run.objects.get()
     assert (run.error_code, run.error_message) == ("RuntimeError", "kaput")
     assert "raise RuntimeError(message)" in run.traceback
+
+
+@pytest.mark.django_db
+def test_an_exception_whose_text_cannot_be_had_still_fails_the_run(process, now, clean_registry):
+    class Unprintable(Exception):
+        def __str__(self):
+            raise RuntimeError("no text")
+
+    @job(name="tests.unprintable")
+    def unprintable():
+        raise Unprintable
+
+    claim = claimed(process, now, job="tests.unprintable")
+    assert executor.execute(claim) == "failed"
+    run = Run.objects.get()
+    assert run.error_code.endswith(".Unprintable")  # its qualified name
+    assert run.error_message == "<exception str() failed>"
 
 
 @pytest.mark.django_db
@@ -105,16 +122,6 @@ def test_a_run_given_up_at_shutdown_before_its_job_started_is_left_to_the_releas
     stop.set(StopRequest.SHUTDOWN)
     assert executor.run_job(claim, stop) is None
     assert not Execution.objects.exists()
-
-
-def test_results_that_are_too_big_or_not_json_are_stored_safely(settings):
-    settings.DJANGO_PERIODIC = {"RESULT_MAX_BYTES": 20}
-    assert executor.capped_result({"a": 1}) == {"a": 1}
-    big = executor.capped_result("x" * 100)
-    assert big["preview"] == '"' + "x" * 19
-    assert "truncated" in big["note"]
-    odd = executor.capped_result(object())
-    assert odd["repr"].startswith("<object object")
 
 
 @pytest.mark.django_db
