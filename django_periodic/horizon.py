@@ -12,6 +12,7 @@ from django.db import connections
 from django.db.models import Min
 
 from django_periodic import clock
+from django_periodic.bounds import EARLIEST, LATEST
 from django_periodic.models import Lease, Run, Schedule
 
 
@@ -54,18 +55,34 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-# Each MIN reads the first entry of a partial index (see Run.Meta.indexes).
+# Each MIN reads the first entry of a partial index (see Run.Meta.indexes), once (the CTE
+# is MATERIALIZED: inlined, every use of a MIN would read it again). Each is held
+# within the range of stored times: a row stored past the database's checks with a time
+# Python cannot hold (year 20000, say) must not make every look ahead fail; the rows
+# themselves fail where they are handled.
 HORIZON_SQL = """
-SELECT statement_timestamp(),
-    (SELECT MIN(next_fire_at) FROM {schedule} WHERE enabled),
-    (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying' AND enqueued_at IS NULL),
-    (SELECT MIN(expires_at) FROM {lease} WHERE released_at IS NULL),
-    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending' AND tasks_backend = ''),
+WITH m AS MATERIALIZED (SELECT
+    (SELECT MIN(next_fire_at) FROM {schedule} WHERE enabled) AS next_fire,
+    (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying' AND enqueued_at IS NULL)
+    AS next_retry,
+    (SELECT MIN(expires_at) FROM {lease} WHERE released_at IS NULL) AS next_expiry,
+    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending' AND tasks_backend = '')
+    AS next_pending,
     (SELECT MIN(plan_time) FROM {run}
-     WHERE status = 'pending' AND tasks_backend <> '' AND enqueued_at IS NULL),
+     WHERE status = 'pending' AND tasks_backend <> '' AND enqueued_at IS NULL) AS next_handoff,
     (SELECT MIN(enqueued_at) FROM {run}
-     WHERE status IN ('pending', 'retrying') AND enqueued_at IS NOT NULL)
+     WHERE status IN ('pending', 'retrying') AND enqueued_at IS NOT NULL) AS next_enqueued
+)
+SELECT statement_timestamp(), {next_fire}, {next_retry}, {next_expiry}, {next_pending},
+    {next_handoff}, {next_enqueued}
+FROM m
 """
+# A time held within [EARLIEST, LATEST]; NULL stays NULL (which LEAST and GREATEST skip).
+WITHIN_BOUNDS = (
+    "CASE WHEN m.{0} < %(earliest)s THEN %(earliest)s"
+    " WHEN m.{0} > %(latest)s THEN %(latest)s ELSE m.{0} END"
+)
+TIMES = ("next_fire", "next_retry", "next_expiry", "next_pending", "next_handoff", "next_enqueued")
 
 
 @cache
@@ -75,6 +92,7 @@ def _horizon_sql(using: str) -> str:
         schedule=quote(Schedule._meta.db_table),
         run=quote(Run._meta.db_table),
         lease=quote(Lease._meta.db_table),
+        **{name: WITHIN_BOUNDS.format(name) for name in TIMES},
     )
 
 
@@ -82,7 +100,7 @@ def look_ahead(using: str = "default") -> Horizon:
     """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere."""
     if connections[using].vendor == "postgresql":
         with connections[using].cursor() as cursor:
-            cursor.execute(_horizon_sql(using))
+            cursor.execute(_horizon_sql(using), {"earliest": EARLIEST, "latest": LATEST})
             row = cursor.fetchone()
         assert row is not None
         return Horizon(*row)

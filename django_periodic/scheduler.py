@@ -1,7 +1,10 @@
 """The scheduler loop: plan, sweep, heartbeat, claim, then sleep until there is work.
 
 Decisions live in planner.py and leases.py; this module only orders them in time, owns
-the worker threads and the wake-ups, and survives a database that goes away.
+the worker threads and the wake-ups, and survives a database that goes away, and any
+other error of a step: logged, backed off, carried on. A bad row fails alone where it is
+handled (planning, claiming, hand-off, watching); an error that still reaches the loop is
+a bug, and must not stop the process either.
 """
 
 import logging
@@ -22,6 +25,7 @@ from django_periodic import (
     leases,
     outcomes,
     planner,
+    policies,
     pruner,
     sync,
     wakeups,
@@ -86,6 +90,8 @@ class Scheduler:
         self._replan_at: datetime | None = None
         # The last claim found no more runs due: freed threads wait for news (a tick).
         self._drained = False
+        # Runs in flight whose watch raised (a bad row): watched no more, not the loop's end.
+        self._unwatched: set[claims.Claim] = set()
 
     @property
     def lead(self) -> timedelta:
@@ -290,9 +296,38 @@ class Scheduler:
         in_flight = pool.in_flight()
         assert self.process is not None
         asked = leases.cancel_requested(self.process, self.using) if in_flight else set()
+        self._unwatched &= set(in_flight)
         for claim, stop in in_flight.items():
-            if executor.watch(claim, stop, now, claim.run.pk in asked):
+            if claim in self._unwatched:
+                continue
+            try:
+                overran = executor.watch(claim, stop, now, claim.run.pk in asked)
+            except policies.CONNECTION_ERRORS:
+                raise
+            except Exception:
+                self._cannot_watch(claim)
+                continue
+            if overran:
                 pool.abandon(claim)
+
+    def _cannot_watch(self, claim: claims.Claim) -> None:
+        """A run whose row makes watching it raise (its timeout, say) is watched no more:
+        its job runs to its end, and its outcome is recorded as any other's."""
+        logger.exception("Run %s cannot be watched (timeout, cancel); it runs on.", claim.run.pk)
+        self._unwatched.add(claim)
+
+    def _watch_times(self, now: datetime) -> list[datetime | None]:
+        """When each run in flight next needs watching (for its timeout)."""
+        assert self.pool is not None
+        times = []
+        for claim in self.pool.in_flight():
+            if claim in self._unwatched:
+                continue
+            try:
+                times.append(executor.next_watch_at(claim, now))
+            except Exception:
+                self._cannot_watch(claim)
+        return times
 
     def _plan(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
@@ -331,7 +366,7 @@ class Scheduler:
             candidates += [ahead.next_retry, self.pool.next_start_deadline()]
             if ahead.next_pending is not None and ahead.next_pending > now:
                 candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
-            candidates += [executor.next_watch_at(claim, now) for claim in self.pool.in_flight()]
+            candidates += self._watch_times(now)
         return min(at for at in candidates if at is not None)
 
     def _handoff_times(self, now: datetime, ahead: horizon.Horizon) -> list[datetime | None]:
@@ -367,13 +402,21 @@ class Scheduler:
             self._claim_freed_capacity()
 
     def _guarded(self, step: Callable[[], object]) -> bool:
-        """Run a step; on a database error log it, reconnect later, back off 1, 2, 4... 30 s."""
+        """Run a step; on an error log it, reconnect later, back off 1, 2, 4... 30 s.
+
+        A database error is expected (it went away); any other error is logged with its
+        traceback. Neither stops the process: only KeyboardInterrupt and SystemExit,
+        which are not Exceptions, do.
+        """
         try:
             step()
-        except (DatabaseError, InterfaceError) as exc:
+        except Exception as exc:
             self._failures += 1
             delay = min(2.0 ** (self._failures - 1), MAX_ERROR_BACKOFF)
-            logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
+            if isinstance(exc, (DatabaseError, InterfaceError)):
+                logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
+            else:
+                logger.exception("Unexpected error; retrying in %.0f s.", delay)
             connections.close_all()
             self._sleep_unless_stopped(delay)
             return False

@@ -255,7 +255,8 @@ def due_row(**columns) -> Due:
 @pytest.mark.parametrize("grace", [timedelta(days=999_999), timedelta.max])
 def test_a_misfire_grace_past_the_range_of_times_misses_nothing(grace):
     # Once stopped both schedulers at every start: now - grace overflowed, outside any try.
-    decision = planner.decide(due_row(misfire_grace=grace), T0 + timedelta(seconds=42), policies.Occupancy())
+    now = T0 + timedelta(seconds=42)
+    decision = planner.decide(due_row(misfire_grace=grace), now, policies.Occupancy())
     assert decision.error == ""
     assert [(f.plan_time, f.status) for f in decision.fires] == [
         (T0 + i * EVERY, "pending") for i in range(5)

@@ -8,6 +8,7 @@ from django.db.models import Count
 
 from django_periodic import clock, eventloop, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.scheduler import Scheduler
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
@@ -217,6 +218,57 @@ def test_a_scheduler_survives_its_database_connections_being_killed(postgres, ch
     run = Run.objects.filter(schedule=schedule, status="succeeded")
     wait_for(run.exists, 30, "a run after the connections were killed")
     assert child.terminate() == 0
+
+
+def raising(error: BaseException):
+    def step():
+        raise error
+
+    return step
+
+
+@pytest.mark.django_db
+def test_an_error_in_a_step_is_logged_and_the_loop_carries_on(caplog):
+    # Only database errors were caught: any other exception left the loop, and the process.
+    scheduler = Scheduler(workers=0)
+    scheduler.request_stop()  # no back-off sleep in this test
+    assert scheduler._guarded(raising(RuntimeError("a bug no row should trigger"))) is False
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert record.getMessage() == "Unexpected error; retrying in 1 s."
+    assert "RuntimeError: a bug no row should trigger" in caplog.text  # with its traceback
+    assert scheduler._guarded(raising(ValueError("again"))) is False
+    assert "retrying in 2 s" in caplog.text  # backing off
+    assert scheduler._guarded(lambda: None) is True
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("stop", [KeyboardInterrupt, SystemExit])
+def test_a_step_that_asks_to_stop_the_process_stops_it(stop):
+    with pytest.raises(stop):
+        Scheduler(workers=0)._guarded(raising(stop()))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_tick_plans_every_due_schedule_and_bounds_a_backlog(settings):
+    """Many due schedules in small batches, one of them a day behind: one pass plans a
+    run for each, and the one behind records no more than CATCHUP_LIMIT runs."""
+    settings.DJANGO_PERIODIC = {"PLAN_BATCH_SIZE": 3, "CATCHUP_LIMIT": 5}
+    now = clock.now()
+    behind = ScheduleFactory(  # a day of fires every second, all missed
+        interval=timedelta(seconds=1),
+        misfire="all",
+        overlap="concurrent",
+        start_at=now - timedelta(days=1),
+        end_at=now - timedelta(minutes=1),
+    )
+    Schedule.objects.filter(pk=behind.pk).update(next_fire_at=behind.start_at)
+    healthy = [due_now() for _ in range(10)]
+    call_command("run_scheduler", "--once", "--plan-only", verbosity=0)
+    for schedule in healthy:
+        assert Run.objects.filter(schedule=schedule, status="pending").count() == 1
+    backlog = Run.objects.filter(schedule=behind)
+    assert backlog.filter(status="pending").count() == 5
+    assert backlog.exclude(status__in=["pending", "skipped"]).count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
