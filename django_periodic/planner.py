@@ -40,7 +40,7 @@ from django_periodic import (
 )
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
-from django_periodic.models import TRIGGER_FIELDS, Run, Schedule, ScheduleQuerySet
+from django_periodic.models import Run, Schedule, ScheduleQuerySet, first_fire_time_of
 from django_periodic.policies import Occupancy
 
 logger = logging.getLogger("django_periodic")
@@ -333,9 +333,7 @@ class _Memo:
         """``Schedule.first_fire_time`` of the schedule's trigger; raises for a bad row."""
         key = (schedule.trigger_key(), now)
         if key not in self.first:
-            # created_at anchors an interval without start_at (as in Due.trigger).
-            fields = {name: getattr(schedule, name) for name in (*TRIGGER_FIELDS, "created_at")}
-            self.first[key] = Schedule(**fields).first_fire_time(now)
+            self.first[key] = first_fire_time_of(schedule, now)
         return self.first[key]
 
     def due_times(self, schedule: Due, now: datetime) -> DueTimes:

@@ -344,6 +344,18 @@ def test_a_schedule_stored_without_save_starts_from_its_first_fire_time():
 
 
 @pytest.mark.django_db
+def test_a_schedule_stored_by_bulk_create_is_planned_from_its_trigger():
+    (schedule,) = Schedule.objects.bulk_create(
+        [Schedule(name="bulk", job="tests.jobs.noop", interval=EVERY, start_at=T0)]
+    )
+    schedule.refresh_from_db()
+    assert schedule.is_unplanned  # the database's default cursor
+    planner.plan_due(T0 + timedelta(seconds=42))
+    schedule.refresh_from_db()
+    assert (schedule.next_fire_at, runs_of(schedule)) == (T0 + 5 * EVERY, [])
+
+
+@pytest.mark.django_db
 def test_a_schedule_stored_without_save_with_a_bad_trigger_fails_planning():
     bad = unplanned(interval=None, cron="0 3 * * *")
     Schedule.objects.filter(pk=bad.pk).update(cron="61 * * * *")
