@@ -1,6 +1,8 @@
 """import_celery_beat: django-celery-beat's periodic tasks, as real rows of its own models or
-a dumpdata file of them, become schedules; what cannot be mapped is reported, never dropped."""
+a dumpdata file of them, become schedules; what cannot be mapped is reported, never dropped;
+malformed data is an error that names the entry and the field, with nothing saved."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -9,6 +11,7 @@ from io import StringIO
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.db import connection
 
 from django_periodic import clock, triggers
 from django_periodic.models import Schedule
@@ -439,3 +442,427 @@ def test_the_command_works_without_django_celery_beat_in_installed_apps(tmp_path
     assert "error: django_celery_beat is not in INSTALLED_APPS" in result.stdout
     assert "Dry run, nothing saved: 0 would create" in result.stdout
     assert "imported django_celery_beat: False" in result.stdout
+
+
+# -- malformed data: a CommandError naming the entry and the field, and nothing saved -------
+
+# A dump with a good task before the bad one (tasks are imported by name), and one after.
+GOOD_DUMP = [
+    {
+        "model": "django_celery_beat.intervalschedule",
+        "pk": 1,
+        "fields": {"every": 5, "period": "minutes"},
+    },
+    {
+        "model": "django_celery_beat.intervalschedule",
+        "pk": 2,
+        "fields": {"every": 1, "period": "hours"},
+    },
+    {
+        "model": "django_celery_beat.crontabschedule",
+        "pk": 1,
+        "fields": {
+            "minute": "0",
+            "hour": "3",
+            "day_of_month": "*",
+            "month_of_year": "*",
+            "day_of_week": "*",
+            "timezone": "UTC",
+        },
+    },
+    {
+        "model": "django_celery_beat.clockedschedule",
+        "pk": 1,
+        "fields": {"clocked_time": "2030-01-01T09:00:00Z"},
+    },
+    {
+        "model": "django_celery_beat.solarschedule",
+        "pk": 1,
+        "fields": {"event": "sunrise", "latitude": "52.500000", "longitude": "13.400000"},
+    },
+    {
+        "model": "django_celery_beat.periodictask",
+        "pk": 1,
+        "fields": {"name": "a good one", "task": "tests.jobs.noop", "interval": 1},
+    },
+    {
+        "model": "django_celery_beat.periodictask",
+        "pk": 2,
+        "fields": {"name": "bad", "task": "tests.jobs.noop", "interval": 2},
+    },
+    {
+        "model": "django_celery_beat.periodictask",
+        "pk": 3,
+        "fields": {"name": "good too", "task": "tests.jobs.noop", "crontab": 1},
+    },
+]
+BAD_TASK = 7  # the record of the task named "bad" (records count from 1)
+MISSING = object()  # a field the record lacks
+
+
+def damaged(path: tuple, value) -> list:
+    """GOOD_DUMP with the value at ``path`` (a record's number, then keys) replaced."""
+    records = copy.deepcopy(GOOD_DUMP)
+    number, *keys = path
+    if not keys:
+        records[number - 1] = value
+        return records
+    target = records[number - 1]
+    for key in keys[:-1]:
+        target = target[key]
+    if value is MISSING:
+        del target[keys[-1]]
+    else:
+        target[keys[-1]] = value
+    return records
+
+
+def task(key: str) -> tuple:
+    return (BAD_TASK, "fields", key)
+
+
+TASK = "Periodic task 'bad', field"
+MALFORMED = [
+    # The file's shape.
+    (
+        (BAD_TASK,),
+        ["not", "a", "record"],
+        "Record 7: expected a record (model, pk, fields), found a list.",
+    ),
+    ((BAD_TASK, "model"), 5, "Record 7, field 'model': expected text, found 5."),
+    ((BAD_TASK, "pk"), [2], "Record 7, field 'pk': expected a primary key, found a list."),
+    ((BAD_TASK, "fields"), [], "Record 7, field 'fields': expected an object, found a list."),
+    (task("name"), 5, "Record 7, field 'name': expected text, found 5."),
+    (task("name"), MISSING, "Record 7, field 'name': missing."),
+    (
+        task("name"),
+        "a good one",
+        "Periodic task 'a good one', field 'name': two periodic tasks have this name.",
+    ),
+    ((2, "pk"), 1, "Interval schedule pk 1, field 'pk': two interval schedules have this pk."),
+    # Each field of a periodic task the import reads.
+    (task("task"), ["x"], f"{TASK} 'task': expected text, found a list."),
+    (task("interval"), [2], f"{TASK} 'interval': expected a primary key, found a list."),
+    (task("crontab"), {"pk": 1}, f"{TASK} 'crontab': expected a primary key, found an object."),
+    (task("clocked"), True, f"{TASK} 'clocked': expected a primary key, found true."),
+    (task("solar"), 1.5, f"{TASK} 'solar': expected a primary key, found 1.5."),
+    (task("args"), [1], f"{TASK} 'args': expected text, found a list."),
+    (task("kwargs"), {"a": 1}, f"{TASK} 'kwargs': expected text, found an object."),
+    (task("enabled"), "false", f"{TASK} 'enabled': expected true or false, found 'false'."),
+    (task("enabled"), 0, f"{TASK} 'enabled': expected true or false, found 0."),
+    (task("enabled"), None, f"{TASK} 'enabled': expected true or false, found null."),
+    (task("one_off"), "yes", f"{TASK} 'one_off': expected true or false, found 'yes'."),
+    (
+        task("start_time"),
+        "2020-02-30",
+        f"{TASK} 'start_time': expected a date and time, found '2020-02-30'.",
+    ),
+    (
+        task("expires"),
+        "2020-02-30T10:00:00",
+        f"{TASK} 'expires': '2020-02-30T10:00:00' is not a date and time (day is out of range "
+        "for month).",
+    ),
+    (task("expires"), 1700000000, f"{TASK} 'expires': expected a date and time, found 1700000000."),
+    (
+        task("start_time"),
+        "9999-12-31T00:00:00Z",
+        f"{TASK} 'start_time': '9999-12-31T00:00:00Z' is out of range: from 1900-01-01 to "
+        "before 9000-01-01.",
+    ),
+    (
+        task("last_run_at"),
+        "yesterday",
+        f"{TASK} 'last_run_at': expected a date and time, found 'yesterday'.",
+    ),
+    (task("expire_seconds"), "x", f"{TASK} 'expire_seconds': expected a whole number, found 'x'."),
+    (task("expire_seconds"), 1.5, f"{TASK} 'expire_seconds': expected a whole number, found 1.5."),
+    (
+        task("expire_seconds"),
+        -1,
+        f"{TASK} 'expire_seconds': expected a number of at least 0, found -1.",
+    ),
+    (task("expire_seconds"), 10**20, f"{TASK} 'expire_seconds': {10**20} seconds is out of range."),
+    (
+        task("total_run_count"),
+        "3",
+        f"{TASK} 'total_run_count': expected a whole number, found '3'.",
+    ),
+    (task("queue"), 7, f"{TASK} 'queue': expected text, found 7."),
+    (task("exchange"), [], f"{TASK} 'exchange': expected text, found a list."),
+    (task("routing_key"), {}, f"{TASK} 'routing_key': expected text, found an object."),
+    (task("priority"), "high", f"{TASK} 'priority': expected a whole number, found 'high'."),
+    (task("headers"), None, f"{TASK} 'headers': expected text, found null."),
+    (task("description"), 5, f"{TASK} 'description': expected text, found 5."),
+    # Each field of a schedule row.
+    (
+        (2, "fields", "every"),
+        "5",
+        "Interval schedule pk 2, field 'every': expected a whole number, found '5'.",
+    ),
+    (
+        (2, "fields", "every"),
+        0,
+        "Interval schedule pk 2, field 'every': expected a number of at least 1, found 0.",
+    ),
+    ((2, "fields", "every"), MISSING, "Interval schedule pk 2, field 'every': missing."),
+    (
+        (2, "fields", "every"),
+        10**12,
+        f"Interval schedule pk 2 of periodic task 'bad', field 'every': {10**12} hours is out "
+        "of range.",
+    ),
+    (
+        (2, "fields", "period"),
+        "fortnights",
+        "Interval schedule pk 2, field 'period': expected one of days, hours, minutes, seconds, "
+        "microseconds, found 'fortnights'.",
+    ),
+    ((3, "fields", "minute"), 5, "Crontab schedule pk 1, field 'minute': expected text, found 5."),
+    (
+        (3, "fields", "timezone"),
+        "Mars/Olympus",
+        "Crontab schedule pk 1, field 'timezone': Unknown time zone 'Mars/Olympus'.",
+    ),
+    (
+        (4, "fields", "clocked_time"),
+        "2020-02-30",
+        "Clocked schedule pk 1, field 'clocked_time': expected a date and time, found "
+        "'2020-02-30'.",
+    ),
+    (
+        (4, "fields", "clocked_time"),
+        MISSING,
+        "Clocked schedule pk 1, field 'clocked_time': missing.",
+    ),
+    (
+        (5, "fields", "latitude"),
+        [52],
+        "Solar schedule pk 1, field 'latitude': expected a number, found a list.",
+    ),
+    # Values no schedule can hold (Schedule.full_clean()), found after "a good one" is saved.
+    (
+        task("name"),
+        "x" * 201,
+        f"Periodic task '{'x' * 201}', field 'name': Ensure this value has at most 200 "
+        "characters (it has 201).",
+    ),
+    (
+        (BAD_TASK, "fields"),
+        {
+            "name": "bad",
+            "interval": 2,
+            "start_time": "2031-01-01T00:00:00Z",
+            "expires": "2030-01-01T00:00:00Z",
+        },
+        f"{TASK} 'end_at': end_at must be after start_at.",
+    ),
+]
+
+
+def case_id(path: tuple, value) -> str:
+    where = ".".join(map(str, path))
+    return f"{where} missing" if value is MISSING else f"{where}={value!r:.20}"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    MALFORMED,
+    ids=[case_id(path, value) for path, value, _ in MALFORMED],
+)
+def test_malformed_data_is_a_command_error_naming_the_entry_and_field(
+    db, tmp_path, path, value, message
+):
+    dump = tmp_path / "beat.json"
+    dump.write_text(json.dumps(damaged(path, value)))
+
+    with pytest.raises(CommandError) as raised:
+        run_import(from_json=str(dump))
+
+    assert str(raised.value) == f"{message} Nothing was imported."
+    assert not Schedule.objects.exists()
+
+
+def write_dump(tmp_path, records) -> str:
+    dump = tmp_path / "beat.json"
+    dump.write_text(json.dumps(records))
+    return str(dump)
+
+
+def test_the_undamaged_dump_imports_every_task(db, tmp_path):
+    run_import(from_json=write_dump(tmp_path, GOOD_DUMP))
+
+    names = sorted(Schedule.objects.values_list("name", flat=True))
+    assert names == ["a good one", "bad", "good too"]
+
+
+def test_a_malformed_task_undoes_the_updates_before_it(db, tmp_path):
+    before = ScheduleFactory(name="a good one", interval=timedelta(hours=1))
+    records = damaged(task("name"), "x" * 201)  # fails after "a good one" was updated
+
+    with pytest.raises(CommandError, match="field 'name'"):
+        run_import(from_json=write_dump(tmp_path, records), update=True)
+
+    after = Schedule.objects.get()
+    assert (after.name, after.interval, after.updated_at) == (
+        "a good one",
+        timedelta(hours=1),
+        before.updated_at,
+    )
+
+
+INTERVAL = (2, "fields")  # the interval schedule of the task named "bad"
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (INTERVAL, {"every": 40_000, "period": "days"}, "interval"),  # over a century
+        (INTERVAL, {"every": 500_000, "period": "microseconds"}, "interval"),  # < MIN_INTERVAL
+        (task("expire_seconds"), 4_000_000_000, "misfire_grace"),  # over a century
+    ],
+    ids=["interval above", "interval below", "misfire_grace above"],
+)
+def test_a_value_out_of_a_schedules_range_is_a_command_error(db, tmp_path, path, value, field):
+    records = damaged(path, value)
+
+    with pytest.raises(CommandError) as raised:
+        run_import(from_json=write_dump(tmp_path, records))
+
+    # The range, and its words, are the model's (Schedule.clean()).
+    message = str(raised.value)
+    assert message.startswith(f"Periodic task 'bad', field '{field}': ")
+    assert message.endswith(" Nothing was imported.")
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        # Deeper than Python's recursion limit: json.loads raises RecursionError.
+        (b"[" * 100_000 + b"]" * 100_000, "it is nested deeper than any dumpdata file."),
+        (b'[{"model": ', "Expecting value: line 1 column 12 (char 11)"),
+        (b"[\xff]", "'utf-8' codec can't decode byte 0xff in position 1: invalid start byte"),
+    ],
+    ids=["nested", "truncated", "not utf-8"],
+)
+def test_a_file_that_cannot_be_read_as_json_is_a_command_error(db, tmp_path, content, message):
+    dump = tmp_path / "beat.json"
+    dump.write_bytes(content)
+
+    with pytest.raises(CommandError) as raised:
+        run_import(from_json=str(dump))
+
+    assert str(raised.value) == f"Cannot read {dump}: {message}"
+
+
+def test_arguments_nested_too_deeply_are_reported(db, tmp_path):
+    records = damaged(task("args"), "[" * 100_000 + "]" * 100_000)
+
+    output = run_import(from_json=write_dump(tmp_path, records))
+
+    assert "args is not valid JSON (maximum recursion depth exceeded" in output
+    assert sorted(Schedule.objects.values_list("name", flat=True)) == ["a good one", "good too"]
+
+
+# Values stored in django-celery-beat's tables around its models (raw SQL):
+# (the database they can be stored in, or None for both; table, column, value, message).
+ODD_ROWS = [
+    (
+        None,
+        "crontabschedule",
+        "timezone",
+        "Mars/Olympus",
+        "Crontab schedule pk {crontab}, field 'timezone': its own model cannot read it "
+        "(Invalid timezone 'Mars/Olympus').",
+    ),
+    (
+        None,
+        "intervalschedule",
+        "every",
+        0,
+        "Interval schedule pk {interval}, field 'every': expected a number of at least 1, found 0.",
+    ),
+    (
+        None,
+        "intervalschedule",
+        "period",
+        "fortnights",
+        "Interval schedule pk {interval}, field 'period': expected one of days, hours, minutes, "
+        "seconds, microseconds, found 'fortnights'.",
+    ),
+    (
+        "postgresql",
+        "periodictask",
+        "expires",
+        "infinity",
+        "Periodic task pk {task}, field 'expires': its own model cannot read it (timestamp too "
+        "large (after year 10K): 'infinity').",
+    ),
+    (
+        "sqlite",
+        "intervalschedule",
+        "every",
+        "five",
+        "Interval schedule pk {interval}, field 'every': expected a whole number, found 'five'.",
+    ),
+    (
+        "sqlite",
+        "periodictask",
+        "start_time",
+        "2020-02-30 10:00:00",
+        "Periodic task pk {task}, field 'start_time': its own model cannot read it (day is out "
+        "of range for month).",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("vendor", "table", "column", "value", "message"),
+    ODD_ROWS,
+    ids=[f"{table}.{column}={value}" for _, table, column, value, _ in ODD_ROWS],
+)
+def test_odd_rows_in_django_celery_beats_tables_are_a_command_error(
+    db, vendor, table, column, value, message
+):
+    if vendor not in (None, connection.vendor):
+        pytest.skip(f"{vendor} only: the other database refuses the value")
+    every, cron = (
+        beat.IntervalSchedule.objects.create(every=5, period="minutes"),
+        crontab(minute="0", hour="3"),
+    )
+    periodic_task("fine", interval=every)
+    odd = periodic_task("odd", crontab=cron)
+    row = {"crontabschedule": cron, "intervalschedule": every, "periodictask": odd}[table]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE django_celery_beat_{table} SET {column} = %s WHERE id = %s", [value, row.pk]
+        )
+
+    with pytest.raises(CommandError) as raised:
+        run_import()
+
+    pks = {"crontab": cron.pk, "interval": every.pk, "task": odd.pk}
+    assert str(raised.value) == f"{message.format(**pks)} Nothing was imported."
+    assert not Schedule.objects.exists()
+
+
+# -- what is printed: names and values from the data, escaped -----------------------------
+
+
+def test_names_are_printed_with_their_control_characters_escaped(db):
+    periodic_task("red\x1b[31m\n\u202eevil", task="legacy\x1b[2J.gone")
+
+    output = run_import()
+
+    assert "'red\\x1b[31m\\n\\u202eevil' (legacy\\x1b[2J.gone) -> every 0:05:00" in output
+    assert "--job-map legacy\\x1b[2J.gone=<job>" in output
+    assert not {"\x1b", "\u202e"} & set(output)
+
+
+def test_a_command_errors_text_is_escaped_too(db, tmp_path):
+    with pytest.raises(CommandError) as raised:
+        run_import(from_json=str(tmp_path / "absent\x1b[2J.json"))
+
+    assert "absent\\x1b[2J.json: [Errno 2] No such file" in str(raised.value)
+    assert "\x1b" not in str(raised.value)

@@ -1,12 +1,13 @@
 import json
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_periodic import celerybeat, clock
+from django_periodic import celerybeat, celerybeat_rows, clock
 
 VERBS = {
     celerybeat.CREATE: ("created", "would create"),
@@ -52,9 +53,16 @@ class Command(BaseCommand):
         )
         parser.add_argument("--database", default="default", help="Database alias to use.")
 
-    def handle(
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            self._import(**options)
+        except CommandError as exc:
+            # Names and values from the data are in the message: escaped, like every line.
+            raise CommandError(_printable(str(exc)), returncode=exc.returncode) from exc
+
+    def _import(
         self,
-        *args: Any,
+        *,
         from_json: str | None,
         job_map: list[str],
         update: bool,
@@ -64,28 +72,39 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         jobs = _parse_job_map(job_map)
-        rows = self._read(from_json, database)
-        mappings = celerybeat.map_tasks(rows, jobs, clock.now(database), paused=paused)
-        outcomes = celerybeat.apply(mappings, update=update, dry_run=dry_run, using=database)
+        try:
+            rows = self._read(from_json, database)
+            mappings = celerybeat.map_tasks(rows, jobs, clock.now(database), paused=paused)
+            outcomes = celerybeat.apply(mappings, update=update, dry_run=dry_run, using=database)
+        except celerybeat_rows.Malformed as exc:
+            raise CommandError(f"{exc} Nothing was imported.") from exc
         self._report(outcomes, dry_run)
 
-    def _read(self, from_json: str | None, database: str) -> celerybeat.Rows:
+    def _read(self, from_json: str | None, database: str) -> celerybeat_rows.Rows:
+        if from_json is None:
+            try:
+                return celerybeat_rows.rows_from_database(database)
+            except LookupError as exc:
+                raise CommandError(str(exc)) from exc
+            except DatabaseError as exc:
+                raise CommandError(
+                    f"Cannot read django-celery-beat's tables ({exc}): are its migrations "
+                    "applied? A dumpdata file of them can be read instead (--from-json)."
+                ) from exc
         try:
-            if from_json is None:
-                return celerybeat.rows_from_database(database)
             records = json.loads(Path(from_json).read_text(encoding="utf-8"))
-            return celerybeat.rows_from_fixture(records)
-        except (OSError, ValueError, LookupError) as exc:
-            raise CommandError(str(exc)) from exc
-        except DatabaseError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: not UTF-8, or not JSON
+            raise CommandError(f"Cannot read {from_json}: {exc}") from exc
+        except RecursionError:
             raise CommandError(
-                f"Cannot read django-celery-beat's tables ({exc}): are its migrations "
-                "applied? A dumpdata file of them can be read instead (--from-json)."
-            ) from exc
+                f"Cannot read {from_json}: it is nested deeper than any dumpdata file."
+            ) from None
+        return celerybeat_rows.rows_from_fixture(records)
 
     def _report(self, outcomes: list[celerybeat.Outcome], dry_run: bool) -> None:
-        write, heading = self.stdout.write, self.style.MIGRATE_HEADING
-        write(heading(f"Periodic tasks: {len(outcomes)}"))
+        heading = self.style.MIGRATE_HEADING
+        write = self._write
+        write(f"Periodic tasks: {len(outcomes)}", heading)
         for outcome in outcomes:
             mapping = outcome.mapping
             verb = VERBS[outcome.action][dry_run]
@@ -100,7 +119,7 @@ class Command(BaseCommand):
                 write(f"  {'':<16}   {outcome.detail}")
         notes = [(o.mapping.name, note) for o in outcomes for note in o.mapping.notes]
         if notes:
-            write(heading("Not carried over:"))
+            write("Not carried over:", heading)
             for name, note in notes:
                 write(f"  {name!r}: {note}")
         counts = Counter(outcome.action for outcome in outcomes)
@@ -108,6 +127,18 @@ class Command(BaseCommand):
             f"{counts[action]} {VERBS[action][dry_run]}" for action in celerybeat.ACTIONS
         )
         write(f"{'Dry run, nothing saved: ' if dry_run else ''}{summary}.")
+
+    def _write(self, line: str, style: Callable[[str], str] | None = None) -> None:
+        """Write a line of the report, whose names and values come from the data: escaped."""
+        line = _printable(line)
+        self.stdout.write(style(line) if style else line)
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and other unprintable characters escaped as ``repr()`` does
+    (``\\x1b``, ``\\n``, ``\\u202e``): a name from the data can neither drive the terminal
+    (colours, cursor moves, a cleared screen) nor hide text, and is still recognisable."""
+    return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
 
 
 def _parse_job_map(items: list[str]) -> dict[str, str]:
