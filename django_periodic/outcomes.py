@@ -3,10 +3,13 @@
 Every outcome first releases its lease *by token*; only the runs whose lease was still held
 change. A process that lost a lease (to the sweeper, or at shutdown) can therefore never
 overwrite a newer attempt, however many outcomes it records at once. On PostgreSQL a batch
-is one statement at the database's clock; elsewhere one transaction through the ORM.
+is one statement at the database's clock; elsewhere one transaction through the ORM. A
+batch the database refuses is recorded one outcome at a time, so that one bad outcome
+fails its own run and no other.
 """
 
 import json
+import logging
 import math
 import random
 import re
@@ -26,6 +29,8 @@ from django_periodic import arrays, clock, policies, signals
 from django_periodic.claims import LATE_MESSAGE, Claim
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule
+
+logger = logging.getLogger("django_periodic")
 
 MAX_RETRY_DELAY = timedelta(days=1)
 
@@ -156,6 +161,22 @@ def unstarted(claim: Claim) -> Outcome:
     return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
 
 
+def not_storable(outcome: Outcome, error: Exception) -> Outcome:
+    """What is recorded instead of an outcome the database refused: the run fails, without
+    a retry (its job ran), with ``error`` as the reason."""
+    message = f"Its outcome ({outcome.status}) could not be stored: {type(error).__name__}: {error}"
+    return replace(
+        outcome,
+        lease_outcome=Lease.Outcome.FAILED,
+        status=Run.Status.FAILED,
+        result=None,
+        error_code=policies.FAILED_NOT_STORABLE,
+        error_message=storable_text(message, get_settings().ERROR_MAX_CHARS),
+        traceback="",
+        retry_in=None,
+    )
+
+
 # What every database stores: one rule for results and error texts (docs/semantics.md,
 # "What is stored"). PostgreSQL refuses NUL characters in text and jsonb, and NaN or
 # Infinity in jsonb; no database driver sends a lone surrogate (such as a file name's
@@ -242,10 +263,49 @@ def record(
     """Record outcomes (all of one database); return the ids of the runs that changed.
 
     A run missing from the result had lost its lease: its outcome was dropped. ``now``
-    None means the database's clock at the statement.
+    None means the database's clock at the statement. If the database refuses the batch,
+    its outcomes are recorded one at a time, and one it still refuses fails its run
+    (``not_storable``). Connection errors are raised: the caller retries the batch.
     """
     if not outcomes:
         return set()
+    try:
+        return _record(outcomes, now, using)
+    except policies.CONNECTION_ERRORS:
+        raise
+    except Exception as error:
+        if len(outcomes) == 1:
+            return _record_not_storable(outcomes[0], error, now, using)
+        logger.warning(
+            "The database refused %d outcomes at once (%s); recording them one at a time.",
+            len(outcomes),
+            error,
+        )
+        recorded: set[int] = set()
+        for outcome in outcomes:
+            recorded |= record([outcome], now, using)
+        return recorded
+
+
+def _record_not_storable(
+    outcome: Outcome, error: Exception, now: datetime | None, using: str
+) -> set[int]:
+    """Fail the run of an outcome the database refused. Should that be refused too, the run
+    keeps its lease until it expires (its process no longer renews it, as it holds the run
+    no more) and the sweeper settles it."""
+    run_id = outcome.claim.run.pk
+    logger.error("Run %s: the database refused its outcome (%s); failing it.", run_id, error)
+    try:
+        return _record([not_storable(outcome, error)], now, using)
+    except policies.CONNECTION_ERRORS:
+        raise
+    except Exception:
+        logger.exception("Run %s: could not fail it either; the sweeper will settle it.", run_id)
+        return set()
+
+
+def _record(outcomes: Sequence[Outcome], now: datetime | None, using: str) -> set[int]:
+    """Record the batch in one transaction (one statement on PostgreSQL)."""
     with transaction.atomic(using=using):
         if connections[using].vendor == "postgresql":
             recorded = _record_postgresql(outcomes, now, using)

@@ -25,6 +25,8 @@ FAILED_SUPERSEDED = "superseded"
 FAILED_CANNOT_CLAIM = "cannot_claim"
 # It is routed to a TASKS alias that the TASKS setting does not have.
 FAILED_UNKNOWN_TASKS_BACKEND = "unknown_tasks_backend"
+# Its outcome (result or error) was refused by the database, even alone: the run failed.
+FAILED_NOT_STORABLE = "outcome_not_storable"
 
 # Errors of the database or the connection, never one row's: the loop retries them (with
 # backoff) rather than failing a schedule or a run for them. Any other exception while

@@ -1,4 +1,5 @@
-"""Outcomes always land: results and error texts are made storable by one rule.
+"""Outcomes always land: results and error texts are made storable by one rule, and a batch
+the database refuses is recorded one outcome at a time.
 
 The end-to-end promises are checked with real ``run_scheduler`` and ``db_worker``
 processes on PostgreSQL, the database that refuses what Python's json writes.
@@ -8,6 +9,7 @@ import math
 import re
 
 import pytest
+from django.db import connection
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
@@ -40,6 +42,51 @@ def claimed(process, now, **schedule_fields) -> claims.Claim:
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
     return claim
+
+
+@pytest.fixture
+def refuse():
+    """``refuse(condition)``: the database refuses every update of a run for which the SQL
+    ``condition`` (on OLD and NEW) holds, as a constraint or a database bug would."""
+    table = connection.ops.quote_name(Run._meta.db_table)
+    created = []
+
+    def create(condition: str) -> None:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(REFUSE_FUNCTION_POSTGRESQL.format(condition=condition))
+                cursor.execute(REFUSE_TRIGGER_POSTGRESQL.format(table=table))
+            else:
+                cursor.execute(REFUSE_TRIGGER_SQLITE.format(table=table, condition=condition))
+        created.append(condition)
+
+    yield create
+    if created:  # a flush between tests empties tables, but leaves triggers
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(f"DROP TRIGGER periodic_test_refuse ON {table}")
+                cursor.execute("DROP FUNCTION periodic_test_refuse()")
+            else:
+                cursor.execute("DROP TRIGGER periodic_test_refuse")
+
+
+REFUSE_FUNCTION_POSTGRESQL = """
+CREATE FUNCTION periodic_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF {condition} THEN
+        RAISE EXCEPTION 'refused by the test''s trigger';
+    END IF;
+    RETURN NEW;
+END $$
+"""
+REFUSE_TRIGGER_POSTGRESQL = """
+CREATE TRIGGER periodic_test_refuse BEFORE UPDATE ON {table}
+FOR EACH ROW EXECUTE FUNCTION periodic_test_refuse()
+"""
+REFUSE_TRIGGER_SQLITE = """
+CREATE TRIGGER periodic_test_refuse BEFORE UPDATE ON {table} FOR EACH ROW WHEN {condition}
+BEGIN SELECT RAISE(ABORT, 'refused by the test''s trigger'); END
+"""
 
 
 # The rule, value by value.
@@ -175,6 +222,41 @@ def leaves(value):
             yield from leaves(item)
     elif isinstance(value, float | str):
         yield value
+
+
+# Recording: a batch the database refuses, and an outcome it refuses even alone.
+
+
+@pytest.mark.django_db
+def test_a_batch_the_database_refuses_is_recorded_one_by_one_and_only_the_refused_run_fails(
+    process, now, refuse
+):
+    refuse("OLD.job_name = 'tests.jobs.noop' AND NEW.status = 'succeeded'")
+    first = claimed(process, now, job="tests.jobs.add")
+    refused = claimed(process, now, job="tests.jobs.noop")
+    last = claimed(process, now, job="tests.jobs.add")
+    batch = [outcomes.succeeded(claim, n) for n, claim in enumerate((first, refused, last))]
+    assert outcomes.record(batch) == {first.run.pk, refused.run.pk, last.run.pk}
+
+    runs = Run.objects.in_bulk()
+    assert [(runs[c.run.pk].status, runs[c.run.pk].result) for c in (first, last)] == [
+        ("succeeded", 0),
+        ("succeeded", 2),
+    ]
+    run = runs[refused.run.pk]
+    assert (run.status, run.error_code, run.result) == ("failed", "outcome_not_storable", None)
+    assert run.error_message.startswith("Its outcome (succeeded) could not be stored: ")
+    assert "refused by the test's trigger" in run.error_message
+    assert Lease.objects.get(token=refused.token).outcome == "failed"
+
+
+@pytest.mark.django_db
+def test_an_outcome_refused_even_as_a_failure_leaves_its_run_to_its_lease(process, now, refuse):
+    refuse("OLD.job_name = 'tests.jobs.noop' AND NEW.status <> 'running'")
+    claim = claimed(process, now)
+    assert outcomes.record([outcomes.succeeded(claim, 1)]) == set()
+    assert Run.objects.get().status == "running"
+    assert Lease.objects.get().released_at is None  # the sweeper settles it once it expires
 
 
 @pytest.mark.django_db(transaction=True)
