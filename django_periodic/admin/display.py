@@ -1,12 +1,21 @@
-"""How the console shows the ledger: status badges, run strips, times, durations and JSON."""
+"""How the console shows the ledger: status badges, run strips, times, durations and JSON.
 
+Also what a value shows when it cannot be shown: rows stored past validation (raw SQL, an
+older version, a job since removed) may hold anything, and one odd row must not turn the
+page that lists it into an error page. Its cell says why instead (``or_invalid``), and a
+time too close to the limits of Python's datetime for the site's time zone is shown in UTC
+(``local``).
+"""
+
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from typing import Any, ParamSpec, TypeVar
 
 from django.contrib import admin
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Field, Model
 from django.utils import timezone
@@ -20,6 +29,45 @@ from django_periodic.admin.history import RunSummary, ScopeRun
 from django_periodic.models import Run
 
 EMPTY = "—"
+
+# What rendering an odd stored value raises: a time shifted past datetime.max or min
+# (OverflowError), a value of the wrong type, a trigger that cannot be built (InvalidTrigger
+# is a ValueError).
+UNRENDERABLE = (ArithmeticError, LookupError, TypeError, ValueError)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def invalid(reason: object) -> SafeString:
+    """What a cell shows for a value it cannot render: why, in a few words."""
+    text = _("invalid: %(reason)s") % {"reason": reason}
+    return format_html('<span class="periodic-invalid">{}</span>', text)
+
+
+def or_invalid(render: Callable[P, R]) -> Callable[P, R | SafeString]:
+    """A display method that shows ``invalid(reason)`` for a row it cannot render, instead
+    of failing the whole page."""
+
+    @functools.wraps(render)
+    def cell(*args: P.args, **kwargs: P.kwargs) -> R | SafeString:
+        try:
+            return render(*args, **kwargs)
+        except UNRENDERABLE as exc:
+            return invalid(exc)
+
+    return cell
+
+
+def local(value: datetime, zone: tzinfo | None = None) -> datetime:
+    """``value`` on the wall clock of ``zone`` (default: the site's), or in UTC where that
+    clock would pass datetime.max or min (a time stored near them, past validation)."""
+    if timezone.is_naive(value):
+        return value  # a naive time (USE_TZ off) is already on the site's clock
+    try:
+        return value.astimezone(zone or timezone.get_current_timezone())
+    except OverflowError:
+        return value.astimezone(UTC)
 
 
 def status_label(status: str) -> str:
@@ -168,7 +216,7 @@ def absolute(value: datetime | None) -> str:
     """
     if value is None:
         return EMPTY
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+    return local(value).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def when(value: datetime | None, now: datetime) -> SafeString:
@@ -180,7 +228,7 @@ def when(value: datetime | None, now: datetime) -> SafeString:
         '<span class="periodic-quiet">{}</span></span>',
         absolute(value),
         relative(value, now),
-        timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S"),
+        local(value).strftime("%Y-%m-%d %H:%M:%S"),
     )
 
 
@@ -215,6 +263,18 @@ def preformatted(text: str) -> SafeString:
     if not text:
         return format_html("{}", EMPTY)
     return format_html('<pre class="periodic-pre">{}</pre>', text)
+
+
+class SplitDateTime(AdminSplitDateTime):
+    """The admin's date and time inputs; a time the site's clock cannot hold (near
+    datetime.max or min) is filled in in UTC, where Django's inputs would fail the page.
+    Such a time is out of range: the form refuses it on save, whichever clock it is read on."""
+
+    def decompress(self, value: datetime | None) -> tuple[date | None, time | None]:
+        if value:
+            shown = local(value)
+            return shown.date(), shown.time()
+        return None, None
 
 
 def timestamp(model: type[Model], name: str) -> Callable[[object, Model], str]:

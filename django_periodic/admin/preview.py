@@ -3,7 +3,7 @@
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
@@ -12,6 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_periodic import triggers
+from django_periodic.admin import display
 from django_periodic.models import Schedule
 
 FIRE_TIMES = 10
@@ -134,10 +135,10 @@ def preview(
     try:
         zone = triggers.parse_timezone(schedule.timezone)
         times = schedule.next_fire_times(FIRE_TIMES, after=now)
-    except triggers.InvalidTrigger as exc:
+        result.description = describe(schedule)
+    except display.UNRENDERABLE as exc:  # an InvalidTrigger, or a row stored past validation
         result.errors["__all__"] = [str(exc)]
         return result
-    result.description = describe(schedule)
     previous = now.astimezone(zone)
     for utc in times:
         local = utc.astimezone(zone)
@@ -177,7 +178,7 @@ def _utc_offset(value: datetime) -> str:
 
 def _format(value: datetime, zone_name: str) -> str:
     try:
-        zone = triggers.parse_timezone(zone_name)
+        zone: tzinfo = triggers.parse_timezone(zone_name)
     except triggers.InvalidTrigger:
-        zone = triggers.parse_timezone("UTC")
-    return value.astimezone(zone).strftime("%Y-%m-%d %H:%M %Z")
+        zone = UTC
+    return display.local(value, zone).strftime("%Y-%m-%d %H:%M %Z")

@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
+from django.db import models
 from django.db.models import QuerySet
 from django.http import (
     Http404,
@@ -65,9 +66,13 @@ STATE_FIELDS = (
     "last_error",
     "planning_failures",
     "defined_in",
-    "created_at",
-    "updated_at",
+    "created",
+    "updated",
 )
+# Times shown read-only (a code-defined schedule's trigger, a viewer's page) through
+# display.timestamp, which shows one the site's clock cannot hold in UTC; Django's own
+# display of a read-only time fails the page on it.
+READ_ONLY_TIMES = {"run_at": "run_time", "start_at": "start_time", "end_at": "end_time"}
 
 
 class RecentRuns(TypedDict):
@@ -159,6 +164,12 @@ class ScheduleAdmin(_ScheduleAdmin):
     search_fields = ["name", "job"]
     show_full_result_count = False  # a second COUNT(*) of the whole table on every page
     actions = ["run_now", "enable", "resume_with_catch_up", "disable", "backfill"]
+    formfield_overrides = {models.DateTimeField: {"widget": display.SplitDateTime}}
+    run_time = display.timestamp(Schedule, "run_at")
+    start_time = display.timestamp(Schedule, "start_at")
+    end_time = display.timestamp(Schedule, "end_at")
+    created = display.timestamp(Schedule, "created_at")
+    updated = display.timestamp(Schedule, "updated_at")
 
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
@@ -171,7 +182,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         trigger = ["trigger_kind", *TRIGGER_FIELDS, "trigger_preview"]
         if obj is not None and not self._editable_trigger(request, obj):
             others = {name for kind, name in KIND_FIELDS.items() if kind != obj.trigger_kind}
-            trigger = [name for name in trigger if name not in others]
+            trigger = [READ_ONLY_TIMES.get(name, name) for name in trigger if name not in others]
         fieldsets: list[tuple[StrOrPromise | None, _FieldOpts]] = [
             (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
             (_("Trigger"), {"fields": list(trigger)}),
@@ -187,7 +198,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         return fieldsets
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> list[str]:
-        fields = ["trigger_preview", *STATE_FIELDS]
+        fields = ["trigger_preview", *STATE_FIELDS, *READ_ONLY_TIMES.values()]
         if obj is not None and obj.is_code_defined:
             fields += CODE_DEFINED_FIELDS
         return fields
@@ -240,22 +251,29 @@ class ScheduleAdmin(_ScheduleAdmin):
 
     @admin.display(description=gettext_lazy("trigger"))
     def trigger_in_words(self, schedule: Schedule) -> str:
-        words = preview.describe(schedule, bounds=False) or display.EMPTY
-        raw = schedule.cron or ""
-        if not raw:
+        words = self._in_words(schedule)
+        if not schedule.cron:
             return words
-        return format_html('{}<br><code class="periodic-quiet">{}</code>', words, raw)
+        return format_html('{}<br><code class="periodic-quiet">{}</code>', words, schedule.cron)
+
+    @display.or_invalid
+    def _in_words(self, schedule: Schedule) -> str:
+        schedule.trigger  # noqa: B018 (building it validates it: an invalid one says why)
+        return preview.describe(schedule, bounds=False) or display.EMPTY
 
     @admin.display(description=gettext_lazy("trigger kind"))
     def trigger_kind(self, schedule: Schedule) -> str:
         return str(KIND_LABELS.get(schedule.trigger_kind, display.EMPTY))
 
     @admin.display(description=gettext_lazy("next fire"), ordering="next_fire_at")
+    @display.or_invalid
     def next_fire(self, schedule: Schedule) -> SafeString:
         if not schedule.enabled:
             return format_html('<span class="periodic-quiet">{}</span>', _("paused"))
         if schedule.next_fire_at is None:
             return format_html('<span class="periodic-quiet">{}</span>', _("no more fires"))
+        if schedule.is_unplanned:  # stored without save(); the planner plans it first
+            return format_html('<span class="periodic-quiet">{}</span>', _("not planned yet"))
         return display.when(schedule.next_fire_at, clock.wall_now())
 
     @admin.display(description=gettext_lazy("last run"))
@@ -292,6 +310,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         return display.scope_table(latest, complete, runs_url, self._url("change", 0, model="run"))
 
     @admin.display(description=gettext_lazy("preview"))
+    @display.or_invalid
     def trigger_preview(self, schedule: Schedule) -> SafeString:
         now = clock.now(schedule._state.db or "default")
         result = preview.preview(schedule, now, errors=self._trigger_errors(schedule))
