@@ -1,6 +1,7 @@
 """The schedules in the admin: a trigger editor with a live preview, a list with run history."""
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from django.contrib import admin, messages
@@ -21,12 +22,13 @@ from django.http import (
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock, triggers, wakeups
 from django_periodic.admin import backfill as backfill_page
-from django_periodic.admin import display, history, preview
+from django_periodic.admin import deletion, display, history, preview
 from django_periodic.forms import KIND_LABELS, ScheduleForm
 from django_periodic.models import (
     JOB_FIELDS,
@@ -235,6 +237,39 @@ class ScheduleAdmin(_ScheduleAdmin):
     def _url(self, name: str, *args: object, model: str = "schedule") -> str:
         app = self.opts.app_label
         return reverse(f"{self.admin_site.name}:{app}_{model}_{name}", args=args)
+
+    # -- deleting a schedule with its history --------------------------------------------------
+
+    def get_deleted_objects(
+        self, objs: "Sequence[Schedule] | QuerySet[Schedule]", request: HttpRequest
+    ) -> tuple[list[Any], dict[str, Any], set[str], list[Any]]:
+        """What deleting ``objs`` deletes, as counts: runs and leases are the schedules'
+        history, which whoever may delete a schedule may delete with it."""
+        if not deletion.history_only():
+            # A model of the project points here: Django's listing knows what it protects.
+            rows, counts, needed, protected = super().get_deleted_objects(objs, request)
+            history = {str(model._meta.verbose_name) for model in deletion.HISTORY}
+            return rows, counts, {str(name) for name in needed} - history, protected
+        schedules = list(objs)
+        listed, totals = deletion.summary(schedules, self._delete_link)
+        lacking = set()
+        if not all(self.has_delete_permission(request, schedule) for schedule in schedules):
+            lacking.add(str(self.opts.verbose_name))
+        return listed, totals, lacking, []
+
+    def _delete_link(self, schedule: Schedule) -> SafeString:
+        return format_html(
+            '{}: <a href="{}">{}</a>',
+            capfirst(self.opts.verbose_name),
+            self._url("change", schedule.pk),
+            schedule,
+        )
+
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
+        deletion.delete_with_history(Schedule.objects.using(obj._state.db).filter(pk=obj.pk))
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
+        deletion.delete_with_history(queryset)
 
     # -- columns and read-only fields ---------------------------------------------------------
 
