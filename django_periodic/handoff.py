@@ -95,8 +95,30 @@ def _enqueue(batch: list[Run], using: str) -> int:
             logger.exception("Could not enqueue run %s to %r.", run.pk, run.tasks_backend)
             continue
         sent.append(run)
-    Run.objects.using(using).bulk_update(sent, ["task_id"])
+    _note_task_ids(sent, using)
     return len(sent)
+
+
+def _note_task_ids(sent: list[Run], using: str) -> None:
+    """Store the ids of the tasks enqueued, in one statement; if the database refuses one
+    (a backend's id longer than the column), the others one by one. A run whose id is
+    not noted is executed all the same: only a lost task's check reads it."""
+    try:
+        with transaction.atomic(using=using):
+            Run.objects.using(using).bulk_update(sent, ["task_id"])
+        return
+    except policies.CONNECTION_ERRORS:
+        raise
+    except Exception:
+        logger.exception("Could not note %d task ids; noting them one at a time.", len(sent))
+    for run in sent:
+        try:
+            with transaction.atomic(using=using):
+                Run.objects.using(using).filter(pk=run.pk).update(task_id=run.task_id)
+        except policies.CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.exception("Could not note task %r of run %s.", run.task_id, run.pk)
 
 
 def _task(alias: str, queue: str) -> Any:

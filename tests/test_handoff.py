@@ -7,12 +7,16 @@ End-to-end tests with django-tasks-db's db_worker processes are in test_handoff_
 
 import sys
 import threading
+from dataclasses import replace
 from datetime import timedelta
+from typing import ClassVar
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.exceptions import ValidationError
 from django.db import connection, connections, transaction
 from django.urls import reverse
+from django.utils.module_loading import import_string
 from django_tasks_db.models import DBTaskResult
 
 from django_periodic import checks, claims, handoff, leases, planner, taskbackends, tasks
@@ -168,6 +172,26 @@ def test_a_task_that_cannot_be_enqueued_is_left_for_the_pickup_timeout(now, sett
     assert refused.enqueued_at is not None  # tried again once the pickup timeout passed
     due.refresh_from_db()
     assert due.task_id  # enqueued (to a new DummyBackend: changing TASKS made new ones)
+
+
+class NoIdBackend(import_string(django_settings.TASKS["dummy"]["BACKEND"])):
+    """A DummyBackend that gives the tasks of the runs in ``no_id_for`` no id."""
+
+    no_id_for: ClassVar[set[int]] = set()
+
+    def enqueue(self, task, args, kwargs):
+        result = super().enqueue(task, args, kwargs)
+        return replace(result, id=None) if args[0] in self.no_id_for else result
+
+
+def test_a_task_id_the_database_refuses_is_not_noted_and_the_others_are(now, settings):
+    # One id refused (NULL) failed the batch's single UPDATE, out of the dispatcher.
+    settings.TASKS = {**settings.TASKS, "dummy": {"BACKEND": f"{__name__}.NoIdBackend"}}
+    runs = [handed_off(now) for _ in range(3)]
+    NoIdBackend.no_id_for = {runs[1].pk}
+    assert handoff.dispatch() == 3
+    task_ids = [Run.objects.get(pk=run.pk).task_id for run in runs]
+    assert task_ids[0] and task_ids[2] and task_ids[1] == ""
 
 
 def test_a_task_picked_up_past_the_start_deadline_skips_its_run(now, dummy):
