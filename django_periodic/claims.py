@@ -150,7 +150,8 @@ def claim_batch(
     *,
     ahead: timedelta | None = None,
 ) -> ClaimResult:
-    """``claim()``, also reporting the schedules of the runs it skipped as too late."""
+    """``claim()``, also reporting the schedules of the runs it skipped as too late, or
+    failed as impossible to claim."""
     wanted = _Wanted(holder=str(process), process_id=process.pk)
     return _claim_repeating(wanted, now, limit, using, ahead)
 

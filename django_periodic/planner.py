@@ -396,6 +396,8 @@ def _failed(schedule: Due, exc: Exception) -> Decision:
     """The decision of a schedule that could not be decided: its error, its cursor kept."""
     if isinstance(exc, _Failed):
         return Decision(schedule, cursor=None, error=str(exc))
+    if isinstance(exc, triggers.InvalidTrigger):
+        return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
     # Not a failure foreseen (a bad trigger or job): its traceback says where it broke.
     logger.warning("Deciding for schedule %r raised:", schedule.name, exc_info=exc)
     return Decision(schedule, cursor=None, error=f"Cannot plan: {type(exc).__name__}: {exc}")
