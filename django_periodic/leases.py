@@ -6,16 +6,18 @@ matched (``outcomes.py`` records endings, many at once). A process that lost its
 sweeper therefore can never overwrite a newer attempt.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from django.db import connections, transaction
 from django.db.models import ExpressionWrapper, F, Value
 from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
 
-from django_periodic import outcomes, signals, wakeups
+from django_periodic import arrays, outcomes, signals, wakeups
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
@@ -28,24 +30,45 @@ def _extended(now: datetime) -> "ExpressionWrapper[CombinedExpression]":
     )
 
 
-def heartbeat(process: SchedulerProcess, now: datetime, using: str = "default") -> int:
-    """Extend every lease this process holds in one statement; return how many."""
+def heartbeat(
+    process: SchedulerProcess,
+    now: datetime,
+    tokens: Collection[UUID] = (),
+    using: str = "default",
+) -> int:
+    """Note that the process is alive, and extend the leases it still holds (``tokens``) in
+    one statement; return how many were extended.
+
+    Only the leases named are extended: a run the process no longer holds (its outcome
+    could not be recorded, or its worker failed) keeps its lease until it expires, and the
+    sweeper then settles the run.
+    """
     process.heartbeat_at = now
     if not SchedulerProcess.objects.using(using).filter(pk=process.pk).update(heartbeat_at=now):
         # Back after the sweeper forgot it (away past stale_after, no lease left): re-register.
         process.save(using=using, force_insert=True)
+    if not tokens:
+        return 0
     held = Lease.objects.using(using).filter(process=process, released_at__isnull=True)
     if connections[using].vendor == "postgresql":
         # Skip leases the recorder is releasing right now: waiting for them, while the
         # recorder waits for rows this statement locked first, is a deadlock that costs
         # both a second (deadlock_timeout) and the outcomes' retry.
         table = connections[using].ops.quote_name(Lease._meta.db_table)
-        held = held.filter(pk__in=RawSQL(HELD_UNLOCKED_SQL.format(lease=table), [process.pk]))
+        unlocked = RawSQL(
+            HELD_UNLOCKED_SQL.format(lease=table),
+            [process.pk, arrays.literal([str(token) for token in tokens])],
+        )
+        held = held.filter(pk__in=unlocked)
+    else:
+        held = held.filter(token__in=tokens)
     return held.update(heartbeat_at=now, expires_at=_extended(now))
 
 
 HELD_UNLOCKED_SQL = """
-SELECT id FROM {lease} WHERE process_id = %s AND released_at IS NULL FOR UPDATE SKIP LOCKED
+SELECT id FROM {lease}
+WHERE process_id = %s AND released_at IS NULL AND token = ANY(%s::uuid[])
+FOR UPDATE SKIP LOCKED
 """
 
 

@@ -275,10 +275,20 @@ class Scheduler:
 
     def _heartbeat(self, now: datetime) -> None:
         """Heartbeat; often while holding leases, once an idle interval while holding none
-        (``SchedulerProcess.stale_after()`` allows for the longer of the two)."""
+        (``SchedulerProcess.stale_after()`` allows for the longer of the two).
+
+        Only the leases of runs still held here are extended: the pool's, then those whose
+        outcomes the recorder has yet to record (a run leaving the pool is put to the
+        recorder first, so read in this order it is in one or the other). A run held no
+        more, its outcome not recorded, keeps its lease until the sweeper settles it.
+        """
         assert self.process is not None
-        leases.heartbeat(self.process, now, self.using)
-        self._next_heartbeat = now + self._interval()
+        held = {claim.token for claim in self.pool.in_flight()} if self.pool else set()
+        held |= self.recorder.holding()
+        leases.heartbeat(self.process, now, held, self.using)
+        # Holding leases, if only for outcomes still to record: the busy pace.
+        interval = self.settings.HEARTBEAT_INTERVAL if held else self._interval()
+        self._next_heartbeat = now + interval
 
     def _interval(self) -> timedelta:
         """Between heartbeats and sweeps: short while holding leases, long when idle."""

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime
+from uuid import UUID
 
 from django.db import close_old_connections, connections
 
@@ -45,6 +46,7 @@ class Recorder:
         self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
         self._on_recorded = on_recorded
         self._pending = 0
+        self._holding: set[UUID] = set()  # the lease tokens of the outcomes pending
         self._idle = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="periodic-recorder", daemon=True)
         self._thread.start()
@@ -52,7 +54,14 @@ class Recorder:
     def put(self, outcome: Outcome) -> None:
         with self._idle:
             self._pending += 1
+            self._holding.add(outcome.claim.token)
         self._queue.put(outcome)
+
+    def holding(self) -> set[UUID]:
+        """The lease tokens of the outcomes put and not yet recorded (nor given up): runs
+        this process still holds, whose leases its heartbeat extends."""
+        with self._idle:
+            return set(self._holding)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every outcome put so far is recorded (or given up); False on timeout."""
@@ -88,17 +97,23 @@ class Recorder:
         for outcome in outcomes:
             by_database.setdefault(outcome.claim.using, []).append(outcome)
         try:
-            close_old_connections()
             for batch in by_database.values():
-                executor.record(batch)
-        except Exception:
-            # The runs keep their leases until they expire; the sweeper then settles them.
-            logger.exception("Could not record the outcomes of %d runs.", len(outcomes))
+                self._record_batch(batch)
         finally:
             with self._idle:
                 self._pending -= len(outcomes)
+                self._holding.difference_update(o.claim.token for o in outcomes)
                 self._idle.notify_all()
             self._on_recorded()
+
+    def _record_batch(self, batch: list[Outcome]) -> None:
+        try:
+            close_old_connections()
+            executor.record(batch)
+        except Exception:
+            # The database stayed away. No longer held here, the runs' leases are not
+            # extended any more: they expire, and the sweeper settles the runs.
+            logger.exception("Could not record the outcomes of %d runs.", len(batch))
 
 
 class _Holder:
@@ -363,12 +378,13 @@ class WorkerPool:
         self._on_handoff()  # its thread is free for another run
 
     def _leave(self, claim: Claim, outcome: Outcome | None, started: float) -> None:
-        """A run leaves the pool (from any thread): its outcome goes to the recorder."""
+        """A run leaves the pool (from any thread): its outcome goes to the recorder first,
+        so that it is always held by one or the other until recorded (``Recorder.holding``)."""
+        if outcome is not None:
+            self._recorder.put(outcome)
         with self._lock:
             self._in_flight.pop(claim, None)
             self._started.pop(claim, None)
             self._note_duration(time.monotonic() - started)
             self._lock.notify_all()
-        if outcome is not None:
-            self._recorder.put(outcome)
         self._on_done()

@@ -150,11 +150,34 @@ def test_one_heartbeat_extends_every_lease_of_the_process_by_its_own_length(proc
     short = claim_one(process, now, lease_timeout=timedelta(seconds=10))
     long = claim_one(process, now, lease_timeout=timedelta(seconds=60))
     later = now + timedelta(seconds=8)
-    assert leases.heartbeat(process, later) == 2
+    assert leases.heartbeat(process, later, [short.token, long.token]) == 2
     expiries = {lease.token: lease.expires_at for lease in Lease.objects.all()}
     assert expiries[short.token] == later + timedelta(seconds=10)
     assert expiries[long.token] == later + timedelta(seconds=60)
     assert SchedulerProcess.objects.get().heartbeat_at == later
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_extends_only_the_leases_the_process_still_holds(process, now):
+    """A run it no longer holds (its outcome was not recorded) is left to the sweeper."""
+    ten_seconds = {"lease_timeout": timedelta(seconds=10)}
+    held, lost = claim_one(process, now, **ten_seconds), claim_one(process, now, **ten_seconds)
+    other = claim_one(SchedulerProcessFactory(), now, **ten_seconds)
+    assert leases.heartbeat(process, now + timedelta(seconds=8), {held.token, other.token}) == 1
+    assert Lease.objects.get(token=lost.token).heartbeat_at == now
+    assert Lease.objects.get(token=other.token).heartbeat_at == now  # not this process's
+    assert leases.sweep(now + timedelta(seconds=12)).failed == 2  # lost's and other's
+    assert Run.objects.get(pk=lost.run.pk).error_code == "lease_expired"
+    assert Run.objects.get(pk=held.run.pk).status == "running"
+
+
+@pytest.mark.django_db
+def test_a_heartbeat_holding_no_lease_only_says_the_process_is_alive(process, now):
+    claim = claim_one(process, now)
+    later = now + timedelta(seconds=8)
+    assert leases.heartbeat(process, later) == 0
+    assert SchedulerProcess.objects.get().heartbeat_at == later
+    assert Lease.objects.get(token=claim.token).heartbeat_at == now
 
 
 @pytest.mark.django_db(transaction=True)
@@ -176,7 +199,8 @@ def test_a_heartbeat_skips_a_lease_being_released_instead_of_waiting_for_it(post
         assert locked.wait(10)
         with connection.cursor() as cursor:
             cursor.execute("SET lock_timeout = '5s'")  # waiting would fail the test
-        assert leases.heartbeat(process, now + timedelta(seconds=1)) == 1
+        held = [releasing.token, other.token]
+        assert leases.heartbeat(process, now + timedelta(seconds=1), held) == 1
     finally:
         done.set()
         thread.join()

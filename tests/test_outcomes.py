@@ -1,5 +1,6 @@
-"""Outcomes always land: results and error texts are made storable by one rule, and a batch
-the database refuses is recorded one outcome at a time.
+"""Outcomes always land: results and error texts are made storable by one rule, a batch the
+database refuses is recorded one outcome at a time, and a run whose outcome could not be
+recorded at all is left to the sweeper, its lease no longer renewed.
 
 The end-to-end promises are checked with real ``run_scheduler`` and ``db_worker``
 processes on PostgreSQL, the database that refuses what Python's json writes.
@@ -7,6 +8,7 @@ processes on PostgreSQL, the database that refuses what Python's json writes.
 
 import math
 import re
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 
 from django_periodic import claims, clock, outcomes, tasks
 from django_periodic.models import Lease, Run, Schedule
+from django_periodic.workers import Recorder
 from tests.factories import RunFactory, ScheduleFactory
 from tests.jobs import UNSTORABLE_RESULTS
 from tests.processes import wait_for
@@ -260,6 +263,21 @@ def test_an_outcome_refused_even_as_a_failure_leaves_its_run_to_its_lease(proces
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_recorder_holds_no_more_an_outcome_refused_even_as_a_failure(process, now, refuse):
+    """Its process then no longer renews the run's lease: the sweeper settles the run."""
+    refuse("OLD.job_name = 'tests.jobs.noop' AND NEW.status <> 'running'")
+    claim = claimed(process, now)
+    recorder = Recorder()
+    try:
+        recorder.put(outcomes.succeeded(claim, 1))
+        assert recorder.flush(timeout=10)
+    finally:
+        recorder.stop()
+    assert recorder.holding() == set()
+    assert Run.objects.get().status == "running"
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("kind", ["nan", "nul", "surrogate"])
 def test_a_task_on_a_tasks_backend_stores_its_result_by_the_same_rule(kind):
     schedule = ScheduleFactory(job="tests.jobs.return_unstorable", kwargs={"kind": kind})
@@ -327,3 +345,28 @@ def test_unstorable_results_and_errors_land_beside_normal_runs(postgres, childre
     assert run.traceback.endswith(f"ValueError: {STORED_MESSAGE}\n")
     sums = sorted(Run.objects.filter(schedule__in=normal).values_list("result", flat=True))
     assert sums == list(range(1, 21))
+
+
+@pytest.mark.processes
+def test_a_run_whose_outcome_could_not_be_recorded_is_not_renewed_and_the_sweeper_settles_it(
+    postgres, children, refuse
+):
+    """The database refuses the run's outcome, and the failure recorded instead: its
+    scheduler holds the run no more, so its heartbeat (every second, for another run still
+    running) stops renewing that lease, which expires, and the sweeper fails the run."""
+    refuse(
+        "OLD.job_name = 'tests.jobs.noop'"
+        " AND NEW.status <> 'running' AND NEW.error_code <> 'lease_expired'"
+    )
+    lost = one_shot("tests.jobs.noop", lease_timeout=timedelta(seconds=3))
+    busy = one_shot("tests.jobs.linger", kwargs={"seconds": 60})
+    scheduler = children.start("--workers", "2", settings=FAST)
+    running = Run.objects.filter(schedule=busy, status="running")
+    wait_for(running.exists, 30, "the lingering run to start")
+
+    swept = Run.objects.filter(schedule=lost, status="failed", error_code="lease_expired")
+    wait_for(swept.exists, 30, "the sweeper to fail the run whose outcome was refused")
+    lingering = Lease.objects.get(run__schedule=busy)
+    assert lingering.released_at is None and lingering.heartbeat_at > lingering.acquired_at
+    assert scheduler.terminate() == 0
+    assert "the database refused its outcome" in scheduler.output()

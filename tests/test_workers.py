@@ -3,8 +3,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db import connections, transaction
 
-from django_periodic import claims
+from django_periodic import claims, outcomes
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.scheduler import Scheduler
@@ -103,3 +104,34 @@ def test_free_threads_do_not_count_an_async_run_being_awaited(process, now):
         pool.stop()
         recorder.stop()
     assert Run.objects.get().status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_recorder_holds_an_outcome_until_it_is_recorded(postgres, process, now):
+    """Its lease is still this process's to renew meanwhile (``Recorder.holding``)."""
+    RunFactory(plan_time=now)
+    (claim,) = claims.claim(process, now, 1)
+    locked, unlock = threading.Event(), threading.Event()
+
+    def hold_the_lease_locked():  # as a slow statement would, the recorder waits for it
+        with transaction.atomic():
+            Lease.objects.select_for_update().get(token=claim.token)
+            locked.set()
+            unlock.wait(10)
+        connections.close_all()
+
+    locker = threading.Thread(target=hold_the_lease_locked)
+    locker.start()
+    recorder = Recorder()
+    try:
+        assert locked.wait(10)
+        recorder.put(outcomes.succeeded(claim, 1))
+        assert recorder.holding() == {claim.token}
+        unlock.set()
+        assert recorder.flush(timeout=10)
+        assert recorder.holding() == set()
+    finally:
+        unlock.set()
+        locker.join()
+        recorder.stop()
+    assert Run.objects.get().status == "succeeded"
