@@ -53,10 +53,11 @@ def test_a_viewer_sees_every_page(viewer, schedule, process):
         run_url(run),
         reverse("admin:django_periodic_lease_changelist"),
         reverse("admin:django_periodic_schedulerprocess_changelist"),
-        reverse("admin:django_periodic_schedule_preview") + f"?object_id={schedule.pk}",
     ]
     for url in pages:
         assert viewer.get(url).status_code == 200, url
+    preview = reverse("admin:django_periodic_schedule_preview") + f"?object_id={schedule.pk}"
+    assert viewer.post(preview).status_code == 200
 
 
 def test_a_viewer_is_offered_no_action_and_no_button(viewer, schedule):

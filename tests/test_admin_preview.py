@@ -2,6 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.test import Client
 from django.urls import reverse
 
 from django_periodic.admin import preview
@@ -80,13 +81,18 @@ def test_a_paused_schedule_says_its_times_wait_for_a_resume():
     assert any("paused" in note for note in notes)
 
 
+def of(schedule) -> str:
+    """The preview of a saved schedule: its id in the URL, what is typed in the body."""
+    return f"{PREVIEW_URL}?object_id={schedule.pk}"
+
+
 def typed(**fields):
     values = {"trigger_kind": "cron", "cron": "0 3 * * *", "timezone": "Europe/Berlin"}
     return {**values, **fields}
 
 
 def test_the_json_view_previews_what_is_typed(admin_client):
-    response = admin_client.get(PREVIEW_URL, typed(cron="*/15 9-17 * * mon-fri"))
+    response = admin_client.post(PREVIEW_URL, typed(cron="*/15 9-17 * * mon-fri"))
     assert response.status_code == 200
     payload = response.json()
     assert (
@@ -98,32 +104,32 @@ def test_the_json_view_previews_what_is_typed(admin_client):
 
 
 def test_the_json_view_names_the_wrong_cron_field(admin_client):
-    payload = admin_client.get(PREVIEW_URL, typed(cron="0 25 * * *")).json()
+    payload = admin_client.post(PREVIEW_URL, typed(cron="0 25 * * *")).json()
     assert payload["fires"] == []
     assert payload["errors"]["cron"] == ["Invalid hour field '25': 25 is out of range 0-23."]
     assert "Invalid hour field" in payload["html"]
 
 
 def test_the_json_view_names_an_unknown_time_zone(admin_client):
-    payload = admin_client.get(PREVIEW_URL, typed(timezone="Mars/Olympus")).json()
+    payload = admin_client.post(PREVIEW_URL, typed(timezone="Mars/Olympus")).json()
     assert payload["errors"] == {"timezone": ["Unknown time zone 'Mars/Olympus'."]}
 
 
 def test_the_json_view_previews_the_kind_chosen(admin_client):
-    payload = admin_client.get(PREVIEW_URL, typed(trigger_kind="interval", interval="00:00:30"))
+    payload = admin_client.post(PREVIEW_URL, typed(trigger_kind="interval", interval="00:00:30"))
     assert payload.json()["description"] == "Every 30 seconds"
 
 
 def test_the_json_view_of_a_saved_schedule_applies_the_typed_changes(admin_client):
     schedule = ScheduleFactory(interval=None, cron="0 3 * * *")
-    query = {"object_id": schedule.pk, **typed(cron="0 4 * * *")}
-    assert admin_client.get(PREVIEW_URL, query).json()["description"] == "At 04:00"
+    payload = admin_client.post(of(schedule), typed(cron="0 4 * * *")).json()
+    assert payload["description"] == "At 04:00"
     schedule.refresh_from_db()
     assert schedule.cron == "0 3 * * *"  # a preview never saves
 
 
 def test_the_json_view_of_a_missing_schedule_is_404(admin_client):
-    assert admin_client.get(PREVIEW_URL, {"object_id": 999999}).status_code == 404
+    assert admin_client.post(f"{PREVIEW_URL}?object_id=999999").status_code == 404
 
 
 def test_the_change_page_shows_the_preview_after_save(admin_client):
@@ -139,9 +145,9 @@ def test_the_change_page_shows_the_preview_after_save(admin_client):
 def test_the_json_view_needs_a_schedule_permission(client, db):
     staff = User.objects.create_user("staff", password="pw", is_staff=True)
     client.force_login(staff)
-    assert client.get(PREVIEW_URL, typed()).status_code == 403
+    assert client.post(PREVIEW_URL, typed()).status_code == 403
     staff.user_permissions.add(Permission.objects.get(codename="add_schedule"))
-    assert client.get(PREVIEW_URL, typed()).status_code == 200
+    assert client.post(PREVIEW_URL, typed()).status_code == 200
 
 
 def test_the_json_view_of_a_schedule_needs_its_view_permission(client, db):
@@ -149,10 +155,23 @@ def test_the_json_view_of_a_schedule_needs_its_view_permission(client, db):
     staff = User.objects.create_user("staff", password="pw", is_staff=True)
     staff.user_permissions.add(Permission.objects.get(codename="add_schedule"))
     client.force_login(staff)
-    assert client.get(PREVIEW_URL, {"object_id": schedule.pk}).status_code == 403
+    assert client.post(of(schedule)).status_code == 403
 
 
 def test_the_json_view_is_not_for_anonymous_users(client, db):
-    response = client.get(PREVIEW_URL, typed())
+    response = client.post(PREVIEW_URL, typed())
     assert response.status_code == 302
     assert response["Location"].startswith(reverse("admin:login"))
+
+
+def test_the_json_view_answers_only_post_so_no_argument_is_ever_in_a_url(admin_client):
+    secret = typed(args='["s3cr3t-token"]')
+    assert admin_client.get(PREVIEW_URL, secret).status_code == 405
+    assert admin_client.post(PREVIEW_URL, secret).status_code == 200
+
+
+def test_the_json_view_refuses_a_post_without_the_csrf_token(db):
+    User.objects.create_superuser("root", "root@example.com", "pw")
+    checked = Client(enforce_csrf_checks=True)
+    checked.login(username="root", password="pw")
+    assert checked.post(PREVIEW_URL, typed()).status_code == 403

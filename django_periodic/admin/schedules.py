@@ -369,10 +369,16 @@ class ScheduleAdmin(_ScheduleAdmin):
 
     # -- the live preview -----------------------------------------------------------------------
 
-    def preview_view(self, request: HttpRequest) -> JsonResponse:
-        """The trigger being typed, in words and next fire times, as JSON (and its HTML)."""
+    def preview_view(self, request: HttpRequest) -> HttpResponseBase:
+        """The trigger being typed, in words and next fire times, as JSON (and its HTML).
+
+        A POST of the form, so that no value typed (the job's arguments may hold secrets)
+        ends up in a URL, and with it in access logs, proxies and the browser's history.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
         obj = None
-        if request.GET.get("object_id"):
+        if request.GET.get("object_id"):  # which schedule: in the URL, as on its own page
             obj = self.get_object(request, unquote(request.GET["object_id"]))
             if obj is None:
                 raise Http404(_("No such schedule."))
@@ -380,7 +386,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         if not (allowed or (obj is None and self.has_add_permission(request))):
             raise PermissionDenied
         form_class = self.get_form(request, obj, change=obj is not None)
-        form = form_class(request.GET, instance=obj or Schedule())
+        form = form_class(request.POST, instance=obj or Schedule())
         form.is_valid()
         watched = {"trigger_kind", *TRIGGER_FIELDS, "__all__"}
         errors = {

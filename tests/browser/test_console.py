@@ -3,6 +3,7 @@
 import re
 import time
 from datetime import UTC, date, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -183,3 +184,42 @@ def test_a_viewer_sees_everything_and_no_action(viewer_page):
     page.locator("#result_list tbody tr").first.locator("th a").click()
     expect(page.locator(".field-error_code")).to_be_visible()
     expect(page.get_by_role("button", name="Retry")).to_have_count(0)
+
+
+def test_the_preview_posts_what_is_typed_and_no_argument_reaches_a_url(admin_page):
+    page = admin_page
+    requests = []
+    page.on("request", lambda request: requests.append(request))
+
+    def previews():
+        return [r for r in requests if "/schedule/preview/" in r.url]
+
+    preview = page.locator("#periodic-preview")
+
+    # A new schedule: the whole form goes in the body, with the form's CSRF token.
+    page.goto("/admin/django_periodic/schedule/add/")
+    page.fill("#id_name", "token rotation")
+    choose(page, "job", "greet")
+    page.fill("#id_args", '["s3cr3t-token"]')
+    page.locator("#id_cron").press_sequentially("15 4 * * *")
+    expect(preview).to_contain_text("At 04:15")
+    expect(preview.locator("tbody tr")).to_have_count(10)
+    posted = previews()
+    assert posted and {r.method for r in posted} == {"POST"}
+    assert {urlsplit(r.url).query for r in posted} == {""}
+    assert "s3cr3t-token" in posted[-1].post_data
+    assert "csrfmiddlewaretoken=" in posted[-1].post_data
+
+    # A saved schedule: its id in the URL, nothing typed.
+    requests.clear()
+    page.goto("/admin/django_periodic/schedule/?q=hourly+sync")
+    page.locator("#result_list tbody tr").first.locator("th a").click()
+    page.fill("#id_args", '["an0ther-s3cr3t"]')
+    page.fill("#id_cron", "")
+    page.locator("#id_cron").press_sequentially("45 * * * *")
+    expect(preview).to_contain_text("At 45 minutes past the hour")
+    expect(preview.locator("tbody tr")).to_have_count(10)
+    posted = previews()
+    assert posted and {r.method for r in posted} == {"POST"}
+    assert {tuple(parse_qs(urlsplit(r.url).query)) for r in posted} == {("object_id",)}
+    assert not [r.url for r in requests if "s3cr3t" in r.url]
