@@ -25,9 +25,9 @@ MANAGE = ROOT / "example_project" / "manage.py"
 START_TIMEOUT = 60  # seconds for migrate, the server's system checks and its bind
 VIEWPORT = {"width": 1600, "height": 1000}
 
-# An operator and a view-only user; a schedule whose job always fails, run once; a day of
-# history for the list to show; and a schedule whose job is gone, which the scheduler
-# reports (last_error) at its next tick.
+# An operator, a view-only user and one who may also delete schedules; a schedule whose job
+# always fails, run once; a day of history for the list to show; and a schedule whose job is
+# gone, which the scheduler reports (last_error) at its next tick.
 SETUP = """
 from datetime import timedelta
 from django.contrib.auth.models import Permission, User
@@ -37,6 +37,10 @@ from django_periodic.models import Run, Schedule
 User.objects.create_superuser("admin", "admin@example.com", "admin")
 viewer = User.objects.create_user("viewer", password="viewer", is_staff=True)
 viewer.user_permissions.add(*Permission.objects.filter(codename__startswith="view_"))
+deleter = User.objects.create_user("deleter", password="deleter", is_staff=True)
+deleter.user_permissions.add(
+    *Permission.objects.filter(codename__in=["view_schedule", "delete_schedule"])
+)
 
 def schedule(**fields):
     created = Schedule(**fields)
@@ -71,6 +75,10 @@ class ExampleSite:
     url: str
     workdir: Path
     processes: list[subprocess.Popen] = field(default_factory=list)
+
+    def shell(self, code: str) -> None:
+        """Run Python in the example project (``manage.py shell``), e.g. to add rows."""
+        _manage(_environment(self.workdir), self.workdir, "shell", "--command", code)
 
     def logs(self) -> str:
         parts = []
@@ -243,5 +251,13 @@ def admin_page(browser, example_site):
 @pytest.fixture
 def viewer_page(browser, example_site):
     context, page = _logged_in(browser, example_site, "viewer", "viewer")
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def deleter_page(browser, example_site):
+    """A staff user who may view and delete schedules, and nothing else."""
+    context, page = _logged_in(browser, example_site, "deleter", "deleter")
     yield page
     context.close()
