@@ -13,9 +13,17 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
-from django.db import close_old_connections, connections
+from django.db import connections
 
-from django_periodic import clock, eventloop, leases, outcomes, policies, registry
+from django_periodic import (
+    clock,
+    eventloop,
+    leases,
+    outcomes,
+    policies,
+    registry,
+    worker_connections,
+)
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import JobContext, StopRequest
@@ -101,11 +109,11 @@ class AsyncRun:
             # Caught here, in the task: a SystemExit escaping a task stops the whole loop.
             return _outcome_of(self.claim, self.stop, self.started_at, error=exc)
         finally:
-            # The ORM's async methods query on asgiref's one thread: end its connection
-            # as a request would (CONN_MAX_AGE), and one broken by a database restart. A
-            # stop request's cancel arriving meanwhile has nothing left to cancel.
+            # The ORM's async methods query on asgiref's one thread: its connection serves
+            # the next async run too, unless this job left it unfit. A stop request's
+            # cancel arriving meanwhile has nothing left to cancel.
             with contextlib.suppress(asyncio.CancelledError):
-                await sync_to_async(close_old_connections)()
+                await sync_to_async(worker_connections.prepare_for_run)()
         return _outcome_of(self.claim, self.stop, self.started_at, result)
 
     def ended(self, future: "Future[outcomes.Outcome | None]") -> outcomes.Outcome | None:

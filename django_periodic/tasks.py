@@ -22,7 +22,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_periodic import claims, clock, executor, leases, taskbackends
+from django_periodic import claims, clock, executor, leases, taskbackends, worker_connections
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import StopRequest
@@ -51,14 +51,19 @@ def execute_run(run_id: int, using: str = "default") -> str:
 def execute(run_id: int, using: str = "default") -> str:
     """Claim the run and execute it, as ``run_scheduler``'s workers would; the run's new
     status, or why there was nothing to do."""
+    # Outside the backend's own transaction, this thread's connections are ours to keep
+    # clean for its next task; inside it, they are the backend's.
+    ours = worker_connections.all_clean()
     claim = claims.claim_run(run_id, _holder(), using)
     if claim is None:
         return NOT_CLAIMED
     try:
         outcome = _run_watched(claim)
     finally:
-        # A worker's thread serves many tasks: close the connection as a request would.
-        connections[using].close_if_unusable_or_obsolete()
+        if ours:
+            # A worker's thread serves many tasks: its connection serves the next one
+            # too (whatever CONN_MAX_AGE says), unless this job left it unfit.
+            worker_connections.prepare_for_run()
     if outcome is None or not executor.record([outcome]):
         return NOT_RECORDED
     return outcome.status

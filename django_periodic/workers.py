@@ -12,9 +12,9 @@ from concurrent.futures import Future
 from datetime import datetime
 from uuid import UUID
 
-from django.db import close_old_connections, connections
+from django.db import connections
 
-from django_periodic import eventloop, executor
+from django_periodic import eventloop, executor, worker_connections
 from django_periodic.claims import Claim
 from django_periodic.context import StopRequest
 from django_periodic.outcomes import Outcome
@@ -108,7 +108,7 @@ class Recorder:
 
     def _record_batch(self, batch: list[Outcome]) -> None:
         try:
-            close_old_connections()
+            worker_connections.prepare_for_run()
             executor.record(batch)
         except Exception:
             # The database stayed away. No longer held here, the runs' leases are not
@@ -348,7 +348,9 @@ class WorkerPool:
         outcome = None
         try:
             if stop is not None:
-                close_old_connections()
+                # The thread's connection serves run after run (whatever CONN_MAX_AGE
+                # says), unless the last job left it unfit for the next.
+                worker_connections.prepare_for_run()
                 called = executor.call_job(claim, stop)
                 if isinstance(called, executor.AsyncRun):
                     self._await(claim, called, started)

@@ -122,3 +122,6 @@ DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")
 if ENGINE == "postgres":
     # Workers reuse their connection between runs, as a production scheduler should.
     DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)
+# A child process may be given Django's default (0) instead, to measure as users run it.
+if "PERIODIC_TEST_CONN_MAX_AGE" in os.environ:
+    DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ["PERIODIC_TEST_CONN_MAX_AGE"])
