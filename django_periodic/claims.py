@@ -127,7 +127,7 @@ def claim_run(
 
     ``now`` None means the database's clock; ``django_periodic.testing.run_due`` passes the
     time it runs at."""
-    wanted = _Wanted(holder=holder, run_id=run_id)
+    wanted = _Wanted(holder=holder, run_id=run_id, starts_at_once=True)
     claimed = _claim_repeating(wanted, now, 1, using, None).claims
     return claimed[0] if claimed else None
 
@@ -140,6 +140,9 @@ class _Wanted:
     holder: str
     process_id: int | None = None
     run_id: int | None = None
+    # The claiming thread calls the job right after the claim (a tasks backend's worker):
+    # the claim marks the lease started too (starts.py marks the others).
+    starts_at_once: bool = False
 
 
 def claim_batch(
@@ -344,6 +347,7 @@ def _new_lease(run: Run, wanted: _Wanted, now: datetime) -> Lease:
         holder=wanted.holder,
         process_id=wanted.process_id,
         acquired_at=now,
+        started_at=now if wanted.starts_at_once else None,
         heartbeat_at=now,
         expires_at=now + run.schedule.lease_timeout,
     )
@@ -390,9 +394,9 @@ claimed AS (
 ),
 leased AS (
     INSERT INTO {lease} (run_id, attempt, token, holder, process_id, acquired_at,
-                         heartbeat_at, expires_at, outcome)
-    SELECT c.id, c.attempt, gen_random_uuid(), %(holder)s, %(process)s, t.now, t.now,
-           t.now + s.lease_timeout, ''
+                         started_at, heartbeat_at, expires_at, outcome)
+    SELECT c.id, c.attempt, gen_random_uuid(), %(holder)s, %(process)s, t.now,
+           CASE WHEN %(started)s THEN t.now END, t.now, t.now + s.lease_timeout, ''
     FROM claimed c JOIN {schedule} s ON s.id = c.schedule_id CROSS JOIN t
     RETURNING run_id, token
 )
@@ -458,6 +462,7 @@ def _claim_postgresql(
         "holder": wanted.holder,
         "process": wanted.process_id,
         "run_id": wanted.run_id,
+        "started": wanted.starts_at_once,
     }
     by_id = wanted.run_id is not None
     with connections[using].cursor() as cursor:

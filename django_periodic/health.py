@@ -215,16 +215,21 @@ def _due_soon(now: datetime, using: str) -> list[Row]:
 def _running(using: str) -> list[Row]:
     """Running runs with the holder and expiry of their current lease."""
     leases = Lease.objects.using(using).held().filter(run__status=Run.Status.RUNNING)
-    return list(
+    rows = list(
         leases.order_by("run__started_at", "run_id").values(
             "run_id",
             "holder",
             "expires_at",
             job=F("run__job_name"),
             scope=F("run__scope"),
-            started_at=F("run__started_at"),
+            run_started_at=F("run__started_at"),  # the lease has a started_at of its own
         )[:LISTED]
     )
+    return [_renamed(row, "run_started_at", "started_at") for row in rows]
+
+
+def _renamed(row: Row, old: str, new: str) -> Row:
+    return {(new if key == old else key): value for key, value in row.items()}
 
 
 def _expired_leases(now: datetime, using: str) -> list[Row]:

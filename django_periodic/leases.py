@@ -16,6 +16,7 @@ from django.db import connections, transaction
 from django.db.models import ExpressionWrapper, F, Value
 from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
+from django.db.models.functions import Now
 
 from django_periodic import arrays, outcomes, signals, wakeups
 from django_periodic.claims import Claim
@@ -156,8 +157,20 @@ class SweepResult:
     failed: int = 0
 
 
+def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
+    """Mark these leases started, at the database's clock, before their jobs are called;
+    return the tokens marked: a lease released meanwhile (lost) is not, and its job must
+    not start. One statement on the usual path, where every lease is still held."""
+    held = Lease.objects.using(using).filter(token__in=tokens, released_at__isnull=True)
+    if held.update(started_at=Now()) == len(tokens):
+        return set(tokens)
+    marked = held.filter(started_at__isnull=False).values_list("token", flat=True)
+    return set(marked)
+
+
 def sweep(now: datetime, using: str = "default") -> SweepResult:
-    """Release expired leases: run again (allow_stale_reentry) or fail with lease_expired."""
+    """Release expired leases: run again (allow_stale_reentry, or a job that never
+    started) or fail with lease_expired."""
     limit = get_settings().STALE_REENTRY_LIMIT
     with transaction.atomic(using=using):
         expired = Lease.objects.using(using).expired(now).select_related("run__schedule")
@@ -168,7 +181,7 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
         Lease.objects.using(using).filter(pk__in=[lease.pk for lease in leases]).update(
             released_at=now, outcome=Lease.Outcome.EXPIRED
         )
-        again = [lease for lease in leases if _reenters(lease.run, limit)]
+        again = [lease for lease in leases if _reenters(lease, limit)]
         lost = [lease for lease in leases if lease not in again]
         # A run is claimed only once its previous lease is released, so a running run's
         # unreleased lease is always its current attempt's.
@@ -210,5 +223,10 @@ def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> lis
     return events
 
 
-def _reenters(run: Run, limit: int) -> bool:
+def _reenters(lease: Lease, limit: int) -> bool:
+    """Whether an expired lease's run is run again. One whose job never started is, whatever
+    its schedule says: nothing of it ran, so running it is its first and only execution."""
+    if lease.started_at is None:
+        return True
+    run = lease.run
     return run.schedule.allow_stale_reentry and run.interruptions < limit

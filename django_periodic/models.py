@@ -1009,6 +1009,11 @@ class Lease(models.Model):
         SchedulerProcess, null=True, blank=True, on_delete=models.SET_NULL, related_name="leases"
     )
     acquired_at = models.DateTimeField()
+    started_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_("When its job was called; empty: claimed, but the job never started."),
+    )
     heartbeat_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)

@@ -17,7 +17,8 @@ from django.db import connections
 from django_periodic import eventloop, executor, worker_connections
 from django_periodic.claims import Claim
 from django_periodic.context import StopRequest
-from django_periodic.outcomes import Outcome
+from django_periodic.outcomes import Outcome, unstarted
+from django_periodic.starts import StartMarks
 
 logger = logging.getLogger("django_periodic")
 
@@ -190,6 +191,7 @@ class WorkerPool:
         self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
         self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
         self._abandoned: set[Claim] = set()
+        self._start_marks = StartMarks()
         self._threads = 0
         for _ in range(size):
             self._start_thread()
@@ -351,6 +353,10 @@ class WorkerPool:
                 # The thread's connection serves run after run (whatever CONN_MAX_AGE
                 # says), unless the last job left it unfit for the next.
                 worker_connections.prepare_for_run()
+                if not self._marked_started(claim):
+                    outcome = unstarted(claim)  # refused by its token if the lease was lost
+                    stop = None
+            if stop is not None:
                 called = executor.call_job(claim, stop)
                 if isinstance(called, executor.AsyncRun):
                     self._await(claim, called, started)
@@ -361,6 +367,15 @@ class WorkerPool:
             # sweeper then settles it.
             logger.exception("Could not execute run %s.", claim.run.pk)
         self._leave(claim, outcome, started)
+
+    def _marked_started(self, claim: Claim) -> bool:
+        """Whether the ledger now says the run started (starts.py), so that its job may be
+        called; if that cannot be written, the run is given back unstarted."""
+        try:
+            return self._start_marks.mark(claim)
+        except Exception:
+            logger.exception("Could not mark run %s started; giving it back.", claim.run.pk)
+            return False
 
     def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
         """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""

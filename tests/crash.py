@@ -360,8 +360,9 @@ class Ledger:
         """allow_stale_reentry=False: a run fails only because its process died or stopped
         (``lease_expired``, ``interrupted``) or its job raised one of ``allowed_failures``.
         With ``dead`` ({pid: killed at}), a lease expired only if its holder was killed, and
-        a killed holder wrote nothing after its death; every run whose holder died mid-run
-        ended ``failed`` with ``lease_expired``."""
+        a killed holder wrote nothing after its death; every run whose holder died while its
+        job ran ended ``failed`` with ``lease_expired``, and every run whose holder died
+        before its job started ran again (never failed for it)."""
         problems = []
         for run in self.runs:
             if self.reentry(run) or run.status != "failed":
@@ -380,13 +381,20 @@ class Ledger:
                         f"lease {lease.pk} of run {run.pk} expired though its holder {pid} "
                         "was never killed (a live process lost its lease)"
                     )
+                elif lease.started_at is None:
+                    failed_for_it = run.attempt == lease.attempt and run.status == "failed"
+                    if failed_for_it and run.error_code == "lease_expired":
+                        problems.append(
+                            f"run {run.pk} failed lease_expired though its job never started "
+                            f"(killed holder {pid}): it should have run again"
+                        )
                 elif not self.reentry(run) and (run.status, run.error_code) != (
                     "failed",
                     "lease_expired",
                 ):
                     problems.append(
-                        f"run {run.pk} lost its killed holder {pid} but ended {run.status} "
-                        f"{run.error_code!r}, not failed lease_expired"
+                        f"run {run.pk} lost its killed holder {pid} while its job ran but "
+                        f"ended {run.status} {run.error_code!r}, not failed lease_expired"
                     )
             elif pid in dead and lease.released_at and lease.released_at > dead[pid]:
                 problems.append(

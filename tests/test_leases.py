@@ -10,9 +10,12 @@ from django_periodic.models import Lease, Run, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 
-def claim_one(process, now, **schedule_fields) -> claims.Claim:
+def claim_one(process, now, *, started=True, **schedule_fields) -> claims.Claim:
+    """Claim a new run of a new schedule; ``started``: its job was called (its lease says so)."""
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
+    if started:
+        assert leases.mark_started([claim.token]) == {claim.token}
     return claim
 
 
@@ -142,7 +145,48 @@ def test_stale_reentry_is_bounded(process, now, settings):
         moment += timedelta(seconds=2)
         leases.sweep(moment)
         assert Run.objects.get().status == expected
+        for claim in claims.claim(process, moment, 1):
+            leases.mark_started([claim.token])
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "allow_stale_reentry", [False, True], ids=["at-most-once", "at-least-once"]
+)
+def test_a_run_whose_job_never_started_is_run_again_whatever_its_policy(
+    process, now, allow_stale_reentry
+):
+    """Claimed ahead, or waiting for a thread, when its process died: nothing of it ran."""
+    schedule = {"allow_stale_reentry": allow_stale_reentry, "lease_timeout": timedelta(seconds=5)}
+    claim = claim_one(process, now, started=False, **schedule)
+    assert leases.sweep(now + timedelta(seconds=6)) == leases.SweepResult(reentered=1, failed=0)
+    run = Run.objects.get(pk=claim.run.pk)
+    assert (run.status, run.error_code) == ("pending", "")
+    (again,) = claims.claim(process, now + timedelta(seconds=6), 1)
+    assert again.run.pk == run.pk
+
+
+@pytest.mark.django_db
+def test_a_run_whose_job_never_started_is_run_again_however_often(process, now, settings):
+    """STALE_REENTRY_LIMIT bounds runs whose job may be what kills its process; one whose
+    job never started cannot be."""
+    settings.DJANGO_PERIODIC = {"STALE_REENTRY_LIMIT": 1}
+    claim_one(process, now, started=False, lease_timeout=timedelta(seconds=1))
+    moment = now
+    for _ in range(3):
+        moment += timedelta(seconds=2)
+        assert leases.sweep(moment).reentered == 1
         claims.claim(process, moment, 1)
+
+
+@pytest.mark.django_db
+def test_marking_started_says_which_leases_are_still_held(process, now):
+    held = claim_one(process, now, started=False, lease_timeout=timedelta(seconds=5))
+    lost = claim_one(process, now, started=False, lease_timeout=timedelta(seconds=1))
+    leases.sweep(now + timedelta(seconds=2))  # the short lease expired: its run is another's
+    assert leases.mark_started([held.token, lost.token]) == {held.token}
+    assert Lease.objects.get(token=held.token).started_at is not None
+    assert Lease.objects.get(token=lost.token).started_at is None
 
 
 @pytest.mark.django_db

@@ -60,6 +60,7 @@ def test_boot_sweeps_runs_left_behind_by_a_dead_process():
         holder=str(dead),
         process=dead,
         acquired_at=now - timedelta(minutes=5),
+        started_at=now - timedelta(minutes=5),  # its job was running when the process died
         heartbeat_at=now - timedelta(minutes=5),
         expires_at=now - timedelta(minutes=4),
     )

@@ -151,6 +151,7 @@ def test_a_schedule_disabled_for_planning_failures_is_announced(received, settin
 def test_an_expired_lease_is_lost_and_its_run_finished_failed(received, process, now):
     RunFactory(schedule=ScheduleFactory(lease_timeout=timedelta(seconds=5)), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
+    leases.mark_started([claim.token])  # its job was called
     leases.sweep(now + timedelta(seconds=6))
     assert received.names() == ["started", "lease_lost", "finished"]
     lost, finished = received.of("lease_lost")[0], received.of("finished")[0]

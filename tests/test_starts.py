@@ -1,0 +1,86 @@
+"""The ledger knows, before a job is called, that it started; a crash re-enters the rest."""
+
+import threading
+from datetime import timedelta
+
+import pytest
+
+from django_periodic import claims, clock, leases, starts
+from django_periodic.models import Lease, Run, Schedule
+from tests.factories import RunFactory, ScheduleFactory
+from tests.models import Execution
+from tests.processes import wait_for
+
+
+@pytest.mark.django_db(transaction=True)
+def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch):
+    """While one thread writes, the claims of the threads that arrive meanwhile wait, and
+    the next writer marks them all in one statement."""
+    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
+    for i in range(5):
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
+    first, *others = claims.claim(process, now, 5)
+    written: list[int] = []
+    writing, go_on = threading.Event(), threading.Event()
+    real_mark_started = leases.mark_started
+
+    def mark_started(tokens, using="default"):
+        written.append(len(tokens))
+        if len(written) == 1:
+            writing.set()
+            go_on.wait(30)
+        return real_mark_started(tokens, using)
+
+    monkeypatch.setattr(leases, "mark_started", mark_started)
+    marks = starts.StartMarks()
+    marked: dict[claims.Claim, bool] = {}
+
+    def start(claim: claims.Claim) -> None:
+        marked[claim] = marks.mark(claim)
+
+    threads = [threading.Thread(target=start, args=(first,))]
+    threads[0].start()
+    assert writing.wait(30)
+    threads += [threading.Thread(target=start, args=(claim,)) for claim in others]
+    for thread in threads[1:]:
+        thread.start()
+    wait_for(lambda: len(marks._waiting) == len(others), 30, "the others to wait")
+    go_on.set()
+    for thread in threads:
+        thread.join(30)
+    assert written == [1, len(others)]
+    assert marked == {claim: True for claim in [first, *others]}
+    assert not Lease.objects.filter(started_at__isnull=True).exists()
+
+
+@pytest.mark.crash
+@pytest.mark.processes
+def test_a_killed_process_s_unstarted_runs_run_again_and_its_started_ones_follow_policy(
+    postgres, children
+):
+    """At most once: a run claimed ahead of its plan time, not started when its process was
+    SIGKILLed, runs once on another process; a run whose job was running fails."""
+    quick = {"HEARTBEAT_INTERVAL": 1, "SWEEP_INTERVAL": 1, "PLAN_AHEAD": 30}
+    at_most_once = {"allow_stale_reentry": False, "lease_timeout": timedelta(seconds=3)}
+    now = clock.now()
+    ahead = ScheduleFactory(
+        job="tests.jobs.record", interval=None, run_at=now + timedelta(seconds=8), **at_most_once
+    )
+    running = ScheduleFactory(job="tests.jobs.linger", kwargs={"seconds": 60}, **at_most_once)
+    running.run_now()
+
+    doomed = children.start("--workers", "2", settings=quick)
+    claimed_ahead = Lease.objects.filter(run__schedule=ahead, started_at__isnull=True)
+    job_running = Execution.objects.filter(schedule=running.name)
+    wait_for(lambda: claimed_ahead.exists() and job_running.exists(), 30, "both claims")
+    doomed.kill()
+
+    heir = children.start("--workers", "2", settings=quick)
+    ended = Run.objects.filter(status__in=Run.FINAL_STATUSES)
+    wait_for(lambda: ended.count() == 2, 60, "both runs to end")
+    assert heir.terminate() == 0
+    ahead_run, running_run = Run.objects.get(schedule=ahead), Run.objects.get(schedule=running)
+    assert (ahead_run.status, ahead_run.error_code) == ("succeeded", "")
+    assert Execution.objects.filter(schedule=ahead.name).count() == 1
+    assert (running_run.status, running_run.error_code) == ("failed", "lease_expired")
+    assert job_running.count() == 1
