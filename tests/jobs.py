@@ -114,6 +114,24 @@ async def nap(seconds: float = 0.0):
     return {"loop": id(asyncio.get_running_loop()), "thread": threading.current_thread().name}
 
 
+# How many runs of each group have arrived in meet(), in this process.
+_arrived: dict[str, int] = {}
+
+
+@job
+async def meet(group: str, size: int, timeout: float = 30.0) -> int:
+    """Awaits until ``size`` runs of ``group`` have arrived, so all of them must be awaited
+    side by side; raises TimeoutError after ``timeout`` seconds otherwise."""
+    _arrived[group] = _arrived.get(group, 0) + 1
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while _arrived[group] < size:
+        if loop.time() > deadline:
+            raise TimeoutError(f"{_arrived[group]} of {size} runs of {group!r} arrived")
+        await asyncio.sleep(0.01)
+    return size
+
+
 @job
 async def add_at_once(a: int, b: int) -> int:
     """Adds two numbers without ever awaiting."""
