@@ -6,8 +6,10 @@ per value: psycopg adapts and quotes a list element by element in Python, Django
 processes every ``IN`` parameter, and PostgreSQL parses each one as a constant.
 """
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 
 def literal(values: list[Any]) -> str:
@@ -17,6 +19,11 @@ def literal(values: list[Any]) -> str:
 
 def integers(values: list[int]) -> str:
     """``literal`` of ints only (one per schedule or run), without a type test per value."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def uuids(values: Iterable[UUID]) -> str:
+    """``literal`` of UUIDs (lease tokens), which need no quoting."""
     return "{" + ",".join(map(str, values)) + "}"
 
 

@@ -160,12 +160,30 @@ class SweepResult:
 def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     """Mark these leases started, at the database's clock, before their jobs are called;
     return the tokens marked: a lease released meanwhile (lost) is not, and its job must
-    not start. One statement on the usual path, where every lease is still held."""
+    not start. One statement."""
+    if connections[using].vendor == "postgresql":
+        table = connections[using].ops.quote_name(Lease._meta.db_table)
+        with connections[using].cursor() as cursor:
+            cursor.execute(MARK_STARTED_SQL.format(lease=table), [arrays.uuids(tokens)])
+            return {token for (token,) in cursor.fetchall()}
     held = Lease.objects.using(using).filter(token__in=tokens, released_at__isnull=True)
-    if held.update(started_at=Now()) == len(tokens):
-        return set(tokens)
-    marked = held.filter(started_at__isnull=False).values_list("token", flat=True)
-    return set(marked)
+    with transaction.atomic(using=using):
+        if held.update(started_at=Now()) == len(tokens):
+            return set(tokens)
+        return set(held.filter(started_at__isnull=False).values_list("token", flat=True))
+
+
+# Every job start waits for its mark, and waiting for a disk flush too cost a third of the
+# throughput of short jobs: the commit returns before its WAL reaches the disk (set_config,
+# local to this statement's transaction). It is visible to every session at once, so a
+# crash of our process loses nothing; only a crash of the database server itself within
+# wal_writer_delay (200 ms) could lose a mark, and its run would then be run again.
+MARK_STARTED_SQL = """
+UPDATE {lease} SET started_at = statement_timestamp()
+FROM (SELECT set_config('synchronous_commit', 'off', true)) AS without_waiting_for_disk
+WHERE token = ANY(%s::uuid[]) AND released_at IS NULL
+RETURNING token
+"""
 
 
 def sweep(now: datetime, using: str = "default") -> SweepResult:

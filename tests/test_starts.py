@@ -4,6 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 
 from django_periodic import claims, clock, leases, starts
 from django_periodic.models import Lease, Run, Schedule
@@ -36,7 +37,10 @@ def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch)
     marked: dict[claims.Claim, bool] = {}
 
     def start(claim: claims.Claim) -> None:
-        marked[claim] = marks.mark(claim)
+        try:
+            marked[claim] = marks.mark(claim)
+        finally:
+            connections.close_all()  # this thread's own
 
     threads = [threading.Thread(target=start, args=(first,))]
     threads[0].start()
