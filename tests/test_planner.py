@@ -365,49 +365,36 @@ def test_a_schedule_stored_without_save_with_a_bad_trigger_fails_planning():
     assert "minute" in bad.last_error
 
 
-@pytest.mark.django_db
-def test_planning_schedules_stored_without_save_costs_a_constant_number_of_queries(postgres):
-    def plan(count):
-        for _ in range(count):
-            unplanned(interval=EVERY, start_at=T0)
-        with connection.execute_wrapper(counter):
-            assert planner.plan_due(T0).schedules == count
-        Schedule.objects.all().delete()
-
+def queries_to_plan(count: int, make_schedule, at) -> list[str]:
+    """The statements planning ``count`` schedules made by ``make_schedule()`` costs at ``at``."""
+    for _ in range(count):
+        make_schedule()
     queries = []
 
     def counter(execute, sql, params, many, context):
         queries.append(sql)
         return execute(sql, params, many, context)
 
-    plan(5)
-    few = len(queries)
-    queries.clear()
-    plan(60)
-    assert len(queries) == few
+    with connection.execute_wrapper(counter):
+        assert planner.plan_due(at).schedules == count
+    Schedule.objects.all().delete()
+    return queries
+
+
+@pytest.mark.django_db
+def test_planning_schedules_stored_without_save_costs_a_constant_number_of_queries(postgres):
+    def make():
+        unplanned(interval=EVERY, start_at=T0)
+
+    assert len(queries_to_plan(60, make, T0)) == len(queries_to_plan(5, make, T0))
 
 
 @pytest.mark.django_db
 def test_planning_costs_a_constant_number_of_queries(postgres):
     # SQLite caps query parameters at 999, so Django splits its bulk statements there.
-    def plan(count):
-        for _ in range(count):
-            due_schedule()
-        with connection.execute_wrapper(counter):
-            planner.plan_due(T0 + timedelta(seconds=1))
-        Schedule.objects.all().delete()
-
-    queries = []
-
-    def counter(execute, sql, params, many, context):
-        queries.append(sql)
-        return execute(sql, params, many, context)
-
-    plan(5)
-    few = len(queries)
-    queries.clear()
-    plan(60)
-    assert len(queries) == few
+    at = T0 + timedelta(seconds=1)
+    few = len(queries_to_plan(5, due_schedule, at))
+    assert len(queries_to_plan(60, due_schedule, at)) == few
     assert few <= 8
 
 
