@@ -11,7 +11,7 @@ from functools import cache
 from django.db import connections
 from django.db.models import Min
 
-from django_periodic import clock
+from django_periodic import clock, presence
 from django_periodic.bounds import EARLIEST, LATEST
 from django_periodic.models import Lease, Run, Schedule
 
@@ -25,6 +25,8 @@ class Horizon:
     next_pending: datetime | None  # earliest plan time of a run our workers may claim
     next_handoff: datetime | None  # earliest plan time of a handed-off run not enqueued
     next_enqueued: datetime | None  # earliest enqueue of a handed-off run still waiting
+    # A lease is held by a process that lost its session lock: it died (presence.py).
+    orphaned: bool = False
 
     def claimable(self) -> bool:
         """A run may be claimed to start now."""
@@ -48,7 +50,9 @@ class Horizon:
         return any(_reached(at, self.now) for at in due)
 
     def lease_expired(self) -> bool:
-        return self.next_expiry is not None and self.next_expiry < self.now
+        """A lease expired, or its holder died: sweep."""
+        expired = self.next_expiry is not None and self.next_expiry < self.now
+        return expired or self.orphaned
 
 
 def _reached(at: datetime | None, now: datetime) -> bool:
@@ -74,7 +78,10 @@ WITH m AS MATERIALIZED (SELECT
      WHERE status IN ('pending', 'retrying') AND enqueued_at IS NOT NULL) AS next_enqueued
 )
 SELECT statement_timestamp(), {next_fire}, {next_retry}, {next_expiry}, {next_pending},
-    {next_handoff}, {next_enqueued}
+    {next_handoff}, {next_enqueued},
+    %(judge)s AND EXISTS (
+        SELECT 1 FROM {lease} WHERE released_at IS NULL AND process_id IN ({lost})
+    )
 FROM m
 """
 # A time held within [EARLIEST, LATEST]; NULL stays NULL (which LEAST and GREATEST skip).
@@ -92,15 +99,25 @@ def _horizon_sql(using: str) -> str:
         schedule=quote(Schedule._meta.db_table),
         run=quote(Run._meta.db_table),
         lease=quote(Lease._meta.db_table),
+        lost=presence.lost_sql(quote),
         **{name: WITHIN_BOUNDS.format(name) for name in TIMES},
     )
 
 
-def look_ahead(using: str = "default") -> Horizon:
-    """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere."""
+def look_ahead(using: str = "default", *, judge: bool = False) -> Horizon:
+    """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere.
+
+    With ``judge``, it also tells whether a lease is held by a process that died
+    (``presence.py``): only a process that may judge asks.
+    """
     if connections[using].vendor == "postgresql":
+        params: dict[str, datetime | bool] = {
+            "earliest": EARLIEST,
+            "latest": LATEST,
+            "judge": judge,
+        }
         with connections[using].cursor() as cursor:
-            cursor.execute(_horizon_sql(using), {"earliest": EARLIEST, "latest": LATEST})
+            cursor.execute(_horizon_sql(using), params)
             row = cursor.fetchone()
         assert row is not None
         return Horizon(*row)

@@ -13,15 +13,15 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import ExpressionWrapper, F, Value
+from django.db.models import ExpressionWrapper, F, Q, Value
 from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
 from django.db.models.functions import Now
 
-from django_periodic import arrays, outcomes, signals, wakeups
+from django_periodic import arrays, outcomes, presence, signals, wakeups
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
-from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
 
 
 def _extended(now: datetime) -> "ExpressionWrapper[CombinedExpression]":
@@ -186,12 +186,13 @@ RETURNING token
 """
 
 
-def sweep(now: datetime, using: str = "default") -> SweepResult:
+def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> SweepResult:
     """Release expired leases: run again (allow_stale_reentry, or a job that never
-    started) or fail with lease_expired."""
+    started) or fail with lease_expired. With ``orphans`` (PostgreSQL), the leases of
+    processes that lost their session lock (they died, see presence.py) count as expired."""
     limit = get_settings().STALE_REENTRY_LIMIT
     with transaction.atomic(using=using):
-        expired = Lease.objects.using(using).expired(now).select_related("run__schedule")
+        expired = _expired(now, using, orphans).select_related("run__schedule")
         locked = expired.select_for_update(skip_locked=True, of=("self",))
         leases = list(locked[: get_settings().PLAN_BATCH_SIZE])
         if not leases:
@@ -218,6 +219,14 @@ def sweep(now: datetime, using: str = "default") -> SweepResult:
         if signals.listened(signals.lease_lost, signals.run_finished):
             signals.send_on_commit(_expired_events(again, lost, now), using)
     return SweepResult(reentered, failed)
+
+
+def _expired(now: datetime, using: str, orphans: bool) -> "LeaseQuerySet":
+    held = Lease.objects.using(using)
+    if not orphans or connections[using].vendor != "postgresql":
+        return held.expired(now)
+    lost = RawSQL(presence.lost_sql(connections[using].ops.quote_name), [])
+    return held.held().filter(Q(expires_at__lt=now) | Q(process_id__in=lost))
 
 
 def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> list[signals.Event]:

@@ -965,6 +965,14 @@ class SchedulerProcess(models.Model):
     pid = models.PositiveIntegerField()
     started_at = models.DateTimeField()
     heartbeat_at = models.DateTimeField()
+    locked_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "When it last took its session lock (PostgreSQL), which tells others at once "
+            "that it died; empty: it holds none, and only its leases' expiry tells."
+        ),
+    )
 
     objects = SchedulerProcessQuerySet.as_manager()
 

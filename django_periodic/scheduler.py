@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections, transaction
 
@@ -26,6 +27,7 @@ from django_periodic import (
     outcomes,
     planner,
     policies,
+    presence,
     pruner,
     sync,
     wakeups,
@@ -108,7 +110,7 @@ class Scheduler:
             pass  # the database is unreachable at start: keep trying until stopped
         if self.process is None:
             return
-        if not once and not self.listener.start():
+        if not once and not self.listener.start(self._take_lock):
             logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
         if not once:
             self.pruner = pruner.Pruner(self.using)
@@ -118,6 +120,11 @@ class Scheduler:
         finally:
             # With the database away, what shutdown cannot record is left to the leases.
             self._guarded(self.shutdown)
+
+    def _take_lock(self, raw_connection: Any) -> bool:
+        """Hold this process's session lock on the listener's connection (presence.py)."""
+        assert self.process is not None
+        return presence.take(raw_connection, self.process.pk)
 
     @property
     def poll(self) -> timedelta:
@@ -152,7 +159,7 @@ class Scheduler:
         """Do what the horizon says is due now; return (now, when to wake up next)."""
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
-            ahead = horizon.look_ahead(self.using)
+            ahead = horizon.look_ahead(self.using, judge=self.listener.may_judge())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             self._keep_house(now, ahead)
@@ -351,7 +358,7 @@ class Scheduler:
                 return total
 
     def _sweep(self, now: datetime) -> leases.SweepResult:
-        swept = leases.sweep(now, self.using)
+        swept = leases.sweep(now, self.using, orphans=self.listener.may_judge())
         if swept.reentered or swept.failed:
             logger.warning(
                 "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
@@ -365,9 +372,12 @@ class Scheduler:
 
     def _next_wake(self, now: datetime, ahead: horizon.Horizon) -> datetime:
         """The earliest of: next fire, retry, lease expiry, sweep, heartbeat and timeout;
-        capped by the poll interval (the idle interval while LISTEN wakes us)."""
+        capped by the poll interval (the idle interval while LISTEN wakes us), and while a
+        lease is held anywhere, by the probe for dead holders (presence.py)."""
         cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
         candidates = [now + cap, self._next_sweep, self._next_heartbeat, ahead.next_expiry]
+        if ahead.next_expiry is not None and self.listener.may_judge():
+            candidates.append(now + presence.PROBE_INTERVAL)
         if self.plan and ahead.next_fire is not None:
             candidates += [self._lead_time(ahead.next_fire, self._planned_to), self._replan_at]
         if self.plan:
@@ -457,7 +467,6 @@ class Scheduler:
 
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
-        self.listener.stop()
         if self.pruner:
             self.pruner.stop()
         if self.pool:
@@ -470,6 +479,9 @@ class Scheduler:
             self._drain()
             self.pool.stop()
         self.recorder.stop(timeout=executor.RECORD_PATIENCE)
+        # Last: its connection holds this process's session lock, which says to the others
+        # that it is alive (presence.py) while it finishes and records its runs.
+        self.listener.stop()
         if self.process:
             SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk).delete()
             logger.info("Scheduler %s stopped.", self.process)

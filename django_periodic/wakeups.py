@@ -10,6 +10,9 @@ import logging
 import os
 import select
 import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -88,6 +91,10 @@ class Listener:
     def __init__(self, using: str, wake: "threading.Event | Alarm") -> None:
         self.using = using
         self.wake = wake
+        # Takes the process's session lock on the listener's connection (presence.py).
+        self._take_lock: Callable[[Any], bool] | None = None
+        self._ever_locked = False
+        self._judge_from: float | None = None  # time.monotonic() from which it may judge
         self._stop = threading.Event()
         self._interrupt = Alarm()  # ends the listener's wait on its socket, to stop
         self._listening = threading.Event()
@@ -107,10 +114,19 @@ class Listener:
         """Whether notifications reach this process now (so the loop may sleep long)."""
         return self._listening.is_set()
 
-    def start(self) -> bool:
-        """Start listening; False where the database cannot notify (the loop then polls)."""
+    def may_judge(self) -> bool:
+        """Whether this process may judge others dead by their session locks: it holds its
+        own, and has since long enough after a reconnect (presence.py)."""
+        judge_from = self._judge_from
+        return judge_from is not None and time.monotonic() >= judge_from
+
+    def start(self, take_lock: Callable[[Any], bool] | None = None) -> bool:
+        """Start listening, and with ``take_lock`` (given the driver's connection) holding a
+        session lock on that connection (presence.py); False where the database cannot
+        notify (the loop then polls)."""
         if not self.supported(self.using):
             return False
+        self._take_lock = take_lock
         self._thread = threading.Thread(target=self._run, name="periodic-listener", daemon=True)
         self._thread.start()
         return True
@@ -134,13 +150,26 @@ class Listener:
                 self._stop.wait(delay)
             finally:
                 self._listening.clear()
+                self._judge_from = None
                 wrapper.close()
+
+    def _hold_lock(self, raw: Any, take_lock: Callable[[Any], bool]) -> None:
+        """Take the lock; judge others at once the first time, but after a reconnect only
+        once every other process had the time to reconnect too (a database restart)."""
+        if not take_lock(raw):
+            logger.warning("This scheduler's session lock is held by another session.")
+            return
+        wait = 2 * MAX_RECONNECT_DELAY if self._ever_locked else 0.0
+        self._ever_locked = True
+        self._judge_from = time.monotonic() + wait
 
     def _listen(self, wrapper: BaseDatabaseWrapper) -> None:
         wrapper.ensure_connection()
         raw = wrapper.connection
         raw.autocommit = True
         raw.execute(f"LISTEN {CHANNEL}")
+        if self._take_lock is not None:
+            self._hold_lock(raw, self._take_lock)
         self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening
