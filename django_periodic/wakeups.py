@@ -167,9 +167,9 @@ class Listener:
         wrapper.ensure_connection()
         raw = wrapper.connection
         raw.autocommit = True
-        raw.execute(f"LISTEN {CHANNEL}")
         if self._take_lock is not None:
             self._hold_lock(raw, self._take_lock)
+        raw.execute(f"LISTEN {CHANNEL}")  # last, so that pg_stat_activity shows it
         self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening

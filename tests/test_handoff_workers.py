@@ -18,7 +18,7 @@ from tests.processes import wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
 
-# Fast enough that a killed worker's lease (1 s) is swept within about a second.
+# Fast enough that a killed worker's lease is swept within about a second of expiring.
 SETTINGS = {
     "TASKS_BACKEND": "database",
     "HEARTBEAT_INTERVAL": 0.25,
@@ -72,21 +72,23 @@ def test_a_sigkilled_worker_leaves_its_run_to_the_lease(postgres, children, reen
     schedule = ScheduleFactory(
         job="tests.jobs.linger",
         kwargs={"seconds": 1.5},
-        lease_timeout=timedelta(seconds=1),
+        # Twice the workers' heartbeat at the least (SETTINGS), so that under load the
+        # rerun keeps its lease: only the killed worker's may expire.
+        lease_timeout=timedelta(seconds=3),
         allow_stale_reentry=reentry,
         tasks_backend="database",
     )
     run = schedule.run_now()
     scheduler = children.start("--plan-only", settings=SETTINGS)
-    doomed = children.start_worker()
+    doomed = children.start_worker(settings=SETTINGS)
     wait_for(Execution.objects.exists, 30, "the job to start")
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.wait()
     if reentry:
-        children.start_worker()  # takes the run's task once it is enqueued again
-        wait_for(lambda: Run.objects.get(pk=run.pk).status == "succeeded", 30, "the rerun")
+        children.start_worker(settings=SETTINGS)  # takes the run's task once enqueued again
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "succeeded", 60, "the rerun")
     else:
-        wait_for(lambda: Run.objects.get(pk=run.pk).status == "failed", 30, "the sweep")
+        wait_for(lambda: Run.objects.get(pk=run.pk).status == "failed", 60, "the sweep")
     assert scheduler.terminate() == 0, scheduler.output()
 
     run.refresh_from_db()
