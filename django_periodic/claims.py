@@ -411,12 +411,20 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 """
 # Which runs a claim takes: those that may start now, or (ahead) those due soon; those its
 # own workers execute (not handed to a tasks backend), or the one run a task names.
+# Written so that the index on claimable runs' plan times serves every claim, in order,
+# whatever the statistics say (a burst of new runs makes them stale for up to a minute):
+# - "(SELECT now FROM t)", not a join on t: a value the index scan starts from. Joined,
+#   the claim ahead read every overdue run to find those after now (16 ms at 20,000).
+# - "plan_time <= now" for retries too (a retry is always after its plan time), outside
+#   the OR: with the OR alone, stale statistics chose another index and sorted every
+#   waiting run on each claim (12 ms at 20,000).
 CLAIMABLE_NOW = (
-    "((r.status = 'pending' AND r.plan_time <= t.now)"
-    " OR (r.status = 'retrying' AND r.next_retry_at <= t.now))"
+    "r.status IN ('pending', 'retrying') AND r.plan_time <= (SELECT now FROM t)"
+    " AND (r.status = 'pending' OR r.next_retry_at <= (SELECT now FROM t))"
 )
 CLAIMABLE_AHEAD = (
-    "r.status = 'pending' AND r.plan_time > t.now AND r.plan_time <= t.now + %(ahead)s"
+    "r.status = 'pending' AND r.plan_time > (SELECT now FROM t)"
+    " AND r.plan_time <= (SELECT now FROM t) + %(ahead)s"
 )
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
@@ -473,11 +481,15 @@ def _claim_postgresql(
     _announce_ended(late_runs or [], signals.run_skipped, using)
     _announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
     run_count = len(_fields(Run))
+    schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
     for _late, _late_runs, _refused, _refused_runs, claimed_at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
         run = _instance(Run, columns[:run_count], using)
-        run.schedule = _instance(Schedule, columns[run_count:], using)
+        schedule = schedules.get(run.schedule_id)
+        if schedule is None:
+            schedule = schedules[run.schedule_id] = _instance(Schedule, columns[run_count:], using)
+        run.schedule = schedule
         result.claims.append(Claim(run, token, using, db_claimed_at=claimed_at))
     return result
 
@@ -485,13 +497,25 @@ def _claim_postgresql(
 def _instance(model: type[Model], values: Sequence[Any], using: str) -> Any:
     """A model instance from raw column values, converted as a queryset would."""
     connection = connections[using]
+    attnames, converters = _converters(model, using)
+    converted = list(values)
+    for index, expression, field_converters in converters:
+        for converter in field_converters:
+            converted[index] = converter(converted[index], expression, connection)
+    return model.from_db(using, attnames, converted)
+
+
+@cache
+def _converters(model: type[Model], using: str) -> tuple[list[str], list[tuple[int, Any, list]]]:
+    """The attribute names of ``model``'s columns, and the converters of those that have
+    some (index, column expression, converters): worked out once, not for every row."""
+    connection = connections[using]
     fields = _fields(model)
-    converted = []
-    for model_field, value in zip(fields, values, strict=True):
+    converters = []
+    for index, model_field in enumerate(fields):
         expression = model_field.get_col(model._meta.db_table)
-        converters = connection.ops.get_db_converters(expression)
-        converters += model_field.get_db_converters(connection)
-        for converter in converters:
-            value = converter(value, expression, connection)
-        converted.append(value)
-    return model.from_db(using, [f.attname for f in fields], converted)
+        field_converters = connection.ops.get_db_converters(expression)
+        field_converters += model_field.get_db_converters(connection)
+        if field_converters:
+            converters.append((index, expression, field_converters))
+    return [f.attname for f in fields], converters

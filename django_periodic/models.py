@@ -884,9 +884,10 @@ class Run(models.Model):
             models.Index(fields=["schedule", "-plan_time"], name="periodic_run_history"),
             # The whole history by plan time: the admin's run list, prune_runs' cutoff.
             models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
-            # Runs our workers may claim, and handed-off runs with no task enqueued yet.
+            # Runs our workers may claim, in the claim's order: no sort, and no other index
+            # cheaper to the planner when a burst has left its statistics stale.
             models.Index(
-                fields=["plan_time"],
+                fields=["plan_time", "id"],
                 condition=Q(status__in=CLAIMABLE_STATUSES, tasks_backend=""),
                 name="periodic_run_claimable",
             ),
