@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connections, models, transaction
-from django.db.models import Count, Exists, F, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, Window
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import RowNumber
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import (
@@ -753,13 +754,22 @@ class RunQuerySet(models.QuerySet["Run"]):
             schedule_ids = list(schedule_ids)
             if not schedule_ids:
                 return 0  # most outcomes: no queue to move, and no query to build
-        same_scope = {"schedule_id": OuterRef("schedule_id"), "scope": OuterRef("scope")}
-        oldest = self.filter(**same_scope, status=Run.Status.QUEUED)
-        holding = self.filter(**same_scope, exclusive=True, status__in=Run.SLOT_STATUSES)
-        first = Subquery(oldest.order_by("plan_time", "pk").values("pk")[:1])
-        candidates = self.filter(status=Run.Status.QUEUED, pk=first).filter(~Exists(holding))
+        queued = self.filter(status=Run.Status.QUEUED)
         if schedule_ids is not None:
-            candidates = candidates.filter(schedule_id__in=schedule_ids)
+            queued = queued.filter(schedule_id__in=schedule_ids)
+        # The oldest queued run of each scope, ranked in one pass over the queued runs: a
+        # subquery per queued run was estimated so dear on stale statistics that PostgreSQL
+        # compiled it (JIT), 0.3-0.8 s each time.
+        in_scope = Window(
+            RowNumber(),
+            partition_by=[F("schedule_id"), F("scope")],
+            order_by=[F("plan_time"), F("pk")],
+        )
+        oldest = queued.annotate(place=in_scope).filter(place=1).values("pk")
+        same_scope = {"schedule_id": OuterRef("schedule_id"), "scope": OuterRef("scope")}
+        holding = self.filter(**same_scope, exclusive=True, status__in=Run.SLOT_STATUSES)
+        # Queued still when updated: another process may have moved it meanwhile.
+        candidates = self.filter(pk__in=oldest, status=Run.Status.QUEUED).filter(~Exists(holding))
         try:
             with transaction.atomic(using=self.db):
                 promoted = candidates.update(status=Run.Status.PENDING)

@@ -157,12 +157,16 @@ class Scheduler:
 
     def tick(self) -> tuple[datetime, datetime]:
         """Do what the horizon says is due now; return (now, when to wake up next)."""
+        holding = self._holding()
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
             ahead = horizon.look_ahead(self.using, judge=self.listener.may_judge())
             now = ahead.now
             self._clock_read_at = time.monotonic()
-            self._keep_house(now, ahead)
+            if not holding:
+                self._keep_house(now, ahead)
+        if holding:
+            self._keep_house(now, ahead)  # in transactions of its own, see there
         planned = self._plan_when_due(now, ahead)
         if self.pool:
             self._watch_running(now)
@@ -265,20 +269,31 @@ class Scheduler:
             self._claim_free()
 
     def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
-        """Heartbeat and sweep when due, in one transaction (idle: one a minute)."""
+        """Heartbeat and sweep when due (idle: in the tick's one transaction, once a minute).
+
+        While holding leases, the heartbeat commits on its own, before the sweep: it locks
+        the leases it extends, and this process's workers marking runs started or recording
+        outcomes wait for those locks; they must not wait for a sweep too (up to a second
+        behind a large one, measured).
+        """
         heartbeat = now >= self._next_heartbeat
         sweep = now >= self._next_sweep or ahead.lease_expired()
         if not (heartbeat or sweep):
             return
         if self._interval() == self.settings.IDLE_INTERVAL:
             heartbeat = sweep = True  # idle: both in the one wake-up, never two a minute
-        with transaction.atomic(using=self.using):
-            # Heartbeat first: after an outage longer than a lease, the sweep must not
-            # find this process's own live runs expired.
-            if heartbeat:
+        # Heartbeat first: after an outage longer than a lease, the sweep must not find
+        # this process's own live runs expired. (No savepoints inside the tick's block.)
+        if heartbeat:
+            with transaction.atomic(using=self.using, savepoint=False):
                 self._heartbeat(now)
-            if sweep:
+        if sweep:
+            with transaction.atomic(using=self.using, savepoint=False):
                 self._sweep(now)
+
+    def _holding(self) -> bool:
+        """Whether this process holds leases: runs in its pool or outcomes to record."""
+        return bool(self.pool and not self.pool.idle()) or bool(self.recorder.holding())
 
     def _heartbeat(self, now: datetime) -> None:
         """Heartbeat; often while holding leases, once an idle interval while holding none

@@ -1,9 +1,10 @@
 import signal
+import threading
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
-from django.db import connection
+from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count
 
 from django_periodic import clock, eventloop, leases
@@ -288,3 +289,43 @@ def test_a_forgotten_process_registers_again_at_its_next_heartbeat(process, now)
     SchedulerProcess.objects.filter(pk=process.pk).delete()
     leases.heartbeat(process, now)
     assert SchedulerProcess.objects.get(pk=process.pk).heartbeat_at == now
+
+
+@pytest.mark.django_db(transaction=True)
+def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_wait_for_it(
+    postgres, monkeypatch
+):
+    """Workers update the leases a heartbeat extends (start marks, outcomes): its locks
+    must be gone while the sweep runs, however long that takes."""
+    scheduler = Scheduler(workers=1)
+    scheduler.boot()
+    due_now(job="tests.jobs.record", kwargs={"seconds": 1.0})
+    scheduler.tick()  # claims the run; its job runs for a second
+    lease = wait_for(lambda: Lease.objects.filter(started_at__isnull=False).first(), 10)
+    locked_during_sweep = []
+
+    def probe(*args, **kwargs):
+        def try_lock():
+            try:
+                with transaction.atomic():
+                    Lease.objects.select_for_update(nowait=True).get(pk=lease.pk)
+                locked_during_sweep.append(False)
+            except DatabaseError:
+                locked_during_sweep.append(True)
+            finally:
+                connections.close_all()
+
+        prober = threading.Thread(target=try_lock)
+        prober.start()
+        prober.join()
+        return leases.SweepResult()
+
+    monkeypatch.setattr(leases, "sweep", probe)
+    scheduler._next_heartbeat = scheduler._next_sweep = clock.now() - timedelta(seconds=1)
+    try:
+        scheduler.tick()
+    finally:
+        scheduler.request_stop()
+        scheduler.shutdown()  # after the job: its outcome is recorded
+    assert Lease.objects.get(pk=lease.pk).heartbeat_at > lease.heartbeat_at  # extended
+    assert locked_during_sweep == [False]
