@@ -5,7 +5,8 @@ benchmark's PostgreSQL ($BENCH_SQLALCHEMY_URL), default executor (10 threads) an
 
 Events come from APScheduler's own listeners: ``submit`` per job handed to the executor
 (APScheduler dispatches these after each pass over the due jobs), ``run`` per job executed
-and ``missed`` per run time dropped, each with the scheduled run time.
+``missed`` per run time dropped and ``error`` per job that raised, each with the scheduled
+run time.
 """
 
 import os
@@ -13,7 +14,12 @@ import signal
 import threading
 from datetime import UTC
 
-from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED, EVENT_JOB_SUBMITTED
+from apscheduler.events import (
+    EVENT_JOB_ERROR,
+    EVENT_JOB_EXECUTED,
+    EVENT_JOB_MISSED,
+    EVENT_JOB_SUBMITTED,
+)
 from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from peer_events import EVENTS
@@ -32,12 +38,18 @@ def on_missed(event) -> None:
     EVENTS.now("missed", event.scheduled_run_time.timestamp())
 
 
+def on_error(event) -> None:
+    EVENTS.now("error", event.scheduled_run_time.timestamp())
+    print(f"job {event.job_id} raised: {event.exception!r}", flush=True)
+
+
 def main() -> None:
     store = SQLAlchemyJobStore(url=os.environ["BENCH_SQLALCHEMY_URL"])
     scheduler = BackgroundScheduler(jobstores={"default": store}, timezone=UTC)
     scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
     scheduler.add_listener(on_executed, EVENT_JOB_EXECUTED)
     scheduler.add_listener(on_missed, EVENT_JOB_MISSED)
+    scheduler.add_listener(on_error, EVENT_JOB_ERROR)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
