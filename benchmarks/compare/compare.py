@@ -3,8 +3,11 @@
     bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,...]
 
 run.sh builds the venvs and starts PostgreSQL, then runs this with BENCH_PG_PORT set.
-Workloads: planning, lag, execution, handoff, due, idle, rss. Each figure is the median of 3
-repetitions (1 with --quick, which also uses smaller sizes). Results are kept in
+Workloads: planning, lag, execution, handoff, due, idle, rss, each with a no-op job; the same
+with the writing job (one INSERT, CONN_MAX_AGE 0): lag-writing, steady, execution-writing,
+handoff-writing, due-writing; and floor, that job's INSERT in a loop on one connection (run
+with any writing throughput workload). Each figure is the median of 3 repetitions (1 with
+--quick, which also uses smaller sizes). Results are kept in
 benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
 reruns one workload; the table, docs/performance.md and docs/images/performance.png are
 made from that file (the docs by a full run, or by any run given --docs).
@@ -30,7 +33,24 @@ from peers import PEERS, Context, Ours, Peer
 from workloads import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKLOADS = ("planning", "lag", "execution", "handoff", "due", "idle", "rss")
+WORKLOADS = (
+    "planning",
+    "lag",
+    "lag-writing",
+    "steady",
+    "floor",  # before the workloads whose figures are fractions of it
+    "execution",
+    "execution-writing",
+    "handoff",
+    "handoff-writing",
+    "due",
+    "due-writing",
+    "idle",
+    "rss",
+)
+# Their throughputs are given as fractions of the floor measured in the same run.
+NEEDS_FLOOR = ("execution-writing", "handoff-writing")
+OURS_ONLY = ("execution", "handoff", "handoff-writing", "due", "due-writing", "steady")
 
 
 def parse_args() -> argparse.Namespace:
@@ -57,6 +77,8 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     args.only = _choices(args.only, WORKLOADS, "workload")
+    if set(args.only) & set(NEEDS_FLOOR) and "floor" not in args.only:
+        args.only = [w for w in WORKLOADS if w in args.only or w == "floor"]
     args.peers = _choices(args.peers, tuple(PEERS), "peer")
     return args
 
@@ -80,15 +102,21 @@ def make_peers(ctx: Context, keys: list[str]) -> list[Peer]:
 
 def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list[workloads.Figure]:
     ours = next((p for p in peers if isinstance(p, Ours)), None)
-    if name in ("execution", "handoff", "due") and ours is None:
+    if name in OURS_ONLY and ours is None:
         say(f"[{name}] needs django_periodic (--peers ours)")
         return []
     runners = {
         "planning": lambda: workloads.planning(ctx, plan, peers),
         "lag": lambda: workloads.fire_lag(ctx, plan, peers),
+        "lag-writing": lambda: workloads.fire_lag(ctx, plan, peers, writing=True),
+        "steady": lambda: workloads.steady(ctx, plan, ours),
+        "floor": lambda: workloads.floor(ctx, plan),
         "execution": lambda: workloads.execution(ctx, plan, ours),
+        "execution-writing": lambda: workloads.execution_writing(ctx, plan, peers),
         "handoff": lambda: workloads.handoff(ctx, plan, ours),
+        "handoff-writing": lambda: workloads.handoff(ctx, plan, ours, writing=True),
         "due": lambda: workloads.due_at_once(ctx, plan, ours),
+        "due-writing": lambda: workloads.due_at_once(ctx, plan, ours, writing=True),
         "idle": lambda: workloads.idle(ctx, plan, peers),
         "rss": lambda: workloads.memory_use(ctx, plan, peers),
     }

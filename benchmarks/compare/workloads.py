@@ -6,14 +6,26 @@ idle when they come due; the lead is learned per peer and size (a peer that load
 schedule at start needs longer).
 """
 
+import json
+import subprocess
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from harness import Child, Progress, cpu_seconds, median, memory, percentile, say, wait_until
-from peers import Context, Ours, Peer, now_utc
+from harness import (
+    Child,
+    Progress,
+    cpu_seconds,
+    median,
+    memory,
+    percentile,
+    run_checked,
+    say,
+    wait_until,
+)
+from peers import Context, Ours, Peer, now_utc, ours_env
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
@@ -44,6 +56,9 @@ class Plan:
     workers: int = 8  # run_scheduler --workers where the workload runs jobs
     rss_limit: int = 8 * GB
     slow_repetition: float = 120.0  # a repetition longer than this is not repeated
+    floor_rows: int = 10_000  # rows the writing job's floor writes per repetition
+    steady_schedules: int = 100
+    steady_seconds: int = 30
 
     @classmethod
     def full(cls, cap: float, early_stop: bool) -> "Plan":
@@ -83,6 +98,7 @@ class Plan:
             idle_windows=1,
             rss_sizes=(1_000, 100_000),
             settle=10.0,
+            floor_rows=5_000,
         )
 
 
@@ -98,6 +114,7 @@ class Figure:
     detail: str = ""
     numbers: dict[str, float] = field(default_factory=dict)
     reps: int = 0
+    outcomes: list[dict[str, float]] = field(default_factory=list)  # each repetition's numbers
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -137,7 +154,7 @@ def measure(
             break
     numbers = {key: median(o[key] for o in outcomes) for key in outcomes[0]}
     value, text, detail = summary(numbers)
-    return Figure(row, peer, "ok", value, text, detail, numbers, len(outcomes))
+    return Figure(row, peer, "ok", value, text, detail, numbers, len(outcomes), outcomes)
 
 
 def died(children: list[Child]) -> None:
@@ -309,36 +326,67 @@ def planning_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
 # --- (2) fire lag -----------------------------------------------------------------------------
 
 
-def fire_lag(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
-    """N schedules firing every second for S seconds: fires kept and lag percentiles."""
+def fire_lag(ctx: Context, plan: Plan, peers: list[Peer], writing: bool = False) -> list[Figure]:
+    """N schedules firing every second for S seconds: fires kept and lag percentiles, of the
+    no-op job or (``writing``) of the writing job."""
     n, seconds = plan.lag_schedules, plan.lag_seconds
-    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s")
+    row = "lag:writing" if writing else "lag"
+    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s, {job_name(writing)}")
     figures = []
     for peer in peers:
         if peer.min_interval > SECOND:
             note = (
                 f"no schedule shorter than {peer.min_interval.total_seconds() / 60:.0f} min (cron)"
             )
-            figures.append(Figure("lag", peer.key, "unsupported", text=note))
+            figures.append(Figure(row, peer.key, "unsupported", text=note))
+            continue
+        if writing and peer.writing_note:
+            figures.append(Figure(row, peer.key, "not run", text=peer.writing_note))
             continue
         processes = 2 if isinstance(peer, Ours) else 1
         label = f"{peer.label}, {processes} process{'es' * (processes > 1)}"
-        once = lambda progress, peer=peer, p=processes: lag_once(ctx, plan, peer, p, progress)  # noqa: E731
-        figures.append(measure(plan, "lag", peer.key, label, once, lag_summary))
+        once = lambda progress, peer=peer, p=processes: lag_once(  # noqa: E731
+            ctx, plan, peer, p, progress, n, seconds, writing
+        )
+        figures.append(measure(plan, row, peer.key, label, once, lag_summary))
     return figures
 
 
+def steady(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+    """2 schedulers, a few schedules of the writing job every second, no kills: every run
+    is expected to succeed."""
+    n, seconds = plan.steady_schedules, plan.steady_seconds
+    say(f"\n[steady] 2 schedulers, {n:,} schedules x every 1 s x {seconds} s, writing job")
+
+    def once(progress: Progress) -> dict[str, float]:
+        return lag_once(ctx, plan, ours, 2, progress, n, seconds, writing=True)
+
+    return [measure(plan, "steady", ours.key, f"{ours.label}, 2 processes", once, steady_summary)]
+
+
+def job_name(writing: bool) -> str:
+    return "writing job" if writing else "no-op job"
+
+
 def lag_once(
-    ctx: Context, plan: Plan, peer: Peer, processes: int, progress: Progress
+    ctx: Context,
+    plan: Plan,
+    peer: Peer,
+    processes: int,
+    progress: Progress,
+    n: int,
+    seconds: int,
+    writing: bool = False,
 ) -> dict[str, float]:
-    n, seconds = plan.lag_schedules, plan.lag_seconds
     children, due_at = start_due(
         ctx,
         plan,
         peer,
         n,
-        lambda first: peer.add_schedules(n, first, SECOND, first + (seconds - 1) * SECOND),
-        lambda: [peer.start(i, workers=plan.workers) for i in range(processes)],
+        lambda first: peer.add_schedules(
+            n, first, SECOND, first + (seconds - 1) * SECOND, writing=writing
+        ),
+        lambda: [peer.start(i, workers=plan.workers, writing=writing) for i in range(processes)],
     )
     try:
         end = due_at + seconds + 10  # 10 s to finish the last fires
@@ -354,7 +402,7 @@ def lag_once(
         kept, lags, lost = peer_lags(peer, due_at, seconds)
     if not lags:
         raise RuntimeError("no fire kept")
-    return {
+    numbers = {
         "kept": kept,
         "expected": n * seconds,
         "lost": lost,
@@ -362,6 +410,9 @@ def lag_once(
         "p99": percentile(lags, 99) * 1000,
         "max": max(lags) * 1000,
     }
+    if writing:
+        numbers.update(written=peer.written(), errors=peer.job_errors())
+    return numbers
 
 
 def ours_lags(ours: Ours, due_at: float, seconds: int) -> tuple[int, list[float], int]:
@@ -388,8 +439,30 @@ def lag_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         f"{numbers['kept']:,.0f} of {numbers['expected']:,.0f} kept; p50 {numbers['p50']:,.0f} ms, "
         f"p99 {numbers['p99']:,.0f} ms, max {numbers['max']:,.0f} ms"
     )
-    detail = f"{numbers['lost']:,.0f} skipped or missed" if numbers["lost"] else ""
-    return numbers["p99"], text, detail
+    details = [f"{numbers['lost']:,.0f} skipped or missed"] if numbers["lost"] else []
+    details += written_details(numbers)
+    return numbers["p99"], text, "; ".join(details)
+
+
+def steady_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    share = numbers["kept"] / numbers["expected"]
+    text = (
+        f"{numbers['kept']:,.0f} of {numbers['expected']:,.0f} succeeded ({share:.1%}); "
+        f"start lag p99 {numbers['p99']:,.0f} ms"
+    )
+    details = [f"{numbers['lost']:,.0f} not succeeded"] if numbers["lost"] else []
+    details += written_details(numbers)
+    return share * 100, text, "; ".join(details)
+
+
+def written_details(numbers: dict[str, float]) -> list[str]:
+    """What the writing job left: its rows, and the runs whose job raised."""
+    if "written" not in numbers:
+        return []
+    lines = [f"{numbers['written']:,.0f} rows written by the job"]
+    if numbers.get("errors"):
+        lines.append(f"{numbers['errors']:,.0f} jobs raised")
+    return lines
 
 
 # --- (3) execution and the 10,000-due workload (django_periodic only) -------------------------
@@ -399,27 +472,90 @@ def execution(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
     """N pending no-op runs executed by 1 and 2 run_scheduler processes."""
     runs = plan.execution_runs
     say(f"\n[execution] {runs:,} pending no-op runs, --workers {plan.workers}")
+    return [ours_execution(ctx, plan, ours, p, writing=False) for p in (1, 2)]
+
+
+def execution_writing(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
+    """N pending runs of the writing job: ours with 1 and 2 run_scheduler processes, the
+    peers that execute jobs with their one process."""
+    runs = plan.execution_runs
+    say(f"\n[execution] {runs:,} pending runs of the writing job, --workers {plan.workers}")
     figures = []
-    for processes in (1, 2):
-        once = lambda progress, p=processes: execution_once(plan, ours, p, progress)  # noqa: E731
-        label = f"{ours.label}, {processes} process{'es' * (processes > 1)}"
-        figures.append(
-            measure(plan, f"execution:{processes}", ours.key, label, once, execution_summary)
-        )
+    for peer in peers:
+        if isinstance(peer, Ours):
+            figures += [ours_execution(ctx, plan, peer, p, writing=True) for p in (1, 2)]
+            continue
+        figures.append(peer_execution(ctx, plan, peer))
+        note = peer.writing_note or peer.multi_note
+        figures.append(Figure("execution:writing:2", peer.key, "not run", text=note))
     return figures
 
 
-def execution_once(plan: Plan, ours: Ours, processes: int, progress: Progress) -> dict[str, float]:
+def ours_execution(ctx: Context, plan: Plan, ours: Ours, processes: int, writing: bool) -> Figure:
+    def once(progress: Progress) -> dict[str, float]:
+        return execution_once(ctx, plan, ours, processes, progress, writing)
+
+    row = f"execution:writing:{processes}" if writing else f"execution:{processes}"
+    label = f"{ours.label}, {processes} process{'es' * (processes > 1)}"
+    return measure(plan, row, ours.key, label, once, execution_summary)
+
+
+def execution_once(
+    ctx: Context, plan: Plan, ours: Ours, processes: int, progress: Progress, writing: bool
+) -> dict[str, float]:
     runs = plan.execution_runs
     ours.reset()
     # A long grace, so that no run waiting its turn is skipped: this measures execution only.
-    ours.add_schedules(runs, now_utc(-1), HOUR, misfire_grace=HOUR)
+    ours.add_schedules(runs, now_utc(-1), HOUR, writing=writing, misfire_grace=HOUR)
     ours.plan_once()
     if (pending := ours.count_runs("status = 'pending'")) != runs:
         raise RuntimeError(f"{pending} runs pending, not {runs}")
     ours.analyze()
-    children = [ours.start(i, workers=plan.workers) for i in range(processes)]
-    return execution_rate(plan, ours, runs, children, progress)
+    children = [ours.start(i, workers=plan.workers, writing=writing) for i in range(processes)]
+    numbers = execution_rate(plan, ours, runs, children, progress)
+    return with_writes(ctx, ours, numbers) if writing else numbers
+
+
+def peer_execution(ctx: Context, plan: Plan, peer: Peer) -> Figure:
+    """A peer with no pending runs: N jobs of the writing job due at once, a grace of an
+    hour so that none is dropped, executed by its scheduler process."""
+    if peer.writing_note:
+        return Figure("execution:writing:1", peer.key, "not run", text=peer.writing_note)
+
+    def once(progress: Progress) -> dict[str, float]:
+        return peer_execution_once(ctx, plan, peer, progress)
+
+    label = f"{peer.label}, 1 process"
+    return measure(plan, "execution:writing:1", peer.key, label, once, execution_summary)
+
+
+def peer_execution_once(
+    ctx: Context, plan: Plan, peer: Peer, progress: Progress
+) -> dict[str, float]:
+    runs = plan.execution_runs
+    children, due_at = start_due(
+        ctx,
+        plan,
+        peer,
+        runs,
+        lambda first: peer.add_schedules(runs, first, HOUR, writing=True, misfire_grace=HOUR),
+        lambda: [peer.start(0)],
+    )
+    try:
+        wait_for_fires(plan, peer, peer.lag_kind, runs, due_at, children, progress)
+        seconds = peer.last_fire(peer.lag_kind) - due_at
+    finally:
+        peer.stop(children)
+    numbers = {"n": runs, "rate": runs / seconds, "seconds": seconds, "from_due": 1.0}
+    return with_writes(ctx, peer, numbers)
+
+
+def with_writes(ctx: Context, peer: Peer, numbers: dict[str, float]) -> dict[str, float]:
+    """The writing job's rows and errors, and the floor of this run, beside the rate."""
+    numbers = {**numbers, "written": peer.written(), "errors": peer.job_errors()}
+    if ctx.floor:
+        numbers["floor"] = ctx.floor
+    return numbers
 
 
 def execution_rate(
@@ -429,7 +565,7 @@ def execution_rate(
     first start to the last finish."""
     since = time.time()
     try:
-        while (done := ours.count_runs("status = 'succeeded'")) < runs:
+        while (done := succeeded_or_raise(ours)) < runs:
             progress.update(done, runs)
             died(children)
             if time.time() - since > plan.cap:
@@ -446,58 +582,91 @@ def execution_rate(
     return {"n": runs, "rate": runs / seconds, "seconds": seconds}
 
 
-def handoff(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
-    """N pending no-op runs handed to django-tasks-db: one run_scheduler enqueues them,
+def succeeded_or_raise(ours: Ours) -> int:
+    """Runs succeeded so far; raises once one failed (a job that raised), which no wait
+    would cure. One statement, as the no-op rows were always watched with."""
+    succeeded, failed = ours.conn.execute(
+        "SELECT count(*) FILTER (WHERE status = 'succeeded'), "
+        "count(*) FILTER (WHERE status = 'failed') FROM django_periodic_run"
+    ).fetchone()
+    if failed:
+        raise RuntimeError(f"{failed:,} runs failed")
+    return int(succeeded)
+
+
+def handoff(ctx: Context, plan: Plan, ours: Ours, writing: bool = False) -> list[Figure]:
+    """N pending runs handed to django-tasks-db: one run_scheduler enqueues them,
     1 and 4 db_worker processes execute them."""
     runs = plan.handoff_runs
-    say(f"\n[hand-off] {runs:,} pending no-op runs through django-tasks-db")
+    say(f"\n[hand-off] {runs:,} pending runs of the {job_name(writing)} through django-tasks-db")
     figures = []
     for workers in (1, 4):
-        once = lambda progress, w=workers: handoff_once(plan, ours, w, progress)  # noqa: E731
-        label = f"{ours.label} -> django-tasks-db, {workers} db_worker{'s' * (workers > 1)}"
-        figures.append(
-            measure(plan, f"handoff:{workers}", ours.key, label, once, execution_summary)
+        once = lambda progress, w=workers: handoff_once(  # noqa: E731
+            ctx, plan, ours, w, progress, writing
         )
+        label = f"{ours.label} -> django-tasks-db, {workers} db_worker{'s' * (workers > 1)}"
+        row = f"handoff:writing:{workers}" if writing else f"handoff:{workers}"
+        figures.append(measure(plan, row, ours.key, label, once, execution_summary))
     return figures
 
 
-def handoff_once(plan: Plan, ours: Ours, workers: int, progress: Progress) -> dict[str, float]:
+def handoff_once(
+    ctx: Context, plan: Plan, ours: Ours, workers: int, progress: Progress, writing: bool
+) -> dict[str, float]:
     runs = plan.handoff_runs
     ours.reset()
-    ours.add_schedules(runs, now_utc(-1), HOUR, misfire_grace=HOUR)
+    ours.add_schedules(runs, now_utc(-1), HOUR, writing=writing, misfire_grace=HOUR)
     ours.plan_once()
     if (handed := ours.hand_off_pending()) != runs:
         raise RuntimeError(f"{handed} runs pending, not {runs}")
     ours.analyze()
     # The scheduler enqueues while the workers execute: both are in the figure.
-    children = [ours.start(0, plan_only=True)]
-    children += [ours.start_task_worker(1 + i) for i in range(workers)]
-    return execution_rate(plan, ours, runs, children, progress)
+    children = [ours.start(0, plan_only=True, writing=writing)]
+    children += [ours.start_task_worker(1 + i, writing) for i in range(workers)]
+    numbers = execution_rate(plan, ours, runs, children, progress)
+    return with_writes(ctx, ours, numbers) if writing else numbers
 
 
 def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
     rate = numbers["rate"]
-    detail = f"{numbers['n']:,.0f} in {numbers['seconds']:.1f} s (first start to last finish)"
-    return rate, f"{rate:,.0f} runs/s", detail
+    text = f"{rate:,.0f} runs/s"
+    if numbers.get("floor"):
+        text += f", {rate / numbers['floor']:.2f} of the floor"
+    span = (
+        "from the due time to the last job done"
+        if numbers.get("from_due")
+        else ("first start to last finish")
+    )
+    details = [f"{numbers['n']:,.0f} in {numbers['seconds']:.1f} s ({span})"]
+    details += written_details(numbers)
+    if numbers.get("floor"):
+        details.append(f"the floor in the same run {numbers['floor']:,.0f} rows/s")
+    return rate, text, "; ".join(details)
 
 
-def due_at_once(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+def due_at_once(ctx: Context, plan: Plan, ours: Ours, writing: bool = False) -> list[Figure]:
     """N schedules due at once, default settings, one run_scheduler --workers 8."""
     n = plan.due_schedules
-    say(f"\n[due at once] {n:,} schedules due at once, one run_scheduler --workers {plan.workers}")
-    once = lambda progress: due_once(ctx, plan, ours, progress)  # noqa: E731
-    return [measure(plan, "due", ours.key, ours.label, once, due_summary)]
+    say(
+        f"\n[due at once] {n:,} schedules of the {job_name(writing)} due at once, "
+        f"one run_scheduler --workers {plan.workers}"
+    )
+    once = lambda progress: due_once(ctx, plan, ours, progress, writing)  # noqa: E731
+    row = "due:writing" if writing else "due"
+    return [measure(plan, row, ours.key, ours.label, once, due_summary)]
 
 
-def due_once(ctx: Context, plan: Plan, ours: Ours, progress: Progress) -> dict[str, float]:
+def due_once(
+    ctx: Context, plan: Plan, ours: Ours, progress: Progress, writing: bool = False
+) -> dict[str, float]:
     n = plan.due_schedules
     children, due_at = start_due(
         ctx,
         plan,
         ours,
         n,
-        lambda first: ours.add_schedules(n, first, HOUR),
-        lambda: [ours.start(0, workers=plan.workers)],
+        lambda first: ours.add_schedules(n, first, HOUR, writing=writing),
+        lambda: [ours.start(0, workers=plan.workers, writing=writing)],
     )
     final = "status IN ('succeeded', 'failed', 'skipped', 'cancelled')"
     try:
@@ -515,7 +684,8 @@ def due_once(ctx: Context, plan: Plan, ours: Ours, progress: Progress) -> dict[s
         "extract(epoch FROM max(finished_at) - min(plan_time)) FROM django_periodic_run"
     ).fetchone()
     within, succeeded, skipped, last = (float(x or 0) for x in row)
-    return {"n": n, "within": within, "succeeded": succeeded, "skipped": skipped, "last": last}
+    numbers = {"n": n, "within": within, "succeeded": succeeded, "skipped": skipped, "last": last}
+    return with_writes(ctx, ours, numbers) if writing else numbers
 
 
 def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
@@ -523,11 +693,55 @@ def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         f"{numbers['within']:,.0f} of {numbers['n']:,.0f} succeeded within 10 s; "
         f"{numbers['skipped']:,.0f} skipped"
     )
-    detail = (
+    details = [
         f"{numbers['succeeded']:,.0f} succeeded in all, "
         f"the last {numbers['last']:.1f} s after the fire"
+    ]
+    details += written_details(numbers)
+    return numbers["within"], text, "; ".join(details)
+
+
+# --- the writing job's floor ------------------------------------------------------------------
+
+FLOOR_DATABASE = "bench_floor"
+
+
+def floor(ctx: Context, plan: Plan) -> list[Figure]:
+    """The writing job's INSERT in a plain loop on one connection: what one connection to
+    this durable server allows, the bound of the writing-job throughputs."""
+    rows = plan.floor_rows
+    say(f"\n[floor] the writing job's INSERT in a loop on one connection, {rows:,} rows")
+    env = ours_env(ctx, FLOOR_DATABASE)
+    env["PERIODIC_TEST_CONN_MAX_AGE"] = "0"  # as the writing job runs
+    ctx.server.create_database(FLOOR_DATABASE)
+    argv = [ctx.python, "-m", "django", "migrate", "tests", "-v", "0"]
+    run_checked(argv, env, ctx.root, "floor: migrate")
+
+    def once(progress: Progress) -> dict[str, float]:
+        return floor_once(ctx, env, rows)
+
+    figure = measure(plan, "floor", "floor", "one connection", once, floor_summary)
+    ctx.floor = figure.value if figure.status == "ok" else None
+    return [figure]
+
+
+def floor_once(ctx: Context, env: dict[str, str], rows: int) -> dict[str, float]:
+    with ctx.server.connect(FLOOR_DATABASE) as conn:
+        conn.execute("TRUNCATE tests_execution")
+    argv = [ctx.python, str(ctx.root / "benchmarks" / "compare" / "floor_child.py"), str(rows)]
+    done = subprocess.run(
+        argv, env=env, cwd=ctx.root, capture_output=True, text=True, timeout=600, check=False
     )
-    return numbers["within"], text, detail
+    if done.returncode != 0:
+        raise RuntimeError(f"floor_child failed:\n{done.stderr[-2000:]}")
+    seconds = json.loads(done.stdout.splitlines()[-1])["seconds"]
+    return {"n": rows, "rate": rows / seconds, "seconds": seconds}
+
+
+def floor_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
+    rate = numbers["rate"]
+    detail = f"{numbers['n']:,.0f} rows in {numbers['seconds']:.1f} s, one connection, autocommit"
+    return rate, f"{rate:,.0f} rows/s", detail
 
 
 # --- (4) idle cost and (5) memory: all peers side by side, each in its own database ----------
