@@ -257,8 +257,11 @@ def writing_lines(figures: Figures, peers: list[str]) -> list[str]:
     for peer in peers:
         parts = []
         for processes in (1, 2):
-            if (rate := _value(figures, f"execution:writing:{processes}", peer)) is not None:
-                of_floor = f" ({rate / floor:.2f} of the floor)" if floor else ""
+            row = f"execution:writing:{processes}"
+            if (rate := _value(figures, row, peer)) is not None:
+                # The floor of the figure's own run: --only reruns measure it anew.
+                own = figures[row, peer]["numbers"].get("floor") or floor
+                of_floor = f" ({rate / own:.2f} of the floor)" if own else ""
                 plural = "es" * (processes > 1)
                 parts.append(f"{rate:,.0f} runs/s with {processes} process{plural}{of_floor}")
         if parts:
