@@ -36,6 +36,8 @@ CHILD_SETTINGS = {
     "STALE_REENTRY_LIMIT": 1_000_000,
     "SHUTDOWN_GRACE": 2,
 }
+# The same with the default heartbeat and sweep: recovery by detection, not fast expiry.
+DEFAULT_CHILD_SETTINGS = {"STALE_REENTRY_LIMIT": 1_000_000, "SHUTDOWN_GRACE": 2}
 LEASE_TIMEOUT = timedelta(seconds=3)
 # Error codes of a job body that queried while the database was away.
 DATABASE_ERRORS = frozenset({"OperationalError", "InterfaceError"})
@@ -175,7 +177,14 @@ class Fleet:
         )
 
 
-def create_schedules(count: int, start: datetime, *, seconds: float, **fields) -> list[Schedule]:
+def create_schedules(
+    count: int,
+    start: datetime,
+    *,
+    seconds: float,
+    lease_timeout: timedelta = LEASE_TIMEOUT,
+    **fields,
+) -> list[Schedule]:
     """``count`` schedules firing every second from ``start``, half of them at-least-once.
 
     ``bulk_create`` skips ``save()`` (and full_clean, whose lease_timeout check reads this
@@ -190,7 +199,7 @@ def create_schedules(count: int, start: datetime, *, seconds: float, **fields) -
             interval=SECOND,
             start_at=start,
             next_fire_at=start,
-            lease_timeout=LEASE_TIMEOUT,
+            lease_timeout=lease_timeout,
             allow_stale_reentry=i % 2 == 1,
             created_at=now,
             **fields,
@@ -404,6 +413,19 @@ class Ledger:
         return problems
 
     # -- what happened ----------------------------------------------------------------------
+
+    def recovery_seconds(self, dead: dict[int, datetime]) -> list[float]:
+        """For each killed process that held leases: seconds from its SIGKILL until the last
+        of them was released by another process (its runs recovered)."""
+        last_release: dict[int, datetime] = {}
+        for lease in self.leases:
+            pid = holder_pid(lease.holder)
+            if pid in dead and lease.outcome == "expired" and lease.released_at:
+                last_release[pid] = max(last_release.get(pid, lease.released_at), lease.released_at)
+        return sorted((at - dead[pid]).total_seconds() for pid, at in last_release.items())
+
+    def succeeded_share(self) -> float:
+        return sum(run.status == "succeeded" for run in self.runs) / max(len(self.runs), 1)
 
     def counts(self) -> dict:
         statuses = Counter(r.status for r in self.runs)

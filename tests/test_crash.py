@@ -127,6 +127,50 @@ def test_sigkilled_schedulers_lose_nothing_and_run_nothing_twice(fleet):
     check_promises(ledger, stopped_at, dead=fleet.times("kill"))
 
 
+@pytest.fixture
+def default_fleet(postgres, transactional_db, tmp_path, seed):
+    """Three run_scheduler children with the default heartbeat and sweep intervals."""
+    fleet = crash.Fleet(3, ["--workers", "8"], crash.DEFAULT_CHILD_SETTINGS, tmp_path, seed)
+    yield fleet
+    fleet.reap()
+    processes.wait_for_children_to_disconnect()
+
+
+def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted(default_fleet):
+    """Issue workload: 3 schedulers, 100 at-most-once schedules every second (leases of
+    6 s), SIGKILL and restart every 2-5 s for 45 s. A run whose job had not started runs
+    again; the dead process's runs are recovered when its session lock goes, not when its
+    leases expire; so nearly every fire succeeds."""
+    fleet = default_fleet
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    lease_timeout = timedelta(seconds=6)
+    crash.create_schedules(100, start, seconds=0.05, lease_timeout=lease_timeout)
+    Schedule.objects.update(allow_stale_reentry=False)
+    fleet.start()
+    crash.wait_until_registered(fleet)
+    fleet.churn(until=monotonic_at(start + timedelta(seconds=45)), every=(2.0, 5.0))
+    stopped_at = stop_and_recover(fleet)
+
+    ledger = crash.Ledger.load()
+    dead = fleet.times("kill")
+    recovery = ledger.recovery_seconds(dead)
+    median = recovery[len(recovery) // 2] if recovery else 0.0
+    print(
+        crash.report(
+            "SIGKILL, default intervals",
+            fleet,
+            ledger.counts(),
+            start,
+            succeeded=f"{ledger.succeeded_share():.1%}",
+            recovery_s=f"median {median:.2f}, max {max(recovery, default=0):.2f}, all {recovery}",
+        )
+    )
+    check_promises(ledger, stopped_at, dead=dead)
+    assert ledger.succeeded_share() >= 0.95, ledger.counts()
+    # Recovered by the lost session lock, not by expiry (which takes the whole lease).
+    assert recovery and median < lease_timeout.total_seconds() / 2, recovery
+
+
 def pg_ctl_restart() -> None:
     """Restart the test PostgreSQL server in place (same data directory and port)."""
     pg_dir, bindir = os.environ.get("PG_DIR"), os.environ.get("PG_BINDIR")
