@@ -20,10 +20,6 @@ PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
     "$python" benchmarks/prune.py "$@"
-# A job that writes one row, under Django's default CONN_MAX_AGE = 0.
-PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
-    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
-    "$python" benchmarks/real_jobs.py "$@"
 # One fire fanned out to 10,000 scopes.
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
