@@ -104,6 +104,8 @@ class AsyncRun:
     async def outcome(self) -> outcomes.Outcome | None:
         """Await the job; a stop request (timeout, cancel, shutdown) cancels it."""
         try:
+            # A connection the server closed while idle (a restart) is replaced first.
+            await sync_to_async(worker_connections.prepare_for_run)()
             result = await _supervised(self.awaitable, self.stop)
         except BaseException as exc:
             # Caught here, in the task: a SystemExit escaping a task stops the whole loop.
