@@ -35,6 +35,8 @@ MAX_HELD = 1000
 MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
+# At most this many claims waiting for a thread marked started with another's (starts.py).
+MARK_AHEAD_LIMIT = 100
 
 
 class Recorder:
@@ -191,6 +193,7 @@ class WorkerPool:
         self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
         self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
         self._abandoned: set[Claim] = set()
+        self._queued: dict[Claim, None] = {}  # in the queue, in its order: no thread yet
         self._start_marks = StartMarks()
         self._threads = 0
         for _ in range(size):
@@ -246,16 +249,22 @@ class WorkerPool:
             held = starts_at > time.monotonic()
             if held:
                 self._held.add(claim)
+            else:
+                self._enqueue(claim)
         if held:
             self._holder.hold(claim, starts_at)
-        else:
-            self._queue.put(claim)
 
     def _release(self, claims: list[Claim]) -> None:
         with self._lock:
             self._held.difference_update(claims)
-        for claim in claims:
-            self._queue.put(claim)
+            for claim in claims:
+                self._enqueue(claim)
+
+    def _enqueue(self, claim: Claim) -> None:
+        """Hand a claim to the threads (call with the lock held: ``_queued`` keeps the
+        queue's order)."""
+        self._queued[claim] = None
+        self._queue.put(claim)
 
     def in_flight(self) -> dict[Claim, StopRequest]:
         with self._lock:
@@ -270,6 +279,8 @@ class WorkerPool:
             for claim in late:
                 del self._in_flight[claim]
                 self._held.discard(claim)
+                self._queued.pop(claim, None)
+        self._start_marks.forget(late)
         return late
 
     def next_start_deadline(self) -> datetime | None:
@@ -286,7 +297,9 @@ class WorkerPool:
             for claim in unstarted:
                 self._in_flight.pop(claim).set(StopRequest.SHUTDOWN)
                 self._held.discard(claim)
+                self._queued.pop(claim, None)
             self._lock.notify_all()
+        self._start_marks.forget(unstarted)
         return unstarted
 
     def _unstarted(self) -> list[Claim]:
@@ -342,6 +355,7 @@ class WorkerPool:
     def _execute(self, claim: Claim) -> None:
         with self._lock:
             stop = self._in_flight.get(claim)
+            self._queued.pop(claim, None)
             started = time.monotonic()
             if stop is not None and stop.reason != StopRequest.SHUTDOWN:
                 self._started[claim] = started
@@ -356,6 +370,7 @@ class WorkerPool:
                 if not self._marked_started(claim):
                     outcome = unstarted(claim)  # refused by its token if the lease was lost
                     stop = None
+                started = self._calling(claim)
             if stop is not None:
                 called = executor.call_job(claim, stop)
                 if isinstance(called, executor.AsyncRun):
@@ -368,14 +383,38 @@ class WorkerPool:
             logger.exception("Could not execute run %s.", claim.run.pk)
         self._leave(claim, outcome, started)
 
+    def _calling(self, claim: Claim) -> float:
+        """The job is called now: its time runs from here, not from the wait for its mark
+        (a slow mark must not make short jobs look long, and stop the claims ahead)."""
+        now = time.monotonic()
+        with self._lock:
+            if claim in self._started:
+                self._started[claim] = now
+        return now
+
     def _marked_started(self, claim: Claim) -> bool:
         """Whether the ledger now says the run started (starts.py), so that its job may be
         called; if that cannot be written, the run is given back unstarted."""
         try:
-            return self._start_marks.mark(claim)
+            return self._start_marks.mark(claim, self._upcoming)
         except Exception:
             logger.exception("Could not mark run %s started; giving it back.", claim.run.pk)
             return False
+
+    def _upcoming(self) -> tuple[list[Claim], int]:
+        """The claims waiting for a thread, and how many of them the threads will take
+        within about one mark's round trip, at the jobs' average duration (starts.py)."""
+        round_trip = self._start_marks.round_trip
+        with self._lock:
+            if not round_trip or self._average_duration >= SHORT_JOB:
+                return [], 0
+            soon = int(self.size * round_trip / max(self._average_duration, 1e-6))
+            soon = min(soon, MARK_AHEAD_LIMIT)
+            if soon <= 0:
+                return [], 0
+            # Twice as many: those marked ahead before may still wait in front.
+            queued = list(itertools.islice(self._queued, 2 * soon))
+        return queued, soon
 
     def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
         """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""

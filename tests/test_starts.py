@@ -57,6 +57,43 @@ def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch)
     assert not Lease.objects.filter(started_at__isnull=True).exists()
 
 
+@pytest.mark.django_db
+def test_claims_a_thread_will_take_soon_are_marked_with_the_writers_and_cost_no_statement(
+    process, now, monkeypatch
+):
+    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
+    for i in range(4):
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
+    first, *upcoming = claims.claim(process, now, 4)
+    written: list[int] = []
+    real_mark_started = leases.mark_started
+
+    def mark_started(tokens, using="default"):
+        written.append(len(tokens))
+        return real_mark_started(tokens, using)
+
+    monkeypatch.setattr(leases, "mark_started", mark_started)
+    marks = starts.StartMarks()
+    assert marks.mark(first, lambda: (upcoming, 3))
+    assert not Lease.objects.filter(started_at__isnull=True).exists()
+    assert [marks.mark(claim) for claim in upcoming] == [True] * 3
+    assert written == [4]
+    assert marks.round_trip > 0
+    assert not marks._done and not marks._waiting
+
+
+@pytest.mark.django_db
+def test_a_withdrawn_claim_marked_ahead_is_forgotten(process, now):
+    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
+    for i in range(2):
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
+    first, withdrawn = claims.claim(process, now, 2)
+    marks = starts.StartMarks()
+    assert marks.mark(first, lambda: ([withdrawn], 1))
+    marks.forget([withdrawn])
+    assert not marks._done
+
+
 @pytest.mark.crash
 @pytest.mark.processes
 def test_a_killed_process_s_unstarted_runs_run_again_and_its_started_ones_follow_policy(
