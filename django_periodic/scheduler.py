@@ -84,6 +84,7 @@ class Scheduler:
         self.pruner: pruner.Pruner | None = None  # retention, in its own thread
         self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
+        self._next_probe = 0.0  # time.monotonic() of the next look for dead holders
         self._wake_at_monotonic = 0.0  # when the current sleep ends
         # Fires up to this time were planned (or left for when they are due) by the last
         # planning pass: the next looks again when they are due, or at new fires...
@@ -160,7 +161,7 @@ class Scheduler:
         holding = self._holding()
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
-            ahead = horizon.look_ahead(self.using, judge=self.listener.may_judge())
+            ahead = horizon.look_ahead(self.using, judge=self._probing())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             if not holding:
@@ -290,6 +291,15 @@ class Scheduler:
         if sweep:
             with transaction.atomic(using=self.using, savepoint=False):
                 self._sweep(now)
+
+    def _probing(self) -> bool:
+        """Whether this tick's look ahead also looks for leases of dead holders: at most once
+        a ``PROBE_INTERVAL`` (it reads pg_locks, and a busy loop ticks far more often),
+        and only while this process may judge (presence.py)."""
+        if not self.listener.may_judge() or time.monotonic() < self._next_probe:
+            return False
+        self._next_probe = time.monotonic() + presence.PROBE_INTERVAL.total_seconds()
+        return True
 
     def _holding(self) -> bool:
         """Whether this process holds leases: runs in its pool or outcomes to record."""

@@ -36,7 +36,7 @@ MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
 # At most this many claims waiting for a thread marked started with another's (starts.py).
-MARK_AHEAD_LIMIT = 100
+MARK_AHEAD_LIMIT = 1000
 
 
 class Recorder:
