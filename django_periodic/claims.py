@@ -506,7 +506,9 @@ def _instance(model: type[Model], values: Sequence[Any], using: str) -> Any:
 
 
 @cache
-def _converters(model: type[Model], using: str) -> tuple[list[str], list[tuple[int, Any, list]]]:
+def _converters(
+    model: type[Model], using: str
+) -> tuple[list[str], list[tuple[int, Any, list[Any]]]]:
     """The attribute names of ``model``'s columns, and the converters of those that have
     some (index, column expression, converters): worked out once, not for every row."""
     connection = connections[using]
