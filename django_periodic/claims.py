@@ -43,11 +43,12 @@ UNLEASABLE_MESSAGE = (
 
 @dataclass(frozen=True)
 class Claim:
-    """A run this process holds, and the token that proves it."""
+    """A run this process holds, and the token that proves it (which alone tells claims
+    apart: hashing a model instance costs more, and claims are kept in sets and dicts)."""
 
-    run: Run
+    run: Run = field(compare=False)
     token: UUID
-    using: str = "default"
+    using: str = field(default="default", compare=False)
     # When this process made the claim (time.monotonic()), to date the job's real start.
     claimed_at: float = field(default_factory=time.monotonic, compare=False)
     # The database's clock at the claim; None: the run's started_at (claimed when due).

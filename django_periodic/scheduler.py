@@ -95,6 +95,10 @@ class Scheduler:
         self._drained = False
         # Runs in flight whose watch raised (a bad row): watched no more, not the loop's end.
         self._unwatched: set[claims.Claim] = set()
+        # News woke the loop (not a timer, nor only capacity freed): look for cancel
+        # requests this tick; without news, at the earliest at this time.monotonic().
+        self._news = True
+        self._next_cancel_look = 0.0
 
     @property
     def lead(self) -> timedelta:
@@ -335,11 +339,10 @@ class Scheduler:
         late = pool.withdraw_late()
         if late:
             outcomes.record([outcomes.skipped_late(claim) for claim in late], using=self.using)
-        in_flight = pool.in_flight()
-        assert self.process is not None
-        asked = leases.cancel_requested(self.process, self.using) if in_flight else set()
-        self._unwatched &= set(in_flight)
-        for claim, stop in in_flight.items():
+        asked = self._cancel_requests()
+        if self._unwatched:
+            self._unwatched = {claim for claim in self._unwatched if pool.holds(claim)}
+        for claim, stop in (pool.timed() | pool.of_runs(asked)).items():
             if claim in self._unwatched:
                 continue
             try:
@@ -352,6 +355,18 @@ class Scheduler:
             if overran:
                 pool.abandon(claim)
 
+    def _cancel_requests(self) -> set[int]:
+        """The runs in flight here that someone asked to stop. Asked for when news woke the
+        loop (a cancel sends a NOTIFY), else once a heartbeat interval (a poll interval
+        without LISTEN): a busy loop ticks far more often, and each ask is a query."""
+        assert self.pool is not None and self.process is not None
+        news, self._news = self._news, False
+        if self.pool.idle() or not (news or time.monotonic() >= self._next_cancel_look):
+            return set()
+        pace = self.settings.HEARTBEAT_INTERVAL if self.listener.listening else self.poll
+        self._next_cancel_look = time.monotonic() + pace.total_seconds()
+        return leases.cancel_requested(self.process, self.using)
+
     def _cannot_watch(self, claim: claims.Claim) -> None:
         """A run whose row makes watching it raise (its timeout, say) is watched no more:
         its job runs to its end, and its outcome is recorded as any other's."""
@@ -362,7 +377,7 @@ class Scheduler:
         """When each run in flight next needs watching (for its timeout)."""
         assert self.pool is not None
         times = []
-        for claim in self.pool.in_flight():
+        for claim in self.pool.timed():
             if claim in self._unwatched:
                 continue
             try:
@@ -436,14 +451,18 @@ class Scheduler:
     def _tick_and_sleep(self) -> None:
         # The loop keeps its connection between ticks (reconnecting costs statements);
         # _guarded closes it after a database error.
-        self._alarm.clear()
+        if self._alarm.clear().strip(wakeups.CAPACITY):
+            self._news = True
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
         self._wake_at_monotonic = self._clock_read_at + (wake_at - now).total_seconds()
         while (left := self._wake_at_monotonic - time.monotonic()) > 0:
             reasons = self._alarm.wait(left)
-            if not reasons or reasons.strip(wakeups.CAPACITY):
-                return  # time is up, or a stop, a NOTIFY: a whole tick
+            if not reasons:
+                return  # time is up: a whole tick
+            if reasons.strip(wakeups.CAPACITY):
+                self._news = True  # a stop, a NOTIFY: a whole tick
+                return
             self._claim_freed_capacity()
 
     def _guarded(self, step: Callable[[], object]) -> bool:
@@ -477,6 +496,7 @@ class Scheduler:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""
         while not self.stop.requested:
             self._alarm.clear()
+            self._news = True  # not a busy loop: look at everything each tick
             now, wake_at = self.tick()
             if not self.pool:
                 if wake_at > now:

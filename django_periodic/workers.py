@@ -35,6 +35,8 @@ MAX_HELD = 1000
 MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
+# Start deadlines of claims no longer waiting kept, beyond twice the claims in flight.
+STALE_DEADLINES = 1000
 # At most this many claims waiting for a thread marked started with another's (starts.py).
 MARK_AHEAD_LIMIT = 1000
 
@@ -159,6 +161,49 @@ class _Holder:
                 self._release(due)
 
 
+class _Deadlines:
+    """The start deadlines of a pool's claims (first starts), earliest first: the loop finds
+    those past theirs without walking every claim in flight.
+
+    Entries stay when a job starts or a claim leaves: they are dropped when they come
+    first, and all at once when they outnumber the claims in flight.
+    """
+
+    def __init__(self, waiting: Callable[[Claim], bool], in_flight: Callable[[], int]) -> None:
+        self._waiting = waiting  # whether a claim is in flight and not started
+        self._in_flight = in_flight  # how many claims are in flight
+        self._heap: list[tuple[datetime, int, Claim]] = []
+        self._order = itertools.count()
+
+    def add(self, claim: Claim) -> None:
+        deadline = claim.run.start_deadline
+        if claim.run.attempt == 1 and deadline is not None:
+            heapq.heappush(self._heap, (deadline, next(self._order), claim))
+
+    def earliest(self) -> datetime | None:
+        """The earliest deadline of a claim still waiting."""
+        self._drop_done()
+        return self._heap[0][0] if self._heap else None
+
+    def pop_passed(self, monotonic: float) -> list[Claim]:
+        """Take out the claims still waiting whose deadline passed by ``monotonic``."""
+        late = []
+        while self.earliest() is not None:
+            claim = self._heap[0][2]
+            if not claim.too_late(claim.db_time(monotonic)):
+                break
+            late.append(heapq.heappop(self._heap)[2])
+        return late
+
+    def _drop_done(self) -> None:
+        heap = self._heap
+        if len(heap) > 2 * self._in_flight() + STALE_DEADLINES:
+            heap[:] = [entry for entry in heap if self._waiting(entry[2])]
+            heapq.heapify(heap)
+        while heap and not self._waiting(heap[0][2]):
+            heapq.heappop(heap)
+
+
 class WorkerPool:
     """Threads that execute claimed runs, the claims waiting for one (the prefetch), and
     those held for their plan time (claimed ahead of it).
@@ -194,6 +239,10 @@ class WorkerPool:
         self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
         self._abandoned: set[Claim] = set()
         self._queued: dict[Claim, None] = {}  # in the queue, in its order: no thread yet
+        # The loop looks at these each tick; kept as it goes, so that a tick costs nothing
+        # per claim in flight (a burst holds a thousand):
+        self._timed: dict[Claim, StopRequest] = {}  # in flight, their schedule has a timeout
+        self._deadlines = _Deadlines(self._waiting, lambda: len(self._in_flight))
         self._start_marks = StartMarks()
         self._threads = 0
         for _ in range(size):
@@ -245,7 +294,10 @@ class WorkerPool:
         """Execute a claim: at once, or at its plan time if it was claimed ahead of it."""
         starts_at = claim.starts_at()
         with self._lock:
-            self._in_flight[claim] = StopRequest()
+            stop = self._in_flight[claim] = StopRequest()
+            if claim.run.schedule.timeout is not None:
+                self._timed[claim] = stop
+            self._deadlines.add(claim)
             held = starts_at > time.monotonic()
             if held:
                 self._held.add(claim)
@@ -270,41 +322,60 @@ class WorkerPool:
         with self._lock:
             return dict(self._in_flight)
 
+    def holds(self, claim: Claim) -> bool:
+        with self._lock:
+            return claim in self._in_flight
+
+    def timed(self) -> dict[Claim, StopRequest]:
+        """The claims in flight whose schedule has a timeout: the only ones with a time to
+        watch."""
+        with self._lock:
+            return dict(self._timed)
+
+    def of_runs(self, run_ids: set[int]) -> dict[Claim, StopRequest]:
+        """The claims in flight of these runs."""
+        if not run_ids:
+            return {}
+        with self._lock:
+            return {c: stop for c, stop in self._in_flight.items() if c.run.pk in run_ids}
+
     def withdraw_late(self) -> list[Claim]:
         """Take back the claims still waiting for a thread past their start deadline: they
         are skipped at once rather than when a thread frees up."""
-        now = time.monotonic()
         with self._lock:
-            late = [claim for claim in self._unstarted() if claim.too_late(claim.db_time(now))]
+            late = self._deadlines.pop_passed(time.monotonic())
             for claim in late:
-                del self._in_flight[claim]
-                self._held.discard(claim)
-                self._queued.pop(claim, None)
+                self._forget(claim)
         self._start_marks.forget(late)
         return late
 
     def next_start_deadline(self) -> datetime | None:
         """The earliest start deadline of the claims waiting for a thread (first starts)."""
         with self._lock:
-            deadlines = [c.run.start_deadline for c in self._unstarted() if c.run.attempt == 1]
-        return min((d for d in deadlines if d is not None), default=None)
+            return self._deadlines.earliest()
 
     def withdraw_unstarted(self) -> list[Claim]:
         """Take back every claim whose job has not started (held for its plan time, or
         waiting for a thread): none of them will start here."""
         with self._lock:
-            unstarted = self._unstarted()
+            unstarted = [claim for claim in self._in_flight if self._waiting(claim)]
             for claim in unstarted:
-                self._in_flight.pop(claim).set(StopRequest.SHUTDOWN)
-                self._held.discard(claim)
-                self._queued.pop(claim, None)
+                self._forget(claim).set(StopRequest.SHUTDOWN)
             self._lock.notify_all()
         self._start_marks.forget(unstarted)
         return unstarted
 
-    def _unstarted(self) -> list[Claim]:
-        """Claims in flight whose job no thread has started (call with the lock held)."""
-        return [claim for claim in self._in_flight if claim not in self._started]
+    def _waiting(self, claim: Claim) -> bool:
+        """Whether the claim is in flight and no thread has started its job (call with the
+        lock held)."""
+        return claim in self._in_flight and claim not in self._started
+
+    def _forget(self, claim: Claim) -> StopRequest:
+        """Take a claim out of the pool (call with the lock held); its stop request."""
+        self._held.discard(claim)
+        self._queued.pop(claim, None)
+        self._timed.pop(claim, None)
+        return self._in_flight.pop(claim)
 
     def idle(self) -> bool:
         with self._lock:
@@ -322,8 +393,9 @@ class WorkerPool:
         late outcome is refused by the lease's token.
         """
         with self._lock:
-            if self._in_flight.pop(claim, None) is None:
+            if claim not in self._in_flight:
                 return
+            self._forget(claim)
             self._abandoned.add(claim)
             self._lock.notify_all()
             self._start_thread()
@@ -439,7 +511,8 @@ class WorkerPool:
         if outcome is not None:
             self._recorder.put(outcome)
         with self._lock:
-            self._in_flight.pop(claim, None)
+            if claim in self._in_flight:
+                self._forget(claim)
             self._started.pop(claim, None)
             self._note_duration(time.monotonic() - started)
             self._lock.notify_all()

@@ -6,6 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count
+from django.test.utils import CaptureQueriesContext
 
 from django_periodic import clock, eventloop, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
@@ -329,3 +330,45 @@ def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_
         scheduler.shutdown()  # after the job: its outcome is recorded
     assert Lease.objects.get(pk=lease.pk).heartbeat_at > lease.heartbeat_at  # extended
     assert locked_during_sweep == [False]
+
+
+@pytest.mark.processes
+def test_a_cancel_request_reaches_a_running_job_through_its_notify(postgres, children):
+    """A busy loop does not ask for cancel requests every tick, only when news wakes it (or
+    once a heartbeat interval): the NOTIFY a cancel sends must be that news. The heartbeat
+    is a minute apart here, so only the NOTIFY can tell the job in time."""
+    child = children.start("--workers", "1", settings={"HEARTBEAT_INTERVAL": 60})
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    due_now(job="tests.jobs.linger", kwargs={"seconds": 120})
+    wait_for(Execution.objects.exists, 30, "the job to start")
+    running = Run.objects.filter(status="running")
+    assert leases.request_cancel(running, clock.now()) == (0, 1)
+    run = wait_for(lambda: Run.objects.filter(status="cancelled").first(), 10, "the cancel")
+    assert run.error_code == "cancelled"
+    assert child.terminate() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tick_with_many_runs_in_flight_asks_for_cancel_requests_only_on_news(postgres):
+    """Each tick's statements do not grow with the runs in flight, and a timer's tick adds
+    no query for cancel requests (news, a NOTIFY or a stop, does)."""
+    scheduler = Scheduler(workers=1)
+    scheduler.boot()
+    start = clock.now() + timedelta(seconds=60)
+    for i in range(50):
+        schedule = ScheduleFactory(job="tests.jobs.noop")
+        RunFactory(schedule=schedule, plan_time=start + timedelta(milliseconds=i))
+    try:
+        scheduler._claim(50, ahead=timedelta(minutes=2))
+        assert len(scheduler.pool.in_flight()) == 50
+        asked_by_tick = []
+        for news in (True, False, True):
+            scheduler._news = news
+            with CaptureQueriesContext(connection) as queries:
+                scheduler.tick()
+            asked = [q for q in queries if "cancel_requested_at" in q["sql"]]
+            asked_by_tick.append(len(asked))
+        assert asked_by_tick == [1, 0, 1]
+    finally:
+        scheduler.request_stop()
+        scheduler.shutdown()

@@ -1,6 +1,7 @@
 import threading
+import uuid
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connections, transaction
@@ -9,7 +10,7 @@ from django_periodic import claims, outcomes
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.scheduler import Scheduler
-from django_periodic.workers import Recorder, WorkerPool
+from django_periodic.workers import STALE_DEADLINES, Recorder, WorkerPool, _Deadlines
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
@@ -82,6 +83,51 @@ def test_a_claim_waiting_past_its_start_deadline_is_withdrawn_without_a_thread(p
     finally:
         pool.stop()
     assert not Execution.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_only_claims_past_their_start_deadline_are_withdrawn_earliest_first(process, now):
+    for seconds in (30, 2, 1):
+        schedule = ScheduleFactory(job="tests.jobs.record")
+        RunFactory(
+            schedule=schedule,
+            plan_time=now + timedelta(seconds=60),
+            start_deadline=now + timedelta(seconds=seconds),
+        )
+    claimed = claims.claim(process, now, 3, ahead=LEAD)
+    waited = [replace(c, db_claimed_at=now + timedelta(seconds=5)) for c in claimed]
+    by_deadline = sorted(waited, key=lambda c: c.run.start_deadline)
+    pool = WorkerPool(1, on_done=lambda: None, recorder=Recorder())
+    try:
+        for claim in waited:
+            pool.submit(claim)
+        assert pool.withdraw_late() == by_deadline[:2]
+        assert pool.next_start_deadline() == now + timedelta(seconds=30)
+        assert list(pool.in_flight()) == by_deadline[2:]
+    finally:
+        pool.stop()
+
+
+def test_the_start_deadlines_of_claims_gone_are_not_kept():
+    """A deadline stays when its claim starts or leaves; all such are dropped once they
+    outnumber the claims in flight, so a busy pool's memory does not grow."""
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    waiting: set[claims.Claim] = set()
+    deadlines = _Deadlines(waiting.__contains__, lambda: len(waiting))
+
+    def claim(seconds: int) -> claims.Claim:
+        run = Run(attempt=1, start_deadline=now + timedelta(seconds=seconds))
+        return claims.Claim(run=run, token=uuid.uuid4())
+
+    first = claim(0)
+    waiting.add(first)
+    deadlines.add(first)
+    for seconds in range(1, 5001):
+        deadlines.add(claim(seconds))  # started and gone at once
+    assert deadlines.earliest() == first.run.start_deadline
+    assert len(deadlines._heap) <= 2 * len(waiting) + STALE_DEADLINES
+    waiting.clear()
+    assert deadlines.earliest() is None
 
 
 @pytest.mark.django_db(transaction=True)
