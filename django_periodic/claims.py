@@ -477,13 +477,18 @@ def _claim_postgresql(
     with connections[using].cursor() as cursor:
         cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
+    answered_at = time.monotonic()  # not when each instance below is built
+    db_claimed_at = rows[0][4]  # the claim's clock, on every row
+    claimed_at = answered_at
+    if now is None and db_claimed_at is not None:  # it read statement_timestamp()
+        claimed_at = clock.monotonic_of(db_claimed_at, answered_at, using)
     late, late_runs, refused, refused_runs = rows[0][:4]
     result = ClaimResult(late=late or [], refused=refused or [])
     _announce_ended(late_runs or [], signals.run_skipped, using)
     _announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
     run_count = len(_fields(Run))
     schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
-    for _late, _late_runs, _refused, _refused_runs, claimed_at, token, *columns in rows:
+    for _late, _late_runs, _refused, _refused_runs, _at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
         run = _instance(Run, columns[:run_count], using)
@@ -491,7 +496,7 @@ def _claim_postgresql(
         if schedule is None:
             schedule = schedules[run.schedule_id] = _instance(Schedule, columns[run_count:], using)
         run.schedule = schedule
-        result.claims.append(Claim(run, token, using, db_claimed_at=claimed_at))
+        result.claims.append(Claim(run, token, using, claimed_at, db_claimed_at=db_claimed_at))
     return result
 
 
