@@ -21,6 +21,7 @@ from django_periodic.testing import fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 EVERY_10 = "*/10 * * * *"
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
@@ -46,7 +47,7 @@ def in_threads(*work):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=run, args=(function,)) for function in work]
+    threads = [Thread(target=run, args=(function,)) for function in work]
     for thread in threads:
         thread.start()
     for thread in threads:

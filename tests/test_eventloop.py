@@ -7,6 +7,7 @@ import pytest
 
 from django_periodic import eventloop
 from django_periodic.eventloop import EventLoop, EventLoopStopped
+from tests.threads import Thread
 
 
 @pytest.fixture
@@ -28,7 +29,7 @@ def test_coroutines_from_any_thread_are_awaited_on_the_one_loop_thread(loop):
     def submit() -> None:
         seen.append(loop.submit(where()).result(timeout=10))
 
-    threads = [threading.Thread(target=submit) for _ in range(5)]
+    threads = [Thread(target=submit) for _ in range(5)]
     for thread in threads:
         thread.start()
     for thread in threads:

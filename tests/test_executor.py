@@ -15,6 +15,7 @@ from django_periodic.workers import Recorder, WorkerPool
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +23,7 @@ def _close_async_connections():
     """Async jobs' ORM calls run on asgiref's thread, whose connection outlives the test."""
     yield
     # From a thread of its own, like a worker: no event loop of the test's in the way.
-    closer = threading.Thread(target=asyncio.run, args=(sync_to_async(connections.close_all)(),))
+    closer = Thread(target=asyncio.run, args=(sync_to_async(connections.close_all)(),))
     closer.start()
     closer.join()
 
@@ -150,7 +151,7 @@ def execute_in_thread(claim: claims.Claim, stop: StopRequest) -> tuple[threading
         finally:
             connections.close_all()  # this thread's own connection
 
-    thread = threading.Thread(target=work)
+    thread = Thread(target=work)
     thread.start()
     return thread, status
 

@@ -12,6 +12,7 @@ from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
+from tests.threads import Thread
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EVERY = timedelta(seconds=10)
@@ -339,7 +340,7 @@ def test_two_planners_racing_for_one_fire_record_each_scope_once(postgres, monke
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=plan) for _ in range(2)]
+    threads = [Thread(target=plan) for _ in range(2)]
     threads[0].start()
     assert first_called.wait(timeout=30)
     threads[1].start()

@@ -25,6 +25,7 @@ from django_periodic.scheduler import Scheduler
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -230,7 +231,7 @@ def delivering(run: Run) -> tuple[threading.Thread, list[str]]:
         finally:
             connections.close_all()  # the worker thread's own
 
-    thread = threading.Thread(target=work)
+    thread = Thread(target=work)
     thread.start()
     return thread, returned
 

@@ -8,6 +8,7 @@ from django.db import connection, connections, transaction
 from django_periodic import claims, leases, outcomes
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.threads import Thread
 
 
 def claim_one(process, now, *, started=True, **schedule_fields) -> claims.Claim:
@@ -237,7 +238,7 @@ def test_a_heartbeat_skips_a_lease_being_released_instead_of_waiting_for_it(post
             done.wait(10)
         connections.close_all()
 
-    thread = threading.Thread(target=recorder_mid_release)
+    thread = Thread(target=recorder_mid_release)
     thread.start()
     try:
         assert locked.wait(10)
@@ -295,7 +296,7 @@ def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=claim_all, args=(p,)) for p in processes]
+    threads = [Thread(target=claim_all, args=(p,)) for p in processes]
     for thread in threads:
         thread.start()
     for thread in threads:

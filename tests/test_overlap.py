@@ -9,6 +9,7 @@ from django.db import IntegrityError, connection, connections, transaction
 from django_periodic import claims, leases, planner
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
+from tests.threads import Thread
 
 GRACE = timedelta(seconds=30)
 
@@ -236,7 +237,7 @@ def test_concurrent_run_now_and_planning_start_one_run_of_a_skip_schedule(postgr
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=request, args=(i,)) for i in range(6)]
+    threads = [Thread(target=request, args=(i,)) for i in range(6)]
     for thread in threads:
         thread.start()
     for thread in threads:

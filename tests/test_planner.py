@@ -8,6 +8,7 @@ from django_periodic import arrays, bounds, clock, planner, policies, triggers
 from django_periodic.decisions import Due
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
+from tests.threads import Thread
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EVERY = timedelta(seconds=10)
@@ -412,7 +413,7 @@ def test_concurrent_planners_never_fire_a_plan_time_twice(postgres):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=plan) for _ in range(4)]
+    threads = [Thread(target=plan) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:

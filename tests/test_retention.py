@@ -14,6 +14,7 @@ from django_periodic import checks, job, planner, pruner, retention, sync
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data
 from tests.processes import wait_for
+from tests.threads import Thread
 
 pytestmark = pytest.mark.django_db
 
@@ -311,7 +312,7 @@ def test_two_concurrent_prunes_delete_every_old_run_once(postgres, now):
         finally:
             connections.close_all()
 
-    threads = [threading.Thread(target=prune_in_thread) for _ in range(2)]
+    threads = [Thread(target=prune_in_thread) for _ in range(2)]
     for thread in threads:
         thread.start()
     for thread in threads:

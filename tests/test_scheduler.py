@@ -1,5 +1,4 @@
 import signal
-import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +13,7 @@ from django_periodic.scheduler import Scheduler
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 
 def due_now(**fields) -> Schedule:
@@ -316,7 +316,7 @@ def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_
             finally:
                 connections.close_all()
 
-        prober = threading.Thread(target=try_lock)
+        prober = Thread(target=try_lock)
         prober.start()
         prober.join()
         return leases.SweepResult()

@@ -11,6 +11,7 @@ from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 
 @pytest.mark.django_db(transaction=True)
@@ -42,10 +43,10 @@ def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch)
         finally:
             connections.close_all()  # this thread's own
 
-    threads = [threading.Thread(target=start, args=(first,))]
+    threads = [Thread(target=start, args=(first,))]
     threads[0].start()
     assert writing.wait(30)
-    threads += [threading.Thread(target=start, args=(claim,)) for claim in others]
+    threads += [Thread(target=start, args=(claim,)) for claim in others]
     for thread in threads[1:]:
         thread.start()
     wait_for(lambda: len(marks._waiting) == len(others), 30, "the others to wait")

@@ -1,6 +1,5 @@
 """A worker thread keeps its connection from run to run, and replaces one a job left dirty."""
 
-import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,6 +12,7 @@ from django_periodic.models import Run, Schedule
 from tests import processes
 from tests.factories import ScheduleFactory
 from tests.models import Execution
+from tests.threads import Thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,7 +37,7 @@ def in_thread(*steps: Callable[[], Any]) -> list[Any]:
         finally:
             connections.close_all()
 
-    thread = threading.Thread(target=work)
+    thread = Thread(target=work)
     thread.start()
     thread.join()
     if errors:

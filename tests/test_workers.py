@@ -14,6 +14,7 @@ from django_periodic.workers import STALE_DEADLINES, Recorder, WorkerPool, _Dead
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 LEAD = timedelta(minutes=2)
 
@@ -166,7 +167,7 @@ def test_the_recorder_holds_an_outcome_until_it_is_recorded(postgres, process, n
             unlock.wait(10)
         connections.close_all()
 
-    locker = threading.Thread(target=hold_the_lease_locked)
+    locker = Thread(target=hold_the_lease_locked)
     locker.start()
     recorder = Recorder()
     try:
