@@ -2,9 +2,12 @@
 
 from dataclasses import dataclass, fields
 from datetime import timedelta
+from functools import cache
 from typing import Any
 
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 SETTING_NAME = "DJANGO_PERIODIC"
 
@@ -65,8 +68,11 @@ def _as_timedelta(value: Any) -> timedelta | None:
     return timedelta(seconds=value)
 
 
+@cache
 def get_settings() -> PeriodicSettings:
-    """The effective settings. Call it where the value is used, so tests can override them."""
+    """The effective settings. Call it where the value is used, so tests can override them
+    (``override_settings`` and pytest-django's ``settings`` send ``setting_changed``, which
+    forgets them). Kept between calls: a worker reads them for every run."""
     configured = getattr(settings, SETTING_NAME, None) or {}
     values: dict[str, Any] = {}
     for key, value in configured.items():
@@ -75,6 +81,12 @@ def get_settings() -> PeriodicSettings:
         elif key in INTEGER_KEYS or key in STRING_KEYS:
             values[key] = value
     return PeriodicSettings(**values)
+
+
+@receiver(setting_changed)
+def _forget_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        get_settings.cache_clear()
 
 
 def tasks_backend_for(schedule_backend: str) -> str:
