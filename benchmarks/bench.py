@@ -31,7 +31,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_periodic import claims, clock, leases, planner  # noqa: E402
+from django_periodic import claims, clock, outcomes, planner  # noqa: E402
 from django_periodic.conf import get_settings  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
 from django_periodic.scheduler import Scheduler  # noqa: E402
@@ -98,7 +98,7 @@ def bench_claim_finish(n: int, batch: int) -> dict:
     done = 0
     while batch_claims := claims.claim(process, now, batch):
         for claim in batch_claims:
-            leases.succeed(claim, now, None)
+            outcomes.record([outcomes.succeeded(claim, None)], now)
         done += len(batch_claims)
     elapsed = time.perf_counter() - started
     assert done == n

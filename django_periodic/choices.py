@@ -71,3 +71,26 @@ class LeaseOutcome(models.TextChoices):
     CANCELLED = "cancelled", _("cancelled")
     SKIPPED = "skipped", _("skipped: claimed ahead, but too late to start")
     EXPIRED = "expired", _("expired: its process stopped heartbeating")
+
+
+class ErrorCode(models.TextChoices):
+    """Why the scheduler failed, skipped or ended a run (``Run.error_code``). A job that
+    raised is recorded with a code of its own (its exception's), not one of these."""
+
+    MISSED = "missed", _("skipped: missed, by its misfire policy")
+    OVERLAP = "overlap", _("skipped: its schedule's previous run was still active")
+    QUEUE_FULL = "queue_full", _("skipped: its schedule's queue was full")
+    START_DEADLINE = "start_deadline", _("skipped: no worker could start it in time")
+    SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
+    UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
+    # Its lease cannot be taken: the database refused the claim, or its schedule's
+    # lease_timeout would make the lease outlast every time a row may hold.
+    CANNOT_CLAIM = "cannot_claim", _("failed: its lease could not be taken")
+    # It is routed to a TASKS alias that the TASKS setting does not have.
+    UNKNOWN_TASKS_BACKEND = "unknown_tasks_backend", _("failed: unknown tasks backend")
+    # Its outcome (result or error) was refused by the database, even alone.
+    OUTCOME_NOT_STORABLE = "outcome_not_storable", _("failed: its outcome could not be stored")
+    LEASE_EXPIRED = "lease_expired", _("failed: its process stopped heartbeating")
+    TIMEOUT = "timeout", _("failed: it ran past its timeout")
+    CANCELLED = "cancelled", _("cancelled")
+    INTERRUPTED = "interrupted", _("interrupted at shutdown")

@@ -29,6 +29,7 @@ from django.db.models.functions import Greatest, Now
 from django.dispatch import Signal
 
 from django_periodic import bounds, clock, policies, signals
+from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
 
@@ -229,7 +230,7 @@ def _claim_one_by_one(
         except Exception as exc:
             logger.exception("Run %s cannot be claimed.", run_id)
             message = f"Cannot claim: {type(exc).__name__}: {exc}"
-            result.refused += fail_unclaimed([run_id], policies.FAILED_CANNOT_CLAIM, message, using)
+            result.refused += fail_unclaimed([run_id], ErrorCode.CANNOT_CLAIM, message, using)
     return result
 
 
@@ -298,7 +299,7 @@ def _claim_orm(
         unleasable = [run.pk for run in runs if not can_lease(run.schedule.lease_timeout, now)]
         if unleasable:
             result.refused = fail_unclaimed(
-                unleasable, policies.FAILED_CANNOT_CLAIM, UNLEASABLE_MESSAGE, using
+                unleasable, ErrorCode.CANNOT_CLAIM, UNLEASABLE_MESSAGE, using
             )
             runs = [run for run in runs if run.pk not in unleasable]
         if not runs:
@@ -329,7 +330,7 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
         if rows:
             Run.objects.using(using).filter(pk__in=[pk for pk, _ in rows]).update(
                 status=Run.Status.SKIPPED,
-                error_code=policies.SKIPPED_START_DEADLINE,
+                error_code=ErrorCode.START_DEADLINE,
                 error_message=LATE_MESSAGE,
                 finished_at=now,
             )
@@ -463,10 +464,10 @@ def _claim_postgresql(
         "now": now,
         "ahead": ahead,
         "limit": limit,
-        "late_code": policies.SKIPPED_START_DEADLINE,
+        "late_code": ErrorCode.START_DEADLINE,
         "late_message": LATE_MESSAGE,
         "latest": bounds.LATEST,
-        "refused_code": policies.FAILED_CANNOT_CLAIM,
+        "refused_code": ErrorCode.CANNOT_CLAIM,
         "refused_message": UNLEASABLE_MESSAGE,
         "holder": wanted.holder,
         "process": wanted.process_id,

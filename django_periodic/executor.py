@@ -24,6 +24,7 @@ from django_periodic import (
     registry,
     worker_connections,
 )
+from django_periodic.choices import ErrorCode
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.context import JobContext, StopRequest
@@ -35,18 +36,6 @@ logger = logging.getLogger("django_periodic")
 # How long the recorder keeps trying to record outcomes while the database is away.
 RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
 RECORD_PATIENCE = sum(RECORD_RETRY_DELAYS) + 5.0
-
-
-def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:
-    """Run the claimed job to completion and record the outcome.
-
-    Returns the run's new status, or None when nothing was recorded because the lease was
-    lost (or given up at shutdown): whoever holds the run now decides.
-    """
-    outcome = run_job(claim, stop or StopRequest())
-    if outcome is None or not record([outcome]):
-        return None
-    return outcome.status
 
 
 def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
@@ -75,7 +64,7 @@ def call_job(claim: Claim, stop: StopRequest) -> "outcomes.Outcome | AsyncRun | 
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
-        failure = outcomes.Failure("unknown_job", str(exc), retryable=False)
+        failure = outcomes.Failure(ErrorCode.UNKNOWN_JOB, str(exc), retryable=False)
         return outcomes.failed(claim, failure).started(started_at)
     context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from django_periodic import claims, clock, policies, taskbackends
+from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.models import Run
 
@@ -136,7 +137,7 @@ def _fail_unknown_backends(batch: list[Run], using: str) -> set[str]:
     schedules = []
     for alias, error in unknown.items():
         runs = [run.pk for run in batch if run.tasks_backend == alias]
-        code = policies.FAILED_UNKNOWN_TASKS_BACKEND
+        code = ErrorCode.UNKNOWN_TASKS_BACKEND
         schedules += claims.fail_unclaimed(runs, code, f"Cannot hand off: {error}", using)
     Run.objects.using(using).promote_queued(schedules)
     return set(unknown)

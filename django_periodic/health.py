@@ -182,12 +182,10 @@ def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:
 
 
 def _alive(now: datetime, using: str) -> SchedulerProcessQuerySet:
-    processes = SchedulerProcess.objects.using(using)
-    return processes.exclude(pk__in=processes.stale(now).values("pk"))
+    return SchedulerProcess.objects.using(using).alive(now)
 
 
 def _schedulers(now: datetime, using: str) -> list[Row]:
-    stale_after = SchedulerProcess.stale_after()
     processes = SchedulerProcess.objects.using(using).order_by("-heartbeat_at", "pk")
     return [
         {
@@ -196,7 +194,7 @@ def _schedulers(now: datetime, using: str) -> list[Row]:
             "pid": process.pid,
             "started_at": process.started_at,
             "heartbeat_at": process.heartbeat_at,
-            "alive": now - process.heartbeat_at <= stale_after,
+            "alive": process.alive_at(now),
         }
         for process in processes[:LISTED]
     ]

@@ -9,7 +9,6 @@ sweeper therefore can never overwrite a newer attempt.
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
@@ -19,6 +18,7 @@ from django.db.models.fields import DateTimeField
 from django.db.models.functions import Now
 
 from django_periodic import arrays, outcomes, presence, signals, wakeups
+from django_periodic.choices import ErrorCode
 from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
@@ -79,33 +79,9 @@ def extend(claim: Claim, now: datetime) -> bool:
     return held.update(heartbeat_at=now, expires_at=_extended(now)) == 1
 
 
-def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:
-    """Record the run's result; False if the lease was lost (the result is then dropped)."""
-    return _recorded(outcomes.succeeded(claim, result), now)
-
-
-def fail(claim: Claim, now: datetime | None, failure: outcomes.Failure) -> str | None:
-    """Record a failed attempt: retry later while attempts remain, else fail the run.
-
-    Returns the run's new status, or None if the lease was lost (the error is dropped).
-    """
-    outcome = outcomes.failed(claim, failure)
-    return outcome.status if _recorded(outcome, now) else None
-
-
-def release(claim: Claim, now: datetime | None) -> bool:
-    """Give up an unfinished run at shutdown (see ``outcomes.released``)."""
-    return _recorded(outcomes.released(claim), now)
-
-
 def timed_out(claim: Claim, now: datetime | None) -> bool:
     """Fail a run that overran its timeout and grace; its job's late finish will be ignored."""
     return _recorded(outcomes.timed_out(claim), now)
-
-
-def cancelled(claim: Claim, now: datetime | None) -> bool:
-    """Record that a running job stopped because someone asked it to."""
-    return _recorded(outcomes.cancelled(claim), now)
 
 
 def _recorded(outcome: outcomes.Outcome, now: datetime | None) -> bool:
@@ -125,7 +101,7 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
         schedule_ids = set(waiting.values_list("schedule_id", flat=True))
         done = waiting.update(
             status=Run.Status.CANCELLED,
-            error_code="cancelled",
+            error_code=ErrorCode.CANCELLED,
             error_message="Cancelled before it started.",
             next_retry_at=None,
             finished_at=now,
@@ -147,7 +123,6 @@ def cancel_requested(process: SchedulerProcess, using: str = "default") -> set[i
     return set(asked.values_list("pk", flat=True))
 
 
-EXPIRED_CODE = "lease_expired"
 EXPIRED_MESSAGE = "The process running it stopped heartbeating; its lease expired."
 
 
@@ -212,7 +187,7 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
             status=Run.Status.FAILED,
             interruptions=F("interruptions") + 1,
             finished_at=now,
-            error_code=EXPIRED_CODE,
+            error_code=ErrorCode.LEASE_EXPIRED,
             error_message=EXPIRED_MESSAGE,
         )
         Run.objects.using(using).promote_queued({lease.run.schedule_id for lease in lost})
@@ -243,7 +218,7 @@ def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> lis
         run = lease.run
         if run.status != Run.Status.RUNNING:
             continue
-        failed = {"status": Run.Status.FAILED, "reason": EXPIRED_CODE}
+        failed = {"status": Run.Status.FAILED, "reason": ErrorCode.LEASE_EXPIRED}
         duration = now - run.started_at if run.started_at else None
         events.append(signals.of_run(signals.lease_lost, run, reentered=False, **failed))
         events.append(signals.of_run(signals.run_finished, run, duration=duration, **failed))

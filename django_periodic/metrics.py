@@ -151,8 +151,7 @@ class _StateCollector:
             running=Count("pk", filter=Q(status=Run.Status.RUNNING)),
             waiting=Count("pk", filter=due | Q(status=Run.Status.QUEUED)),
         )
-        processes = SchedulerProcess.objects.using(self.using)
-        live = processes.exclude(pk__in=processes.stale(now).values("pk")).count()
+        live = SchedulerProcess.objects.using(self.using).alive(now).count()
         return runs["running"], runs["waiting"], live
 
 

@@ -26,7 +26,7 @@ from django_periodic import (
     wakeups,
 )
 from django_periodic import scopes as scope_providers
-from django_periodic.choices import ScheduleKind
+from django_periodic.choices import ErrorCode, ScheduleKind
 from django_periodic.conf import get_settings, tasks_backend_for
 
 if TYPE_CHECKING:
@@ -738,7 +738,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         retries = self.filter(status=Run.Status.RETRYING).exclude(BACKFILLED)
         return retries.update(
             status=Run.Status.FAILED,
-            error_code=policies.FAILED_SUPERSEDED,
+            error_code=ErrorCode.SUPERSEDED,
             error_message="A newer fire of its schedule replaced it before it was retried.",
             next_retry_at=None,
             finished_at=now,
@@ -959,6 +959,10 @@ class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
         """Processes presumed dead: no heartbeat for ``SchedulerProcess.stale_after()``."""
         return self.filter(heartbeat_at__lt=now - SchedulerProcess.stale_after())
 
+    def alive(self, now: datetime) -> "SchedulerProcessQuerySet":
+        """Processes presumed alive: the others than ``stale(now)``."""
+        return self.filter(heartbeat_at__gte=now - SchedulerProcess.stale_after())
+
     def forgettable(self) -> "SchedulerProcessQuerySet":
         """Those holding no lease any more: their rows can go (the sweeper's pass).
 
@@ -1004,6 +1008,15 @@ class SchedulerProcess(models.Model):
         settings = get_settings()
         interval = max(settings.HEARTBEAT_INTERVAL, settings.IDLE_INTERVAL)
         return interval * cls.STALE_AFTER_HEARTBEATS
+
+    @classmethod
+    def stale_silence(cls, silence: timedelta) -> bool:
+        """Whether a process silent (no heartbeat) this long is presumed dead."""
+        return silence > cls.stale_after()
+
+    def alive_at(self, now: datetime) -> bool:
+        """Whether this process is presumed alive at ``now`` (as ``alive(now)`` selects)."""
+        return not self.stale_silence(now - self.heartbeat_at)
 
 
 class LeaseQuerySet(models.QuerySet["Lease"]):

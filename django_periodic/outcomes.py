@@ -26,6 +26,7 @@ from django.db.models import F
 from django.dispatch import Signal
 
 from django_periodic import arrays, clock, policies, signals
+from django_periodic.choices import ErrorCode
 from django_periodic.claims import LATE_MESSAGE, Claim
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule
@@ -108,7 +109,7 @@ def timed_out(claim: Claim) -> Outcome:
         claim,
         Lease.Outcome.TIMEOUT,
         Run.Status.FAILED,
-        error_code="timeout",
+        error_code=ErrorCode.TIMEOUT,
         error_message=message,
     )
 
@@ -118,7 +119,7 @@ def cancelled(claim: Claim) -> Outcome:
         claim,
         Lease.Outcome.CANCELLED,
         Run.Status.CANCELLED,
-        error_code="cancelled",
+        error_code=ErrorCode.CANCELLED,
         error_message="Cancelled while running.",
     )
 
@@ -129,7 +130,7 @@ def skipped_late(claim: Claim) -> Outcome:
         claim,
         Lease.Outcome.SKIPPED,
         Run.Status.SKIPPED,
-        error_code=policies.SKIPPED_START_DEADLINE,
+        error_code=ErrorCode.START_DEADLINE,
         error_message=LATE_MESSAGE,
     )
 
@@ -149,7 +150,7 @@ def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> Outcome:
         claim,
         Lease.Outcome.INTERRUPTED,
         Run.Status.FAILED,
-        error_code="interrupted",
+        error_code=ErrorCode.INTERRUPTED,
         error_message=message,
         interrupted=True,
     )
@@ -170,7 +171,7 @@ def not_storable(outcome: Outcome, error: Exception) -> Outcome:
         lease_outcome=Lease.Outcome.FAILED,
         status=Run.Status.FAILED,
         result=None,
-        error_code=policies.FAILED_NOT_STORABLE,
+        error_code=ErrorCode.OUTCOME_NOT_STORABLE,
         error_message=storable_text(message, get_settings().ERROR_MAX_CHARS),
         traceback="",
         retry_in=None,

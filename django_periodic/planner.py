@@ -38,6 +38,7 @@ from django_periodic import (
     signals,
     triggers,
 )
+from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.decisions import Decision, Due, Fire
 from django_periodic.models import Run, Schedule, ScheduleQuerySet, first_fire_time_of
@@ -407,16 +408,17 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo") -
     due = memo.due_times(schedule, now)
     fires = []
     status: str
+    reason: str
     for plan_time, missed in policies.misfire_marks(schedule, due.times, now, memo.limit):
         if missed:
-            status, reason = Run.Status.SKIPPED, policies.SKIPPED_MISSED
+            status, reason = Run.Status.SKIPPED, ErrorCode.MISSED
         else:
             status, reason = policies.overlap_status(schedule, occupancy)
         fires.append(Fire(plan_time, status, reason))
     if due.unlisted:
         latest = due.times[-1]
         message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
-        reason = policies.SKIPPED_MISSED
+        reason = ErrorCode.MISSED
         fires.append(Fire(due.unlisted, Run.Status.SKIPPED, reason, message))
     fired = any(fire.status != Run.Status.SKIPPED for fire in fires)
     supersedes = ("",) if occupancy.retrying and fired else ()

@@ -12,21 +12,7 @@ from typing import Protocol
 from django.db import InterfaceError, OperationalError
 
 from django_periodic import bounds
-from django_periodic.choices import Misfire, Overlap, RunStatus
-
-# Why a fire was recorded skipped (``Run.error_code``), or a run failed before it started.
-SKIPPED_MISSED = "missed"
-SKIPPED_OVERLAP = "overlap"
-SKIPPED_QUEUE_FULL = "queue_full"
-SKIPPED_START_DEADLINE = "start_deadline"
-FAILED_SUPERSEDED = "superseded"
-# Its lease cannot be taken: the database refused the claim, or its schedule's
-# lease_timeout would make the lease outlast every time a row may hold.
-FAILED_CANNOT_CLAIM = "cannot_claim"
-# It is routed to a TASKS alias that the TASKS setting does not have.
-FAILED_UNKNOWN_TASKS_BACKEND = "unknown_tasks_backend"
-# Its outcome (result or error) was refused by the database, even alone: the run failed.
-FAILED_NOT_STORABLE = "outcome_not_storable"
+from django_periodic.choices import ErrorCode, Misfire, Overlap, RunStatus
 
 # Errors of the database or the connection, never one row's: the loop retries them (with
 # backoff) rather than failing a schedule or a run for them. Any other exception while
@@ -100,8 +86,8 @@ def overlap_status(policy: Policy, occupancy: Occupancy) -> tuple[str, str]:
         if occupancy.queued < policy.max_queued:
             occupancy.queued += 1
             return RunStatus.QUEUED, ""
-        return RunStatus.SKIPPED, SKIPPED_QUEUE_FULL
-    return RunStatus.SKIPPED, SKIPPED_OVERLAP  # skip, and any unknown value
+        return RunStatus.SKIPPED, ErrorCode.QUEUE_FULL
+    return RunStatus.SKIPPED, ErrorCode.OVERLAP  # skip, and any unknown value
 
 
 def misfire_marks(

@@ -9,6 +9,7 @@ from django.urls import reverse
 from django_periodic import clock
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import run_url
 
 SCHEDULES_URL = reverse("admin:django_periodic_schedule_changelist")
 RUNS_URL = reverse("admin:django_periodic_run_changelist")
@@ -34,10 +35,6 @@ def schedule(db):
 
 def schedule_url(schedule, view="change"):
     return reverse(f"admin:django_periodic_schedule_{view}", args=[schedule.pk])
-
-
-def run_url(run, view="change"):
-    return reverse(f"admin:django_periodic_run_{view}", args=[run.pk])
 
 
 def act(client, url, action, *objects):

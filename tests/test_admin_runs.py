@@ -8,14 +8,11 @@ from django.urls import reverse
 from django_periodic import clock
 from django_periodic.models import Run, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.helpers import run_url
 
 LIST_URL = reverse("admin:django_periodic_run_changelist")
 TRACEBACK = 'Traceback (most recent call last):\n  File "x.py", line 1\nValueError: bad value'
 PROCESSES_URL = reverse("admin:django_periodic_schedulerprocess_changelist")
-
-
-def run_url(run, view="change"):
-    return reverse(f"admin:django_periodic_run_{view}", args=[run.pk])
 
 
 def failed_run(**fields):

@@ -7,12 +7,7 @@ from django.core.management import CommandError, call_command
 from django_periodic import clock
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
-
-
-def output_of(*args, **options) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out, **options)
-    return out.getvalue()
+from tests.helpers import output_of
 
 
 @pytest.mark.django_db

@@ -8,10 +8,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import JobContext, claims, eventloop, executor, job, leases
+from django_periodic import JobContext, claims, eventloop, executor, job
 from django_periodic.context import StopRequest
 from django_periodic.models import Lease, Run
 from django_periodic.workers import Recorder, WorkerPool
+from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
@@ -37,14 +38,14 @@ def claimed(process, now, **schedule_fields) -> claims.Claim:
 @pytest.mark.django_db
 def test_a_job_runs_with_its_arguments_and_its_result_is_kept(process, now):
     claim = claimed(process, now, job="tests.jobs.add", args=[2], kwargs={"b": 3})
-    assert executor.execute(claim) == "succeeded"
+    assert ledger.execute(claim) == "succeeded"
     assert Run.objects.get().result == 5
 
 
 @pytest.mark.django_db
 def test_an_exception_fails_the_run_with_code_message_and_traceback(process, now):
     claim = claimed(process, now, job="tests.jobs.explode", kwargs={"message": "kaput"})
-    assert executor.execute(claim) == "failed"
+    assert ledger.execute(claim) == "failed"
     run = Run.objects.get()
     assert (run.error_code, run.error_message) == ("RuntimeError", "kaput")
     assert "raise RuntimeError(message)" in run.traceback
@@ -61,7 +62,7 @@ def test_an_exception_whose_text_cannot_be_had_still_fails_the_run(process, now,
         raise Unprintable
 
     claim = claimed(process, now, job="tests.unprintable")
-    assert executor.execute(claim) == "failed"
+    assert ledger.execute(claim) == "failed"
     run = Run.objects.get()
     assert run.error_code.endswith(".Unprintable")  # its qualified name
     assert run.error_message == "<exception str() failed>"
@@ -70,7 +71,7 @@ def test_an_exception_whose_text_cannot_be_had_still_fails_the_run(process, now,
 @pytest.mark.django_db
 def test_an_exception_with_attempts_left_retries(process, now):
     claim = claimed(process, now, job="tests.jobs.explode", max_attempts=2)
-    assert executor.execute(claim) == "retrying"
+    assert ledger.execute(claim) == "retrying"
 
 
 @pytest.mark.django_db
@@ -78,14 +79,14 @@ def test_a_job_that_is_no_longer_registered_fails_without_retry(process, now):
     claim = claimed(process, now, max_attempts=3)
     Run.objects.update(job_name="tests.jobs.gone")
     claim.run.job_name = "tests.jobs.gone"
-    assert executor.execute(claim) == "failed"
+    assert ledger.execute(claim) == "failed"
     assert Run.objects.get().error_code == "unknown_job"
 
 
 @pytest.mark.django_db
 def test_a_job_taking_context_sees_its_run_and_can_heartbeat(process, now):
     claim = claimed(process, now, job="tests.jobs.report_context")
-    executor.execute(claim)
+    ledger.execute(claim)
     result = Run.objects.get().result
     assert result["run"] == claim.run.pk
     assert result["attempt"] == 1
@@ -96,7 +97,7 @@ def test_a_job_taking_context_sees_its_run_and_can_heartbeat(process, now):
 @pytest.mark.django_db
 def test_heartbeat_after_losing_the_lease_cancels_the_job(process, now):
     claim = claimed(process, now)
-    leases.release(claim, now)
+    ledger.release(claim, now)
     context = JobContext(claim.run, now, 1, executor._lease_extender(claim))
     assert context.heartbeat() is False
     assert context.cancelled
@@ -112,7 +113,7 @@ def test_a_run_stopped_before_its_job_started_ends_so_without_calling_it(
     claim = claimed(process, now, job="tests.jobs.record")
     stop = StopRequest()
     stop.set(reason)
-    assert executor.execute(claim, stop) == status
+    assert ledger.execute(claim, stop) == status
     assert not Execution.objects.exists()
 
 
@@ -128,7 +129,7 @@ def test_a_run_given_up_at_shutdown_before_its_job_started_is_left_to_the_releas
 @pytest.mark.django_db
 def test_an_async_job_is_awaited_and_its_result_kept(process, now):
     claim = claimed(process, now, job="tests.jobs.add_later", args=[2, 3])
-    assert executor.execute(claim) == "succeeded"
+    assert ledger.execute(claim) == "succeeded"
     assert Run.objects.get().result == 5
 
 
@@ -136,7 +137,7 @@ def test_an_async_job_is_awaited_and_its_result_kept(process, now):
 def test_an_async_job_can_heartbeat_both_ways_and_read_cancelled(process, now):
     claim = claimed(process, now, job="tests.jobs.report_context_async")
     before = Lease.objects.get().heartbeat_at
-    assert executor.execute(claim) == "succeeded"
+    assert ledger.execute(claim) == "succeeded"
     assert Run.objects.get().result == {"heartbeat": True, "aheartbeat": True, "cancelled": False}
     assert Lease.objects.get().heartbeat_at > before
 
@@ -147,7 +148,7 @@ def execute_in_thread(claim: claims.Claim, stop: StopRequest) -> tuple[threading
 
     def work() -> None:
         try:
-            status.append(executor.execute(claim, stop))
+            status.append(ledger.execute(claim, stop))
         finally:
             connections.close_all()  # this thread's own connection
 
@@ -185,7 +186,7 @@ def test_an_async_job_cancelled_at_shutdown_is_left_to_the_release(process, now)
     thread.join(timeout=10)
     assert returned == [None]
     assert Run.objects.get().status == "running"  # the scheduler releases it, by token
-    assert leases.release(claim, now)
+    assert ledger.release(claim, now)
 
 
 @pytest.mark.django_db
@@ -194,7 +195,7 @@ def test_a_base_exception_fails_the_run_without_retry(process, now, name):
     claim = claimed(
         process, now, job="tests.jobs.raise_base_exception", kwargs={"name": name}, max_attempts=3
     )
-    assert executor.execute(claim) == "failed"
+    assert ledger.execute(claim) == "failed"
     run = Run.objects.get()
     assert (run.status, run.error_code, run.error_message) == ("failed", name, f"{name} from a job")
     assert Lease.objects.get().released_at is not None
@@ -230,7 +231,7 @@ def test_a_claimed_run_that_waited_past_its_start_deadline_is_skipped_not_starte
     RunFactory(schedule=schedule, plan_time=now, start_deadline=now + timedelta(seconds=1))
     (claim,) = claims.claim(process, now, 1)
     waited = replace(claim, claimed_at=claim.claimed_at - 5)  # a prefetched claim, 5 s later
-    assert executor.execute(waited) == "skipped"
+    assert ledger.execute(waited) == "skipped"
     run = Run.objects.get()
     assert (run.error_code, run.started_at, run.result) == ("start_deadline", None, None)
     assert Lease.objects.get().outcome == "skipped"
@@ -340,7 +341,7 @@ def test_an_awaited_run_cancelled_at_shutdown_leaves_the_pool_for_the_release(pr
     pool.wait(1)
     assert pool.pool.idle()
     assert Run.objects.get().status == "running"  # nothing recorded: the scheduler releases it
-    assert leases.release(claim, now)
+    assert ledger.release(claim, now)
 
 
 @pytest.mark.django_db(transaction=True)

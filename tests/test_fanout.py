@@ -12,6 +12,7 @@ from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import fire, set_cursor
 from tests.threads import Thread
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -31,15 +32,9 @@ def fanned_out(cursor=T0, **fields) -> Schedule:
     ``cursor``."""
     fields = {"job": "tests.jobs.per_tenant", "scopes": TENANTS, "interval": EVERY, **fields}
     schedule = ScheduleFactory(start_at=T0, misfire_grace=timedelta(minutes=1), **fields)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=cursor)
+    set_cursor(schedule, cursor)
     schedule.refresh_from_db()
     return schedule
-
-
-def fire(schedule: Schedule, at: datetime) -> planner.PlanResult:
-    """Make ``schedule`` due at ``at`` and plan it."""
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)
-    return planner.plan_due(at)
 
 
 def runs_by_scope(schedule: Schedule, **filters) -> dict[str, list[tuple[str, str]]]:
@@ -170,7 +165,7 @@ def test_a_fire_planned_by_someone_else_meanwhile_is_left_alone(monkeypatch, pro
 
     def another_planner_first():
         # While this planner calls the provider, another one plans the fire (moves the cursor).
-        Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0 + EVERY)
+        set_cursor(schedule, T0 + EVERY)
         return ["acme"]
 
     monkeypatch.setattr(jobs, "TENANTS", another_planner_first)
@@ -237,7 +232,7 @@ def test_a_new_fire_supersedes_the_waiting_retry_of_its_own_scope_only(monkeypat
 def test_unscoped_schedules_plan_alongside_fanned_out_ones():
     scoped = fanned_out()
     plain = ScheduleFactory(interval=EVERY, start_at=T0)
-    Schedule.objects.filter(pk=plain.pk).update(next_fire_at=T0)
+    set_cursor(plain, T0)
     result = planner.plan_due(T0 + timedelta(seconds=1))
     assert result.fired == 4
     assert runs_by_scope(plain) == {"": [("pending", "")]}

@@ -23,6 +23,7 @@ from django_periodic import checks, claims, handoff, leases, planner, taskbacken
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.scheduler import Scheduler
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import set_cursor
 from tests.models import Execution
 from tests.processes import wait_for
 from tests.threads import Thread
@@ -378,7 +379,7 @@ def test_a_fanned_out_fire_hands_each_scope_its_own_task(now, dummy):
     schedule = ScheduleFactory(
         job="tests.jobs.per_tenant", scopes="tests.regions", tasks_backend="dummy"
     )
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=now)
+    set_cursor(schedule, now)
     planner.plan_due(now)
     assert handoff.dispatch() == 2
     assert sorted(deliver(result) for result in dummy.results) == ["succeeded", "succeeded"]

@@ -20,6 +20,7 @@ from django_periodic import health, status_output
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.helpers import overdue_schedule, set_cursor
 
 needs_rich = pytest.mark.skipif(not status_output.RICH_INSTALLED, reason="rich not installed")
 needs_health_check = pytest.mark.skipif(
@@ -29,14 +30,6 @@ needs_health_check = pytest.mark.skipif(
 
 def checks(now) -> set[str]:
     return {problem.check for problem in health.attention(now)}
-
-
-def overdue_schedule(now, name: str = "overdue") -> Schedule:
-    """Enabled, its cursor passed longer ago than a live scheduler may stay silent."""
-    schedule = ScheduleFactory(name=name)
-    late = now - SchedulerProcess.stale_after() - timedelta(seconds=1)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=late)
-    return schedule
 
 
 def dead_process(now) -> SchedulerProcess:
@@ -98,7 +91,7 @@ def test_overdue_schedules_with_a_live_scheduler_are_fine(now, process):
 def test_no_scheduler_is_fine_while_nothing_is_overdue(now):
     schedule = ScheduleFactory()
     just_due = now - SchedulerProcess.stale_after() + timedelta(seconds=1)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=just_due)
+    set_cursor(schedule, just_due)
     assert checks(now) == set()
 
 
@@ -129,9 +122,9 @@ def test_schedules_paused_by_hand_or_failing_but_enabled_are_fine(now, process):
 
 def test_the_report_lists_due_running_expired_and_failing(now, process):
     soon = ScheduleFactory(name="soon")
-    Schedule.objects.filter(pk=soon.pk).update(next_fire_at=now + timedelta(minutes=30))
+    set_cursor(soon, now + timedelta(minutes=30))
     later = ScheduleFactory(name="later")
-    Schedule.objects.filter(pk=later.pk).update(next_fire_at=now + timedelta(hours=2))
+    set_cursor(later, now + timedelta(hours=2))
     held = running_run(now, now + timedelta(minutes=1), holder="web-1:42")
     expired = running_run(now, now - timedelta(seconds=1), holder="web-2:7")
     RunFactory(status="failed", error_code="ValueError", finished_at=now - timedelta(hours=1))

@@ -7,6 +7,7 @@ from django.db import connection, connections, transaction
 
 from django_periodic import claims, leases, outcomes
 from django_periodic.models import Lease, Run, SchedulerProcess
+from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.threads import Thread
 
@@ -71,7 +72,7 @@ def test_retries_are_claimable_only_once_their_delay_has_passed(process, now):
 @pytest.mark.django_db
 def test_success_records_the_result_and_releases_the_lease(process, now):
     claim = claim_one(process, now)
-    assert leases.succeed(claim, now + timedelta(seconds=2), {"ok": True})
+    assert ledger.succeed(claim, now + timedelta(seconds=2), {"ok": True})
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.result, run.duration) == (
         "succeeded",
@@ -84,7 +85,7 @@ def test_success_records_the_result_and_releases_the_lease(process, now):
 @pytest.mark.django_db
 def test_a_failure_with_attempts_left_retries_after_a_backoff(process, now):
     claim = claim_one(process, now, max_attempts=3, retry_backoff=timedelta(seconds=10))
-    assert leases.fail(claim, now, failure()) == "retrying"
+    assert ledger.fail(claim, now, failure()) == "retrying"
     run = Run.objects.get(pk=claim.run.pk)
     assert run.status == "retrying"
     assert now + timedelta(seconds=5) <= run.next_retry_at <= now + timedelta(seconds=10)
@@ -94,14 +95,14 @@ def test_a_failure_with_attempts_left_retries_after_a_backoff(process, now):
 @pytest.mark.django_db
 def test_the_last_attempt_fails_the_run(process, now):
     claim = claim_one(process, now, max_attempts=1)
-    assert leases.fail(claim, now, failure()) == "failed"
+    assert ledger.fail(claim, now, failure()) == "failed"
     assert Run.objects.get(pk=claim.run.pk).status == "failed"
 
 
 @pytest.mark.django_db
 def test_a_failure_that_is_not_retryable_fails_at_once(process, now):
     claim = claim_one(process, now, max_attempts=5)
-    assert leases.fail(claim, now, failure(retryable=False)) == "failed"
+    assert ledger.fail(claim, now, failure(retryable=False)) == "failed"
 
 
 def test_backoff_doubles_with_jitter_and_is_capped():
@@ -119,11 +120,11 @@ def test_a_lost_lease_cannot_overwrite_a_newer_attempt(process, now):
     assert leases.sweep(later).reentered == 1
     (newer,) = claims.claim(process, later, 1)
     assert newer.run.attempt == 2
-    assert not leases.succeed(claim, later, "stale result")
-    assert leases.fail(claim, later, failure()) is None
+    assert not ledger.succeed(claim, later, "stale result")
+    assert ledger.fail(claim, later, failure()) is None
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.attempt, run.result) == ("running", 2, None)
-    assert leases.succeed(newer, later, "fresh")
+    assert ledger.succeed(newer, later, "fresh")
     assert Run.objects.get(pk=claim.run.pk).result == "fresh"
 
 
@@ -256,7 +257,7 @@ def test_a_heartbeat_skips_a_lease_being_released_instead_of_waiting_for_it(post
 @pytest.mark.django_db
 def test_release_gives_a_reentrant_run_back_for_another_process(process, now):
     claim = claim_one(process, now, allow_stale_reentry=True)
-    assert leases.release(claim, now)
+    assert ledger.release(claim, now)
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.interruptions) == ("pending", 1)
     (again,) = claims.claim(process, now, 1)
@@ -266,7 +267,7 @@ def test_release_gives_a_reentrant_run_back_for_another_process(process, now):
 @pytest.mark.django_db
 def test_release_fails_an_at_most_once_run_rather_than_run_it_twice(process, now):
     claim = claim_one(process, now, allow_stale_reentry=False)
-    assert leases.release(claim, now)
+    assert ledger.release(claim, now)
     run = Run.objects.get(pk=claim.run.pk)
     assert (run.status, run.error_code) == ("failed", "interrupted")
     assert claims.claim(process, now, 1) == []
@@ -276,7 +277,7 @@ def test_release_fails_an_at_most_once_run_rather_than_run_it_twice(process, now
 def test_finishing_a_run_promotes_the_next_queued_one(process, now):
     claim = claim_one(process, now, overlap="queue")
     queued = RunFactory(schedule=claim.run.schedule, plan_time=now + timedelta(1), status="queued")
-    leases.succeed(claim, now, None)
+    ledger.succeed(claim, now, None)
     queued.refresh_from_db()
     assert queued.status == "pending"
 
@@ -309,7 +310,7 @@ def test_concurrent_claimers_never_claim_a_run_twice(postgres, now):
 def test_a_retry_does_not_promote_a_queued_run(process, now):
     claim = claim_one(process, now, overlap="queue", max_attempts=2)
     queued = RunFactory(schedule=claim.run.schedule, plan_time=now + timedelta(1), status="queued")
-    leases.fail(claim, now, failure())
+    ledger.fail(claim, now, failure())
     queued.refresh_from_db()
     assert queued.status == "queued"
 

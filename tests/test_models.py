@@ -4,8 +4,9 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from django_periodic.models import Run, Schedule
-from tests.factories import RunFactory, ScheduleFactory
+from django_periodic.models import Run, Schedule, SchedulerProcess
+from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.helpers import set_cursor
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -89,7 +90,7 @@ def test_a_past_one_shot_stays_due_rather_than_vanishing():
 @pytest.mark.django_db
 def test_changing_the_trigger_moves_the_cursor_but_other_edits_do_not(now):
     schedule = ScheduleFactory(interval=timedelta(minutes=5))
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0)
+    set_cursor(schedule, T0)
     schedule.refresh_from_db()
     schedule.max_attempts = 3
     schedule.save()
@@ -102,7 +103,7 @@ def test_changing_the_trigger_moves_the_cursor_but_other_edits_do_not(now):
 @pytest.mark.django_db
 def test_pausing_keeps_the_cursor_and_resuming_restarts_from_now(now):
     schedule = ScheduleFactory(interval=None, cron="*/5 * * * *")
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0)
+    set_cursor(schedule, T0)
     schedule.refresh_from_db()
     schedule.enabled = False
     schedule.save()
@@ -115,7 +116,7 @@ def test_pausing_keeps_the_cursor_and_resuming_restarts_from_now(now):
 @pytest.mark.django_db
 def test_a_fired_one_shot_does_not_fire_again_when_paused_and_resumed():
     schedule = ScheduleFactory(interval=None, run_at=T0)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=None)  # it has fired
+    set_cursor(schedule, None)  # it has fired
     schedule.refresh_from_db()
     for enabled in (False, True):
         schedule.enabled = enabled
@@ -175,3 +176,15 @@ def test_a_schedule_stored_without_save_is_unplanned_until_rescheduled(now):
     schedule.refresh_from_db()
     assert not schedule.is_unplanned
     assert schedule.next_fire_at == schedule.first_fire_time(now)
+
+
+@pytest.mark.django_db
+def test_alive_and_stale_processes_are_one_rule_in_sql_and_in_python():
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    edge = now - SchedulerProcess.stale_after()
+    silences = [timedelta(0), timedelta(microseconds=-1), timedelta(microseconds=1)]
+    processes = [SchedulerProcessFactory(heartbeat_at=edge + s, started_at=edge) for s in silences]
+    alive = set(SchedulerProcess.objects.alive(now))
+    stale = set(SchedulerProcess.objects.stale(now))
+    assert alive == {processes[0], processes[2]} and stale == {processes[1]}
+    assert [p.alive_at(now) for p in processes] == [True, False, True]

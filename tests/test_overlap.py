@@ -8,16 +8,12 @@ from django.db import IntegrityError, connection, connections, transaction
 
 from django_periodic import claims, leases, planner
 from django_periodic.models import Run, Schedule
+from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import fire, set_cursor
 from tests.threads import Thread
 
 GRACE = timedelta(seconds=30)
-
-
-def fire(schedule: Schedule, at):
-    """Make ``schedule`` due at ``at`` and plan it."""
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)
-    return planner.plan_due(at)
 
 
 def statuses(schedule: Schedule) -> list[tuple[str, str]]:
@@ -90,7 +86,7 @@ def test_a_fire_made_late_by_the_misfire_policy_gets_a_fresh_grace(now):
     schedule = every_second(misfire="latest")
     Schedule.objects.filter(pk=schedule.pk).update(misfire_grace=timedelta(seconds=1))
     schedule.refresh_from_db()
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=now - timedelta(seconds=3))
+    set_cursor(schedule, now - timedelta(seconds=3))
     planner.plan_due(now)
     fired = Run.objects.get(schedule=schedule, status="pending")
     assert fired.start_deadline == now + timedelta(seconds=1)
@@ -121,7 +117,7 @@ def test_the_next_queued_run_starts_when_the_active_one_ends(process, now):
     fire(schedule, now + timedelta(seconds=1))
     (claim,) = claims.claim(process, now, 5)
     assert claims.claim(process, now, 5) == []  # the queued run waits
-    leases.succeed(claim, now, None)
+    ledger.succeed(claim, now, None)
     assert statuses(schedule) == [("succeeded", ""), ("pending", "")]
 
 

@@ -8,6 +8,7 @@ from django_periodic import arrays, bounds, clock, planner, policies, triggers
 from django_periodic.decisions import Due
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import set_cursor
 from tests.threads import Thread
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -18,7 +19,7 @@ def due_schedule(cursor=T0, **fields) -> Schedule:
     """A 10-second interval schedule anchored at T0 whose cursor is at ``cursor``."""
     fields.setdefault("interval", EVERY)
     schedule = ScheduleFactory(start_at=T0, **fields)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=cursor)
+    set_cursor(schedule, cursor)
     schedule.refresh_from_db()
     return schedule
 
@@ -319,7 +320,7 @@ def unplanned(**fields) -> Schedule:
     """A schedule as bulk_create, raw SQL or a fixture store it: its cursor the database's
     default, ``bounds.UNPLANNED``."""
     schedule = ScheduleFactory(**fields)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=bounds.UNPLANNED)
+    set_cursor(schedule, bounds.UNPLANNED)
     return schedule
 
 
@@ -445,7 +446,7 @@ def test_schedules_sharing_a_trigger_compute_their_next_fire_once(monkeypatch):
     now = cursor + timedelta(seconds=30)
     for i in range(50):
         schedule = ScheduleFactory(name=f"shared-{i}", cron="*/5 * * * *", interval=None)
-        Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=cursor)
+        set_cursor(schedule, cursor)
     # What each would compute alone, without the batch's memo.
     expected = {}
     for schedule in Schedule.objects.all():

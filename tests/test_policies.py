@@ -13,6 +13,7 @@ from django.db.models import Count
 from django_periodic import clock, leases, wakeups
 from django_periodic.models import Run, Schedule
 from tests.factories import ScheduleFactory
+from tests.helpers import set_cursor
 from tests.models import Execution
 from tests.processes import wait_for
 
@@ -94,7 +95,7 @@ def downtime_schedule(start, misfire: str, **fields) -> Schedule:
         misfire_grace=timedelta(seconds=10),
         **fields,
     )
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=start)
+    set_cursor(schedule, start)
     return schedule
 
 

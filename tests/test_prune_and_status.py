@@ -13,14 +13,9 @@ from django_periodic import planner
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import output_of, overdue_schedule, set_cursor
 
 OLD = timedelta(days=40)
-
-
-def output_of(*args, **options) -> str:
-    out = StringIO()
-    call_command(*args, stdout=out, **options)
-    return out.getvalue()
 
 
 def lease_for(run: Run, attempt: int, expires_at) -> Lease:
@@ -171,7 +166,7 @@ def test_pruning_all_history_does_not_fire_old_plan_times_again(now):
     every = timedelta(seconds=10)
     start = now - timedelta(hours=1)
     schedule = ScheduleFactory(interval=every, start_at=start, overlap="concurrent")
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=start)
+    set_cursor(schedule, start)
     moment = start + timedelta(seconds=35)
     assert planner.plan_due(moment).fired == 4
     Run.objects.update(status="succeeded")
@@ -183,14 +178,6 @@ def test_pruning_all_history_does_not_fire_old_plan_times_again(now):
 
 
 # -- periodic_status ------------------------------------------------------------------------
-
-
-def overdue_schedule(now, name: str = "overdue") -> Schedule:
-    """An enabled schedule whose cursor passed longer ago than a scheduler may be silent."""
-    schedule = ScheduleFactory(name=name)
-    late = now - SchedulerProcess.stale_after() - timedelta(seconds=1)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=late)
-    return schedule
 
 
 def test_periodic_status_says_ok_for_a_healthy_setup(now, process):

@@ -13,6 +13,7 @@ from django.urls import reverse
 from django_periodic import checks, job, planner, pruner, retention, sync
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data
+from tests.helpers import set_cursor
 from tests.processes import wait_for
 from tests.threads import Thread
 
@@ -245,7 +246,7 @@ def test_a_prune_stops_between_batches_when_asked(now):
 def test_pruning_all_history_never_fires_an_old_plan_time_again(now, trigger):
     start = now - HOUR
     schedule = ScheduleFactory(**trigger, start_at=start, overlap="concurrent", misfire="all")
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=start)
+    set_cursor(schedule, start)
     moment = start + timedelta(minutes=3, seconds=5)
     assert planner.plan_due(moment).fired >= 4
     old_times = sorted(Run.objects.values_list("plan_time", flat=True))

@@ -9,6 +9,7 @@ from django.urls import reverse
 from django_periodic import job, planner, registry, sync
 from django_periodic.models import REVISION_FIELDS, TRIGGER_FIELDS, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
+from tests.helpers import set_cursor
 
 pytestmark = pytest.mark.django_db
 
@@ -171,7 +172,7 @@ def test_a_manual_run_records_the_current_revision():
 def test_fanned_out_runs_record_the_revision(now):
     schedule = ScheduleFactory(job="tests.jobs.per_tenant", scopes="tests.regions")
     Schedule.objects.filter(pk=schedule.pk).update(kwargs={"greeting": "hi"})
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=now)
+    set_cursor(schedule, now)
     planner.plan_due(now)
     assert set(Run.objects.values_list("scope", "schedule_revision")) == {("eu", 2), ("us", 2)}
 

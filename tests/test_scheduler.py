@@ -11,6 +11,7 @@ from django_periodic import clock, eventloop, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from django_periodic.scheduler import Scheduler
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.helpers import set_cursor
 from tests.models import Execution
 from tests.processes import wait_for
 from tests.threads import Thread
@@ -18,7 +19,7 @@ from tests.threads import Thread
 
 def due_now(**fields) -> Schedule:
     schedule = ScheduleFactory(**fields)
-    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=clock.now())
+    set_cursor(schedule, clock.now())
     return schedule
 
 
@@ -264,7 +265,7 @@ def test_one_tick_plans_every_due_schedule_and_bounds_a_backlog(settings):
         start_at=now - timedelta(days=1),
         end_at=now - timedelta(minutes=1),
     )
-    Schedule.objects.filter(pk=behind.pk).update(next_fire_at=behind.start_at)
+    set_cursor(behind, behind.start_at)
     healthy = [due_now() for _ in range(10)]
     call_command("run_scheduler", "--once", "--plan-only", verbosity=0)
     for schedule in healthy:

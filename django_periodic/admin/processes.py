@@ -81,7 +81,7 @@ class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
 
     @admin.display(description=gettext_lazy("state"))
     def state(self, process: "WithAnnotations[SchedulerProcess, ProcessStats]") -> SafeString:
-        if process.silence > SchedulerProcess.stale_after():
+        if SchedulerProcess.stale_silence(process.silence):
             n = SchedulerProcess.STALE_AFTER_HEARTBEATS
             title = _("No heartbeat for %(n)d intervals.") % {"n": n}
             return display.badge("failed", _("stale"), title)

@@ -1,0 +1,42 @@
+"""Small helpers that many test modules share."""
+
+from datetime import datetime, timedelta
+from io import StringIO
+
+from django.core.management import call_command
+from django.urls import reverse
+
+from django_periodic import planner
+from django_periodic.models import Run, Schedule, SchedulerProcess
+from tests.factories import ScheduleFactory
+
+
+def set_cursor(schedule: Schedule, at: datetime | None) -> None:
+    """Store ``next_fire_at`` as it is, past ``save()``'s own computation of it."""
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)
+
+
+def fire(schedule: Schedule, at: datetime) -> planner.PlanResult:
+    """Make ``schedule`` due at ``at`` and plan it."""
+    set_cursor(schedule, at)
+    return planner.plan_due(at)
+
+
+def overdue_schedule(now: datetime, name: str = "overdue") -> Schedule:
+    """An enabled schedule whose cursor passed longer ago than a live scheduler may stay
+    silent."""
+    schedule = ScheduleFactory(name=name)
+    set_cursor(schedule, now - SchedulerProcess.stale_after() - timedelta(seconds=1))
+    return schedule
+
+
+def output_of(*args: str, **options: object) -> str:
+    """What a management command prints."""
+    out = StringIO()
+    call_command(*args, stdout=out, **options)
+    return out.getvalue()
+
+
+def run_url(run: Run, view: str = "change") -> str:
+    """The admin URL of a run's ``view``."""
+    return reverse(f"admin:django_periodic_run_{view}", args=[run.pk])

@@ -1,0 +1,40 @@
+"""One outcome at a time, as tests drive the ledger: the engine records outcomes in
+batches (``outcomes.record``) and never needs these."""
+
+from datetime import datetime
+from typing import Any
+
+from django_periodic import executor, outcomes
+from django_periodic.claims import Claim
+from django_periodic.context import StopRequest
+
+
+def _recorded(outcome: outcomes.Outcome, now: datetime | None) -> bool:
+    claim = outcome.claim
+    return claim.run.pk in outcomes.record([outcome], now, claim.using)
+
+
+def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:
+    """Record the run's result; False if the lease was lost (the result is then dropped)."""
+    return _recorded(outcomes.succeeded(claim, result), now)
+
+
+def fail(claim: Claim, now: datetime | None, failure: outcomes.Failure) -> str | None:
+    """Record a failed attempt (retried while attempts remain); the run's new status, or
+    None if the lease was lost."""
+    outcome = outcomes.failed(claim, failure)
+    return outcome.status if _recorded(outcome, now) else None
+
+
+def release(claim: Claim, now: datetime | None) -> bool:
+    """Give up an unfinished run, as at shutdown (``outcomes.released``)."""
+    return _recorded(outcomes.released(claim), now)
+
+
+def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:
+    """Run the claimed job to completion and record its outcome: the run's new status, or
+    None when nothing was recorded (the lease was lost, or given up at shutdown)."""
+    outcome = executor.run_job(claim, stop or StopRequest())
+    if outcome is None or not executor.record([outcome]):
+        return None
+    return outcome.status
