@@ -337,10 +337,10 @@ def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_
 def test_a_cancel_request_reaches_a_running_job_through_its_notify(postgres, children):
     """A busy loop does not ask for cancel requests every tick, only when news wakes it (or
     once a heartbeat interval): the NOTIFY a cancel sends must be that news. The heartbeat
-    is a minute apart here, so only the NOTIFY can tell the job in time."""
-    child = children.start("--workers", "1", settings={"HEARTBEAT_INTERVAL": 60})
-    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    is a minute apart here, so only the NOTIFY can tell the job in time. The schedule is due
+    before the child starts: moving a cursor with update() sends no NOTIFY of its own."""
     due_now(job="tests.jobs.linger", kwargs={"seconds": 120})
+    child = children.start("--workers", "1", settings={"HEARTBEAT_INTERVAL": 60})
     wait_for(Execution.objects.exists, 30, "the job to start")
     running = Run.objects.filter(status="running")
     assert leases.request_cancel(running, clock.now()) == (0, 1)
