@@ -24,11 +24,12 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F, Field, Model, Value
 from django.db.models.functions import Greatest, Now
 from django.dispatch import Signal
 
-from django_periodic import bounds, clock, policies, signals
+from django_periodic import bounds, clock, loading, policies, signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, RunQuerySet, Schedule, SchedulerProcess
@@ -475,7 +476,8 @@ def _claim_postgresql(
         "started": wanted.starts_at_once,
     }
     by_id = wanted.run_id is not None
-    with connections[using].cursor() as cursor:
+    # A claim's runs mostly share their plan time, and their schedules a few cursors.
+    with loading.timestamps_parsed_once(using), connections[using].cursor() as cursor:
         cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
     answered_at = time.monotonic()  # not when each instance below is built
@@ -489,21 +491,24 @@ def _claim_postgresql(
     _announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
     run_count = len(_fields(Run))
     schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
+    connection = connections[using]  # looked up once: a thread-local look-up is not free
     for _late, _late_runs, _refused, _refused_runs, _at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
-        run = _instance(Run, columns[:run_count], using)
+        run = _instance(Run, columns[:run_count], connection)
         schedule = schedules.get(run.schedule_id)
         if schedule is None:
-            schedule = schedules[run.schedule_id] = _instance(Schedule, columns[run_count:], using)
+            schedule = schedules[run.schedule_id] = _instance(
+                Schedule, columns[run_count:], connection
+            )
         run.schedule = schedule
         result.claims.append(Claim(run, token, using, claimed_at, db_claimed_at=db_claimed_at))
     return result
 
 
-def _instance(model: type[Model], values: Sequence[Any], using: str) -> Any:
+def _instance(model: type[Model], values: Sequence[Any], connection: BaseDatabaseWrapper) -> Any:
     """A model instance from raw column values, converted as a queryset would."""
-    connection = connections[using]
+    using = connection.alias
     attnames, converters = _converters(model, using)
     converted = list(values)
     for index, expression, field_converters in converters:

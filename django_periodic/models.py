@@ -60,7 +60,9 @@ REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
 
 
 def _copy_if_mutable(value: Any) -> Any:
-    return copy.deepcopy(value) if isinstance(value, list | dict) else value
+    if isinstance(value, list | dict):
+        return copy.deepcopy(value) if value else type(value)()  # most args are empty
+    return value
 
 
 # The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
