@@ -31,10 +31,11 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_periodic import claims, clock, outcomes, planner  # noqa: E402
+from django_periodic import clock  # noqa: E402
 from django_periodic.conf import get_settings  # noqa: E402
+from django_periodic.engine import claims, outcomes, planner  # noqa: E402
+from django_periodic.engine.scheduler import Scheduler  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
-from django_periodic.scheduler import Scheduler  # noqa: E402
 
 
 class QueryCounter:

@@ -27,7 +27,8 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_periodic import clock, planner, scopes  # noqa: E402
+from django_periodic import clock, scopes  # noqa: E402
+from django_periodic.engine import planner  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
 
 KEYS: list[str] = []

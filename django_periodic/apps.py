@@ -8,7 +8,9 @@ class PeriodicConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_periodic import checks, runlog, stop_signals  # noqa: F401  (the checks)
+        from django_periodic import checks  # noqa: F401  (the checks
+        from django_periodic.engine import stop_signals
+        from django_periodic.operations import runlog
 
         # A scheduler stopped while it is still starting (loading jobs below, checks, boot
         # recovery) must exit cleanly, not by the signal's default action.

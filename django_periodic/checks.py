@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 
-from django_periodic import bounds, sync, taskbackends
+from django_periodic import bounds, taskbackends
 from django_periodic.conf import (
     DURATION_KEYS,
     INTEGER_KEYS,
@@ -20,6 +20,7 @@ from django_periodic.conf import (
     STRING_KEYS,
     get_settings,
 )
+from django_periodic.engine import code_schedules
 from django_periodic.models import Schedule
 
 
@@ -137,9 +138,9 @@ def check_code_schedules(
 ) -> list[Error]:
     """Each schedule defined with ``@job(...)`` must be a valid schedule (no queries)."""
     errors = []
-    for name, job in sync.code_defined_jobs().items():
+    for name, job in code_schedules.code_defined_jobs().items():
         try:
-            schedule = Schedule(name=name, **sync.code_defined_values(job))
+            schedule = Schedule(name=name, **code_schedules.code_defined_values(job))
             schedule.clean_fields()
             schedule.clean()
         except (TypeError, ValidationError) as exc:

@@ -4,7 +4,7 @@ No database here: the planner (for due fires) and the models (for ``run_now()`` 
 retries) feed these the rows they have locked, so both decide by the same rules.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -88,6 +88,12 @@ def overlap_status(policy: Policy, occupancy: Occupancy) -> tuple[str, str]:
             return RunStatus.QUEUED, ""
         return RunStatus.SKIPPED, ErrorCode.QUEUE_FULL
     return RunStatus.SKIPPED, ErrorCode.OVERLAP  # skip, and any unknown value
+
+
+def supersedes_retry(in_flight: Occupancy, statuses: Iterable[str]) -> bool:
+    """Whether new fires end the run of their scope waiting to retry: a newer fire that
+    runs or waits (not one skipped) replaces it."""
+    return in_flight.retrying and any(status != RunStatus.SKIPPED for status in statuses)
 
 
 def misfire_marks(

@@ -22,12 +22,13 @@ from typing import Any
 
 from django.db import connections
 
-from django_periodic import claims, clock, executor, leases, taskbackends, worker_connections
-from django_periodic.claims import Claim
+from django_periodic import clock, taskbackends
 from django_periodic.conf import get_settings
-from django_periodic.context import StopRequest
+from django_periodic.engine import claims, executor, leases, worker_connections
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
+from django_periodic.engine.outcomes import AttemptOutcome
 from django_periodic.models import Run
-from django_periodic.outcomes import Outcome
 
 logger = logging.getLogger("django_periodic")
 
@@ -73,7 +74,7 @@ def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()} (task)"
 
 
-def _run_watched(claim: Claim) -> Outcome | None:
+def _run_watched(claim: Claim) -> AttemptOutcome | None:
     """Call the job while the watcher heartbeats its lease and enforces cancel requests and
     its timeout; None if it was settled meanwhile (timed out, or its lease lost)."""
     stop = StopRequest()

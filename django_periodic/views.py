@@ -5,7 +5,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from django_periodic import clock, health
+from django_periodic import clock
+from django_periodic.operations import health
 
 
 @never_cache

@@ -6,7 +6,7 @@ from io import StringIO
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_periodic import planner
+from django_periodic.engine import planner
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import ScheduleFactory
 

@@ -4,12 +4,12 @@ batches (``outcomes.record``) and never needs these."""
 from datetime import datetime
 from typing import Any
 
-from django_periodic import executor, outcomes
-from django_periodic.claims import Claim
-from django_periodic.context import StopRequest
+from django_periodic.engine import executor, outcomes
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
 
 
-def _recorded(outcome: outcomes.Outcome, now: datetime | None) -> bool:
+def _recorded(outcome: outcomes.AttemptOutcome, now: datetime | None) -> bool:
     claim = outcome.claim
     return claim.run.pk in outcomes.record([outcome], now, claim.using)
 

@@ -7,7 +7,8 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from django_periodic import backfill, clock
+from django_periodic import clock
+from django_periodic.engine import backfill
 from django_periodic.models import Run
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -65,6 +66,17 @@ def test_preview_counts_the_runs_to_record_and_the_plan_times_that_have_one(admi
     assert not backfilled().exists()
 
 
+def test_an_end_in_the_future_is_clamped_to_now_as_the_api_clamps_it(admin_client, hour_ago):
+    schedule = ten_minutes()
+    response = post(admin_client, [schedule], "_backfill_preview", start=local(hour_ago),
+                    end=local(hour_ago + timedelta(days=1)), rate="1")  # fmt: skip
+    ((_, result),) = response.context["previews"]
+    api = backfill.preview(schedule, hour_ago, hour_ago + timedelta(days=1), clock.now())
+    assert result.end <= api.end <= clock.now()
+    assert result.recorded == api.recorded >= 6  # the past hour's fires, none after now
+    assert 'class="backfill-end"' in response.content.decode()
+
+
 def test_backfill_records_the_runs_and_reports_them(admin_client, hour_ago):
     schedules = [ten_minutes(), ten_minutes()]
     RunFactory(schedule=schedules[0], plan_time=hour_ago, status="succeeded")
@@ -86,8 +98,8 @@ def test_backfill_records_the_runs_and_reports_them(admin_client, hour_ago):
 @pytest.mark.parametrize(
     ("start", "end", "error"),
     [
-        (timedelta(minutes=30), timedelta(minutes=10), "The end must come after the start."),
-        (timedelta(0), timedelta(days=2), "The end is in the future"),
+        (timedelta(minutes=30), timedelta(minutes=10), "must come before end"),
+        (timedelta(days=1), timedelta(days=2), "is in the future"),
         (None, timedelta(minutes=10), "This field is required."),
     ],
 )

@@ -4,7 +4,7 @@ import pytest
 from django.urls import reverse
 from django.utils.duration import duration_string
 
-from django_periodic.forms import ScheduleForm, timezone_names
+from django_periodic.admin.forms import ScheduleForm, timezone_names
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.test_bounds import OUTSIDE

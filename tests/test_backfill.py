@@ -6,17 +6,10 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic import (
-    backfill,
-    clock,
-    handoff,
-    health,
-    leases,
-    planner,
-    signals,
-    taskbackends,
-)
+from django_periodic import clock, signals, taskbackends
+from django_periodic.engine import backfill, handoff, leases, planner
 from django_periodic.models import Lease, Run
+from django_periodic.operations import health
 from django_periodic.testing import fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution

@@ -16,7 +16,8 @@ from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from django_periodic import bounds, claims, clock, horizon, planner
+from django_periodic import bounds, clock
+from django_periodic.engine import claims, horizon, planner
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.processes import wait_for

@@ -17,9 +17,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import bounds, clock, planner, triggers
+from django_periodic import bounds, clock, triggers
 from django_periodic.bounds import CENTURY, EARLIEST, LATEST, UNPLANNED
-from django_periodic.decisions import Due
+from django_periodic.engine import planner
+from django_periodic.engine.decisions import Due
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory
 

@@ -8,10 +8,13 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import JobContext, claims, eventloop, executor, job
-from django_periodic.context import StopRequest
+from django_periodic import JobContext, job
+from django_periodic.engine import claims, eventloop, executor
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
+from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.workers import WorkerPool
 from django_periodic.models import Lease, Run
-from django_periodic.workers import Recorder, WorkerPool
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
@@ -29,7 +32,7 @@ def _close_async_connections():
     closer.join()
 
 
-def claimed(process, now, **schedule_fields) -> claims.Claim:
+def claimed(process, now, **schedule_fields) -> Claim:
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
     return claim
@@ -142,7 +145,7 @@ def test_an_async_job_can_heartbeat_both_ways_and_read_cancelled(process, now):
     assert Lease.objects.get().heartbeat_at > before
 
 
-def execute_in_thread(claim: claims.Claim, stop: StopRequest) -> tuple[threading.Thread, list]:
+def execute_in_thread(claim: Claim, stop: StopRequest) -> tuple[threading.Thread, list]:
     """Execute like a worker thread does; the list receives the status it returns."""
     status: list = []
 
@@ -246,7 +249,7 @@ class Pool:
         self.recorder = Recorder()
         self.pool = WorkerPool(threads, on_done=self._left.release, recorder=self.recorder)
 
-    def submit_all(self, process, now, count: int) -> list[claims.Claim]:
+    def submit_all(self, process, now, count: int) -> list[Claim]:
         claimed = claims.claim(process, now, count)
         for claim in claimed:
             self.pool.submit(claim)

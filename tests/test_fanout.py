@@ -7,7 +7,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 
-from django_periodic import planner, scopes
+from django_periodic import scopes
+from django_periodic.engine import overlap, planner
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests import jobs
@@ -207,7 +208,7 @@ def test_a_queued_run_is_promoted_when_its_own_scope_is_free():
     fire(schedule, T0 + EVERY)
     assert {runs[1] for runs in runs_by_scope(schedule).values()} == {("queued", "")}
     end(schedule, "acme")
-    assert Run.objects.promote_queued([schedule.pk]) == 1
+    assert overlap.promote_queued("default", [schedule.pk]) == 1
     assert runs_by_scope(schedule)["acme"] == [("succeeded", ""), ("pending", "")]
     assert runs_by_scope(schedule)["globex"] == [("pending", ""), ("queued", "")]
 

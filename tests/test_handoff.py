@@ -19,9 +19,10 @@ from django.urls import reverse
 from django.utils.module_loading import import_string
 from django_tasks_db.models import DBTaskResult
 
-from django_periodic import checks, claims, handoff, leases, planner, taskbackends, tasks
+from django_periodic import checks, taskbackends, tasks
+from django_periodic.engine import claims, handoff, leases, planner
+from django_periodic.engine.scheduler import Scheduler
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.scheduler import Scheduler
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 from tests.models import Execution

@@ -1,4 +1,4 @@
-"""django_periodic.health: each check's trigger and non-trigger, the report's sections and fire
+"""operations.health: each check's trigger and non-trigger, the report's sections and fire
 lag, its constant cost; periodic_status's outputs and exit statuses; the health view and the
 django-health-check check."""
 
@@ -16,9 +16,9 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic import health, status_output
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.operations import health, status_output
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import overdue_schedule, set_cursor
 

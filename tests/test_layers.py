@@ -1,4 +1,12 @@
-"""The package's modules import each other in one direction: no cycles, hidden or not."""
+"""The package's layers (DESIGN.md, section 4; docs/contributing.md, "Module map"): each
+module imports only from its own layer or those below, and nothing imports in a circle.
+
+From the bottom: the pure core (no models), the models, the engine, operations, and the
+interface over them all (admin, commands, views, the public top level). A module-level
+import must go down (or stay in its layer); an import inside a function is how a model's
+thin method reaches the engine, and may go up only from the models to the engine. Imports
+for type checking only (``if TYPE_CHECKING``) run nowhere and are not counted.
+"""
 
 import ast
 import subprocess
@@ -12,48 +20,123 @@ import django_periodic
 
 PACKAGE = Path(django_periodic.__file__).parent
 
+CORE, MODELS, ENGINE, OPERATIONS, INTERFACE = range(5)
+LAYER_NAMES = ("pure core", "models", "engine", "operations", "interface")
+# Top-level modules that are documented import paths of a lower package's code, or the
+# engine's entry point for django.tasks (its path is the task's name in every backend).
+FACADES = {"backfill": ENGINE, "tasks": ENGINE, "health": OPERATIONS, "metrics": OPERATIONS}
+INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "urls", "checks"}
+INTERFACE_MODULES |= {"apps"}
+PURE_CORE = (
+    "bounds", "choices", "clock", "conf", "policies", "registry", "scopes", "signals",
+    "taskbackends", "triggers",
+)  # fmt: skip
+
+
+def layer(module: str) -> int:
+    """The layer of a module of the package, by its dotted name."""
+    name = module.removeprefix("django_periodic").lstrip(".")
+    top = name.split(".")[0]
+    if top == "models":
+        return MODELS
+    if top == "engine":
+        return ENGINE
+    if top == "operations":
+        return OPERATIONS
+    if top in FACADES and name == top:
+        return FACADES[top]
+    if top in INTERFACE_MODULES:
+        return INTERFACE
+    assert top in PURE_CORE, f"{module}: which layer? Add it to this test."
+    return CORE
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imported_modules(path: Path, known: set[str]) -> set[str]:
-    """Every django_periodic module ``path`` imports, at the top or inside a function."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            # "from package import module" imports that module; anything else, the package.
-            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & known
-            found |= submodules or {node.module}
-    return found & known
+def _imported(node: ast.AST, known: set[str]) -> set[str]:
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names} & known
+    if isinstance(node, ast.ImportFrom) and node.module:
+        # "from package import module" imports that module; anything else, the package.
+        submodules = {f"{node.module}.{alias.name}" for alias in node.names} & known
+        return (submodules or {node.module}) & known
+    return set()
 
 
-# The pure core (DESIGN.md, section 4): the rules and the math, which no model may reach,
-# so that they are used, and tested, without the ORM.
-PURE_CORE = ("bounds", "choices", "clock", "conf", "policies", "registry", "triggers")
+def _is_type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package and the modules of the package it imports."""
+def imports(path: Path, known: set[str]) -> tuple[set[str], set[str]]:
+    """The package's modules ``path`` imports: (at module level, inside functions)."""
+    at_top, deferred = set(), set()
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking(child):
+                continue
+            nested = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            (deferred if in_function else at_top).update(_imported(child, known))
+            visit(child, nested)
+
+    visit(ast.parse(path.read_text()), False)
+    return at_top, deferred
+
+
+def import_graphs() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """Each module and the modules it imports: (at module level, inside functions)."""
     paths = [p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts]
     known = {module_name(p) for p in paths}
-    graph = {module_name(p): imported_modules(p, known) - {module_name(p)} for p in paths}
-    graph["django_periodic"] = set()  # the package re-exports; its modules import from it
-    return graph
+    at_top, deferred = {}, {}
+    for path in paths:
+        name = module_name(path)
+        top, inner = imports(path, known)
+        at_top[name], deferred[name] = top - {name}, inner - {name}
+    return at_top, deferred
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} ({LAYER_NAMES[layer(module)]}) imports {imported} "
+        f"({LAYER_NAMES[layer(imported)]})"
+        for module, imported_modules in graph.items()
+        for imported in imported_modules
+        if layer(imported) > layer(module)
+    )
+
+
+def test_module_level_imports_go_down_the_layers():
+    at_top, _ = import_graphs()
+    assert upward(at_top) == []
+
+
+def test_only_a_models_thin_method_reaches_up_and_only_to_the_engine():
+    _, deferred = import_graphs()
+    allowed = [
+        line
+        for line in upward(deferred)
+        if line.startswith("django_periodic.models.")
+        and "(models) imports django_periodic.engine." in line
+    ]
+    assert upward(deferred) == allowed
+    assert allowed, "the models' thin methods (run_now, backfill, cancel) call the engine"
 
 
 def test_no_module_imports_one_that_imports_it_back():
-    graph = import_graph()
-    # Schedule.backfill() is the model's entry point to the backfill module, imported when
-    # it is called: the one place a model reaches up a layer.
-    graph["django_periodic.models"] -= {"django_periodic.backfill"}
+    at_top, _ = import_graphs()
     try:
-        TopologicalSorter(graph).prepare()
+        TopologicalSorter(at_top).prepare()
     except CycleError as exc:
         raise AssertionError(f"Import cycle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_every_module_has_a_layer():
+    at_top, _ = import_graphs()
+    for module in at_top:
+        layer(module)
 
 
 def test_the_public_api_imports_without_the_models():
@@ -67,9 +150,11 @@ def test_the_public_api_imports_without_the_models():
 
 @pytest.mark.parametrize("module", PURE_CORE)
 def test_the_pure_core_never_reaches_the_models(module):
-    graph, reached, todo = import_graph(), set(), [f"django_periodic.{module}"]
+    at_top, deferred = import_graphs()
+    reached, todo = set(), [f"django_periodic.{module}"]
     while todo:
-        for imported in graph[todo.pop()] - reached:
+        current = todo.pop()
+        for imported in (at_top[current] | deferred[current]) - reached:
             reached.add(imported)
             todo.append(imported)
     assert "django_periodic.models" not in reached, sorted(reached)

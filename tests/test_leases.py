@@ -5,14 +5,15 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections, transaction
 
-from django_periodic import claims, leases, outcomes
+from django_periodic.engine import claims, leases, outcomes, pg_claims
+from django_periodic.engine.claimed import Claim
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.threads import Thread
 
 
-def claim_one(process, now, *, started=True, **schedule_fields) -> claims.Claim:
+def claim_one(process, now, *, started=True, **schedule_fields) -> Claim:
     """Claim a new run of a new schedule; ``started``: its job was called (its lease says so)."""
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
@@ -358,7 +359,7 @@ def test_a_claim_reads_runs_in_plan_time_order_even_on_stale_statistics(postgres
     Run.objects.bulk_create(
         Run.for_schedule(schedule, now - timedelta(microseconds=i)) for i in range(5_000)
     )
-    sql = claims._claim_sql("default", ahead is not None, False)
+    sql = pg_claims._claim_sql("default", ahead is not None, False)
     params = {"now": now, "ahead": ahead, "limit": 20, "latest": now, "started": False}
     params |= dict.fromkeys(["late_code", "late_message", "refused_code", "refused_message"], "")
     params |= {"holder": "test", "process": None, "run_id": None}

@@ -5,7 +5,8 @@ import logging
 import pytest
 from django.core.management import call_command
 
-from django_periodic import runlog, signals
+from django_periodic import signals
+from django_periodic.operations import runlog
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
 

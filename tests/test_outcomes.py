@@ -16,9 +16,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from django_periodic import claims, clock, outcomes, tasks
+from django_periodic import clock, tasks
+from django_periodic.engine import claims, outcomes, storable
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.recorder import Recorder
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.workers import Recorder
 from tests.factories import RunFactory, ScheduleFactory
 from tests.jobs import UNSTORABLE_RESULTS
 from tests.processes import wait_for
@@ -41,7 +43,7 @@ STORED = {
 STORED_MESSAGE = "bad byte \ufffd in file \ufffd.txt"
 
 
-def claimed(process, now, **schedule_fields) -> claims.Claim:
+def claimed(process, now, **schedule_fields) -> Claim:
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
     return claim
@@ -97,7 +99,7 @@ BEGIN SELECT RAISE(ABORT, 'refused by the test''s trigger'); END
 
 def test_nan_and_the_infinities_are_stored_as_their_names_in_keys_and_values():
     result = {"value": NAN, "range": (-INF, INF), NAN: [1.5, {"inner": INF}]}
-    assert outcomes.storable_result(result) == {
+    assert storable.storable_result(result) == {
         "value": "NaN",
         "range": ["-Infinity", "Infinity"],
         "NaN": [1.5, {"inner": "Infinity"}],
@@ -106,25 +108,25 @@ def test_nan_and_the_infinities_are_stored_as_their_names_in_keys_and_values():
 
 def test_nul_and_lone_surrogates_become_the_replacement_character_in_keys_and_values():
     result = {"key\x00": ["a\x00b", {"file \udcff": "\ud800\udc00"}]}
-    assert outcomes.storable_result(result) == {
+    assert storable.storable_result(result) == {
         "key\ufffd": ["a\ufffdb", {"file \ufffd": "\ufffd\ufffd"}]
     }
 
 
 def test_text_that_only_looks_like_an_escaped_nul_is_kept():
-    assert outcomes.storable_result(["\\u0000", "\\\x00"]) == ["\\u0000", "\\\ufffd"]
+    assert storable.storable_result(["\\u0000", "\\\x00"]) == ["\\u0000", "\\\ufffd"]
 
 
 def test_any_other_text_is_stored_as_it_is():
     text = 'naïve 😀 \u2028 \t \x01 \\ "'
-    assert outcomes.storable_result({text: [text]}) == {text: [text]}
+    assert storable.storable_result({text: [text]}) == {text: [text]}
 
 
 def test_a_result_whose_json_is_too_long_is_stored_as_a_preview_of_its_first_bytes(settings):
     settings.DJANGO_PERIODIC = {"RESULT_MAX_BYTES": 21}
-    assert outcomes.storable_result("x" * 19) == "x" * 19  # 21 bytes with its quotes
+    assert storable.storable_result("x" * 19) == "x" * 19  # 21 bytes with its quotes
     # 44 bytes: the 21st is the first of a two-byte character, which the preview leaves out.
-    assert outcomes.storable_result(["é" * 20]) == {
+    assert storable.storable_result(["é" * 20]) == {
         "preview": '["' + "é" * 9,
         "note": "result truncated from 44 bytes",
     }
@@ -139,15 +141,15 @@ def test_a_result_with_no_json_form_is_stored_as_its_repr(settings):
         def __repr__(self):
             raise RuntimeError("no repr")
 
-    note = outcomes.NOT_JSON_NOTE
-    assert outcomes.storable_result(cycle) == {"repr": "[[...]]", "note": note}
-    assert outcomes.storable_result({"\x00": object()})["repr"].startswith("{'\\x00': <object")
-    assert outcomes.storable_result(Unprintable()) == {
+    note = storable.NOT_JSON_NOTE
+    assert storable.storable_result(cycle) == {"repr": "[[...]]", "note": note}
+    assert storable.storable_result({"\x00": object()})["repr"].startswith("{'\\x00': <object")
+    assert storable.storable_result(Unprintable()) == {
         "repr": "<Unprintable object whose repr",  # the first 30 characters
         "note": note,
     }
     # More digits than Python turns into text: neither JSON nor repr() can write it.
-    assert outcomes.storable_result(10**5000)["note"] == note
+    assert storable.storable_result(10**5000)["note"] == note
 
 
 @pytest.mark.django_db
@@ -195,7 +197,7 @@ clean_json = st.recursive(
 
 @given(clean_json)
 def test_a_json_value_without_nan_nul_or_lone_surrogates_is_stored_as_it_is(value):
-    assert outcomes.storable_result(value) == value
+    assert storable.storable_result(value) == value
 
 
 @pytest.mark.django_db

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, connections, transaction
 
-from django_periodic import claims, leases, planner
+from django_periodic.engine import claims, leases, overlap, planner
 from django_periodic.models import Run, Schedule
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
@@ -126,9 +126,9 @@ def test_the_sweeper_promotes_a_queued_run_left_without_an_active_one(now):
     schedule = every_second(overlap="queue")
     RunFactory(schedule=schedule, plan_time=now, status="queued")
     RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=1), status="queued")
-    assert Run.objects.promote_queued(None) == 1
+    assert overlap.promote_queued("default", None) == 1
     assert statuses(schedule) == [("pending", ""), ("queued", "")]
-    assert Run.objects.promote_queued(None) == 0  # one active run at a time
+    assert overlap.promote_queued("default", None) == 0  # one active run at a time
 
 
 @pytest.mark.django_db
@@ -175,7 +175,7 @@ def test_cancel_ends_waiting_runs_and_asks_running_ones_to_stop(process, now):
     running = RunFactory(plan_time=now, status="running")
     done = RunFactory(plan_time=now, status="succeeded")
     ids = [run.pk for run in [*waiting, queued, running, done]]
-    assert leases.request_cancel(Run.objects.filter(pk__in=ids), now) == (3, 1)
+    assert Run.objects.filter(pk__in=ids).cancel(now) == (3, 1)
     assert {r.pk: r.status for r in Run.objects.filter(pk__in=ids)} == {
         waiting[0].pk: "cancelled",
         waiting[1].pk: "cancelled",
@@ -185,6 +185,12 @@ def test_cancel_ends_waiting_runs_and_asks_running_ones_to_stop(process, now):
     }
     assert Run.objects.get(pk=running.pk).cancel_requested_at == now
     assert leases.request_cancel(Run.objects.filter(pk=running.pk), now) == (0, 0)
+
+
+def test_the_documented_import_of_the_leases_module_still_works():
+    from django_periodic import leases as documented  # docs/backfill.md, before cancel()
+
+    assert documented is leases
 
 
 @pytest.mark.django_db

@@ -4,8 +4,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import arrays, bounds, clock, planner, policies, triggers
-from django_periodic.decisions import Due
+from django_periodic import bounds, clock, policies, triggers
+from django_periodic.engine import decisions, pg_arrays, planner
+from django_periodic.engine.decisions import Due
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
@@ -258,7 +259,7 @@ def due_row(**columns) -> Due:
 def test_a_misfire_grace_past_the_range_of_times_misses_nothing(grace):
     # Once stopped both schedulers at every start: now - grace overflowed, outside any try.
     now = T0 + timedelta(seconds=42)
-    decision = planner.decide(due_row(misfire_grace=grace), now, policies.Occupancy())
+    decision = decisions.decide(due_row(misfire_grace=grace), now, policies.Occupancy())
     assert decision.error == ""
     assert [(f.plan_time, f.status) for f in decision.fires] == [
         (T0 + i * EVERY, "pending") for i in range(5)
@@ -450,7 +451,7 @@ def test_schedules_sharing_a_trigger_compute_their_next_fire_once(monkeypatch):
     # What each would compute alone, without the batch's memo.
     expected = {}
     for schedule in Schedule.objects.all():
-        alone = planner._due_times(schedule.trigger, schedule.next_fire_at, now, 100)
+        alone = decisions._due_times(schedule.trigger, schedule.next_fire_at, now, 100)
         expected[schedule.pk] = (alone.cursor, alone.times)
     monkeypatch.setattr(triggers.CronTrigger, "next_after", counted)
     result = planner.plan_due(now, batch_size=100)
@@ -504,6 +505,6 @@ def test_a_batch_records_for_each_schedule_what_it_decided_alone():
 
 
 def test_array_literals_quote_what_postgresql_would_misread():
-    assert arrays.literal([1, None, True]) == "{1,NULL,t}"
-    assert arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
-    assert arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"
+    assert pg_arrays.literal([1, None, True]) == "{1,NULL,t}"
+    assert pg_arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert pg_arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"

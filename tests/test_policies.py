@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from django_periodic import clock, leases, wakeups
+from django_periodic import clock
+from django_periodic.engine import leases, wakeups
 from django_periodic.models import Run, Schedule
 from tests.factories import ScheduleFactory
 from tests.helpers import set_cursor

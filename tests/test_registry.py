@@ -4,7 +4,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_periodic import checks, job, registry, sync
+from django_periodic import checks, job, registry
+from django_periodic.engine import code_schedules
 from django_periodic.models import Run, Schedule
 
 
@@ -82,23 +83,23 @@ def test_sync_creates_updates_and_disables_code_schedules(clean_registry):
         return None
 
     job(name="nightly", cron="0 3 * * *", max_attempts=2)(nightly)
-    report = sync.sync_code_schedules()
+    report = code_schedules.sync_code_schedules()
     schedule = Schedule.objects.get(name="nightly")
     assert report.created == ["nightly"]
     assert (schedule.cron, schedule.max_attempts, schedule.enabled) == ("0 3 * * *", 2, True)
     assert schedule.defined_in.startswith("tests.test_registry:")
 
-    assert sync.sync_code_schedules().updated == []
+    assert code_schedules.sync_code_schedules().updated == []
 
     registry._registry.pop("nightly")
     job(name="nightly", cron="0 4 * * *")(nightly)
-    assert sync.sync_code_schedules().updated == ["nightly"]
+    assert code_schedules.sync_code_schedules().updated == ["nightly"]
     schedule.refresh_from_db()
     assert (schedule.cron, schedule.max_attempts) == ("0 4 * * *", 1)
 
     Run.objects.create(schedule=schedule, plan_time=schedule.next_fire_at, job_name="nightly")
     registry._registry.pop("nightly")
-    assert sync.sync_code_schedules().disabled == ["nightly"]
+    assert code_schedules.sync_code_schedules().disabled == ["nightly"]
     schedule.refresh_from_db()
     assert not schedule.enabled
     assert "No longer defined in code" in schedule.last_error
@@ -108,9 +109,9 @@ def test_sync_creates_updates_and_disables_code_schedules(clean_registry):
 @pytest.mark.django_db
 def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
     job(name="hourly", cron="@hourly")(lambda: None)
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     Schedule.objects.filter(name="hourly").update(enabled=False)
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     assert not Schedule.objects.get(name="hourly").enabled
 
 
@@ -118,7 +119,7 @@ def test_sync_keeps_a_pause_made_in_the_admin(clean_registry):
 def test_a_code_schedule_that_does_not_validate_is_reported_and_the_rest_sync(clean_registry):
     job(name="needs_args", cron="@daily")(lambda a: a)  # no args given: cannot be called
     job(name="fine", cron="@daily")(lambda: None)
-    report = sync.sync_code_schedules()
+    report = code_schedules.sync_code_schedules()
     assert report.invalid == ["needs_args"]
     assert report.created == ["fine"]
 
@@ -128,7 +129,7 @@ def test_a_code_schedule_may_hand_its_runs_to_a_tasks_backend(clean_registry):
     @job(name="indexing", cron="0 3 * * *", tasks_backend="dummy")
     def rebuild() -> None: ...
 
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     schedule = Schedule.objects.get(name="indexing")
     assert schedule.tasks_backend == "dummy"
     assert schedule.run_now().tasks_backend == "dummy"

@@ -10,8 +10,10 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import checks, job, planner, pruner, retention, sync
+from django_periodic import checks, job
+from django_periodic.engine import code_schedules, planner
 from django_periodic.models import Lease, Run, Schedule
+from django_periodic.operations import pruner, retention
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data
 from tests.helpers import set_cursor
 from tests.processes import wait_for
@@ -123,7 +125,7 @@ def test_a_code_defined_schedule_takes_retention_options(clean_registry):
         return None
 
     job(name="chatty", interval=timedelta(seconds=10), keep_runs=1000)(chatty)
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     assert Schedule.objects.get(name="chatty").keep_runs == 1000
 
 

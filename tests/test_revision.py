@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from django_periodic import job, planner, registry, sync
+from django_periodic import job, registry
+from django_periodic.engine import code_schedules, planner
 from django_periodic.models import REVISION_FIELDS, TRIGGER_FIELDS, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 from tests.helpers import set_cursor
@@ -130,12 +131,12 @@ def test_the_code_sync_bumps_the_revision_when_the_code_changes_the_trigger(clea
         return None
 
     job(name="nightly", cron="0 3 * * *")(nightly)
-    sync.sync_code_schedules()
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     assert revision_of(Schedule.objects.get(name="nightly")) == 1
     registry._registry.pop("nightly")
     job(name="nightly", cron="0 4 * * *")(nightly)
-    sync.sync_code_schedules()
+    code_schedules.sync_code_schedules()
     assert revision_of(Schedule.objects.get(name="nightly")) == 2
 
 

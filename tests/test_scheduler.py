@@ -7,9 +7,10 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic import clock, eventloop, leases
+from django_periodic import clock
+from django_periodic.engine import eventloop, leases
+from django_periodic.engine.scheduler import Scheduler
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
-from django_periodic.scheduler import Scheduler
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import set_cursor
 from tests.models import Execution
@@ -323,7 +324,8 @@ def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_
         return leases.SweepResult()
 
     monkeypatch.setattr(leases, "sweep", probe)
-    scheduler._next_heartbeat = scheduler._next_sweep = clock.now() - timedelta(seconds=1)
+    housekeeper = scheduler.housekeeper
+    housekeeper.next_heartbeat = housekeeper.next_sweep = clock.now() - timedelta(seconds=1)
     try:
         scheduler.tick()
     finally:
@@ -364,7 +366,7 @@ def test_a_tick_with_many_runs_in_flight_asks_for_cancel_requests_only_on_news(p
         assert len(scheduler.pool.in_flight()) == 50
         asked_by_tick = []
         for news in (True, False, True):
-            scheduler._news = news
+            scheduler.watcher.news = news
             with CaptureQueriesContext(connection) as queries:
                 scheduler.tick()
             asked = [q for q in queries if "cancel_requested_at" in q["sql"]]

@@ -6,7 +6,9 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 
-from django_periodic import claims, clock, leases, starts
+from django_periodic import clock
+from django_periodic.engine import claims, leases, starts
+from django_periodic.engine.claimed import Claim
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
@@ -35,9 +37,9 @@ def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch)
 
     monkeypatch.setattr(leases, "mark_started", mark_started)
     marks = starts.StartMarks()
-    marked: dict[claims.Claim, bool] = {}
+    marked: dict[Claim, bool] = {}
 
-    def start(claim: claims.Claim) -> None:
+    def start(claim: Claim) -> None:
         try:
             marked[claim] = marks.mark(claim)
         finally:

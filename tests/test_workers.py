@@ -6,11 +6,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections, transaction
 
-from django_periodic import claims, outcomes
-from django_periodic.context import StopRequest
+from django_periodic.engine import claims, outcomes
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
+from django_periodic.engine.holding import STALE_DEADLINES, Deadlines
+from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.scheduler import Scheduler
+from django_periodic.engine.workers import WorkerPool
 from django_periodic.models import Lease, Run
-from django_periodic.scheduler import Scheduler
-from django_periodic.workers import STALE_DEADLINES, Recorder, WorkerPool, _Deadlines
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
@@ -19,7 +22,7 @@ from tests.threads import Thread
 LEAD = timedelta(minutes=2)
 
 
-def claimed_ahead(process, now, seconds: float, **schedule_fields) -> claims.Claim:
+def claimed_ahead(process, now, seconds: float, **schedule_fields) -> Claim:
     """A run of ``tests.jobs.record`` due in ``seconds``, claimed ahead of its plan time."""
     schedule = ScheduleFactory(job="tests.jobs.record", **schedule_fields)
     RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=seconds))
@@ -113,12 +116,12 @@ def test_the_start_deadlines_of_claims_gone_are_not_kept():
     """A deadline stays when its claim starts or leaves; all such are dropped once they
     outnumber the claims in flight, so a busy pool's memory does not grow."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
-    waiting: set[claims.Claim] = set()
-    deadlines = _Deadlines(waiting.__contains__, lambda: len(waiting))
+    waiting: set[Claim] = set()
+    deadlines = Deadlines(waiting.__contains__, lambda: len(waiting))
 
-    def claim(seconds: int) -> claims.Claim:
+    def claim(seconds: int) -> Claim:
         run = Run(attempt=1, start_deadline=now + timedelta(seconds=seconds))
-        return claims.Claim(run=run, token=uuid.uuid4())
+        return Claim(run=run, token=uuid.uuid4())
 
     first = claim(0)
     waiting.add(first)

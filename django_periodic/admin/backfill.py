@@ -18,7 +18,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import backfill, clock
+from django_periodic import clock
+from django_periodic.engine import backfill
 from django_periodic.models import Schedule
 
 if TYPE_CHECKING:
@@ -67,12 +68,10 @@ class BackfillForm(forms.Form):
         start, end = cleaned.get("start"), cleaned.get("end")
         if start is None or end is None:
             return cleaned
-        if start >= end:
-            self.add_error("end", _("The end must come after the start."))
-        elif end > self.now:
-            shown = timezone.localtime(self.now).strftime("%Y-%m-%d %H:%M:%S")
-            message = _("The end is in the future (now: %(now)s): only past plan times backfill.")
-            self.add_error("end", message % {"now": shown})
+        try:
+            start, end = backfill.checked_range(start, end, self.now)
+        except backfill.RangeError as exc:
+            self.add_error(exc.field, str(exc))
         else:
             self._preview(start, end)
         return cleaned

@@ -16,8 +16,8 @@ from django.utils.formats import number_format
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 
-from django_periodic import retention
 from django_periodic.models import Lease, Run, Schedule
+from django_periodic.operations import retention
 
 # Runs (with their leases) deleted per statement; all in the one transaction of the delete.
 HISTORY_BATCH = 10_000

@@ -24,8 +24,9 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import clock, leases, planner
+from django_periodic import clock
 from django_periodic.admin import display
+from django_periodic.engine import leases, planner
 from django_periodic.models import Lease, Run, Schedule
 
 if TYPE_CHECKING:

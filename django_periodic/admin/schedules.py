@@ -2,7 +2,7 @@
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -24,21 +24,23 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy, ngettext
+from django.utils.translation import gettext_lazy
 
-from django_periodic import clock, triggers, wakeups
-from django_periodic.admin import backfill as backfill_page
-from django_periodic.admin import deletion, display, history, preview
-from django_periodic.forms import KIND_LABELS, ScheduleForm
+from django_periodic import clock, triggers
+from django_periodic.admin import deletion, display, history, preview, schedule_actions
+from django_periodic.admin.forms import KIND_LABELS, ScheduleForm
+from django_periodic.admin.schedule_filters import (
+    CodeDefinedFilter,
+    LastStatusFilter,
+    TriggerKindFilter,
+)
 from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
-    Run,
     Schedule,
-    ScheduleQuerySet,
 )
 
 if TYPE_CHECKING:
@@ -82,59 +84,6 @@ class RecentRuns(TypedDict):
     each schedule."""
 
     recent: list[history.RunSummary]
-
-
-class TriggerKindFilter(admin.SimpleListFilter):
-    title = gettext_lazy("trigger kind")
-    parameter_name = "kind"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
-    ) -> "list[tuple[str, StrOrPromise]]":
-        return list(KIND_LABELS.items())
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if value in Schedule.Kind.values:
-            # The admin's queryset comes from Schedule.objects.
-            return cast(ScheduleQuerySet, queryset).of_kind(value)
-        return queryset
-
-
-class LastStatusFilter(admin.SimpleListFilter):
-    title = gettext_lazy("last run")
-    parameter_name = "last_status"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
-    ) -> "list[tuple[str, StrOrPromise]]":
-        return [*Run.Status.choices, ("none", _("never ran"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        value = self.value()
-        if not value:
-            return queryset
-        queryset = queryset.annotate(last_status=history.last_status())
-        if value == "none":
-            return queryset.filter(last_status__isnull=True)
-        return queryset.filter(last_status=value)
-
-
-class CodeDefinedFilter(admin.SimpleListFilter):
-    title = gettext_lazy("defined in")
-    parameter_name = "defined"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
-    ) -> "list[tuple[str, StrOrPromise]]":
-        return [("code", _("code (@job)")), ("admin", _("the database (admin, ORM)"))]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> QuerySet[Schedule]:
-        if self.value() == "code":
-            return queryset.exclude(defined_in="")
-        if self.value() == "admin":
-            return queryset.filter(defined_in="")
-        return queryset
 
 
 class ScheduleChangeList(ChangeList):
@@ -398,7 +347,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         result = preview.preview(form.instance, now, errors)
         return JsonResponse({**result.as_json(), "html": preview.render(result)})
 
-    # -- actions ------------------------------------------------------------------------------
+    # -- the "Run now" button -----------------------------------------------------------------
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
         """The "Run now" button of a schedule's page (POST)."""
@@ -420,87 +369,14 @@ class ScheduleAdmin(_ScheduleAdmin):
             link = format_html('<a href="{}">{}</a>', self._url("change", run.pk, model="run"), run)
             self.message_user(request, format_html(_("Requested a run: {}."), link))
         else:
-            self._report_requested(request, Counter(run.status for run in runs))
+            schedule_actions.report_requested(self, request, Counter(run.status for run in runs))
         return HttpResponseRedirect(self._url("change", schedule.pk))
 
-    @admin.action(
-        description=gettext_lazy("Run now (through the overlap policy)"), permissions=["change"]
-    )
-    def run_now(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        statuses: Counter[str] = Counter()
-        for schedule in queryset:
-            try:
-                statuses.update(run.status for run in schedule.run_now_for_all_scopes())
-            except Exception as exc:  # a scope provider's code failed: the others still run
-                message = _("%(name)s not run: its scope provider failed: %(error)s")
-                self.message_user(
-                    request, message % {"name": schedule, "error": exc}, messages.ERROR
-                )
-        self._report_requested(request, statuses)
+    # -- the list's actions -------------------------------------------------------------------
 
-    def _report_requested(self, request: HttpRequest, statuses: "Counter[str]") -> None:
-        n = statuses.total()
-        message = ngettext(
-            "Requested %(n)d run: %(counts)s.", "Requested %(n)d runs: %(counts)s.", n
-        )
-        self.message_user(request, message % {"n": n, "counts": display.counts(statuses)})
-
-    @admin.action(
-        description=gettext_lazy("Enable: resume from now, without catch-up"),
-        permissions=["change"],
-    )
-    def enable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        resumed, failed = self._restart(queryset.filter(enabled=False))
-        self._report_resumed(request, resumed, failed)
-
-    @admin.action(
-        description=gettext_lazy("Resume with catch-up (the misfire policy decides)"),
-        permissions=["change"],
-    )
-    def resume_with_catch_up(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        paused = queryset.filter(enabled=False)
-        # Without a cursor there is nothing to catch up: such a schedule restarts from now.
-        resumed, failed = self._restart(paused.filter(next_fire_at__isnull=True))
-        # update() bypasses save(), which would restart the cursor from now: the stored
-        # cursor stays, and the planner fires or skips the missed times by the misfire policy.
-        kept = paused.filter(next_fire_at__isnull=False)
-        resumed += kept.update(enabled=True, updated_at=clock.now(queryset.db))
-        wakeups.notify(queryset.db)
-        self._report_resumed(request, resumed, failed)
-
-    @admin.action(description=gettext_lazy("Disable (pause)"), permissions=["change"])
-    def disable(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
-        paused = queryset.filter(enabled=True).update(
-            enabled=False, updated_at=clock.now(queryset.db)
-        )
-        message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", paused)
-        self.message_user(request, message % {"n": paused})
-
-    @admin.action(description=gettext_lazy("Backfill missed runs…"), permissions=["change"])
-    def backfill(
-        self, request: HttpRequest, queryset: QuerySet[Schedule]
-    ) -> HttpResponseBase | None:
-        return backfill_page.backfill_action(self, request, queryset)
-
-    @staticmethod
-    def _restart(queryset: QuerySet[Schedule]) -> tuple[int, list[str]]:
-        """Enable each schedule through save(), which restarts its cursor from now."""
-        resumed, failed = 0, []
-        for schedule in queryset:
-            schedule.enabled = True
-            try:
-                schedule.save(update_fields=["enabled", "updated_at"])
-            except triggers.InvalidTrigger as exc:
-                failed.append(f"{schedule.name}: {exc}")
-            else:
-                resumed += 1
-        return resumed, failed
-
-    def _report_resumed(self, request: HttpRequest, resumed: int, failed: list[str]) -> None:
-        message = ngettext("Resumed %(n)d schedule.", "Resumed %(n)d schedules.", resumed)
-        self.message_user(request, message % {"n": resumed})
-        if failed:
-            message = _("Not resumed, the trigger is invalid: %(names)s") % {
-                "names": "; ".join(failed)
-            }
-            self.message_user(request, message, messages.ERROR)
+    # Defined in schedule_actions; set here by name, where the admin looks actions up.
+    run_now = schedule_actions.run_now
+    enable = schedule_actions.enable
+    resume_with_catch_up = schedule_actions.resume_with_catch_up
+    disable = schedule_actions.disable
+    backfill = schedule_actions.backfill

@@ -5,8 +5,9 @@ from collections.abc import Awaitable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from django_periodic import clock, eventloop, registry
-from django_periodic.context import JobContext, StopRequest
+from django_periodic import clock, registry
+from django_periodic.engine import eventloop
+from django_periodic.engine.context import JobContext, StopRequest
 from django_periodic.models import Run, Schedule
 
 

@@ -3,9 +3,11 @@
 import time
 from datetime import datetime
 
-from django_periodic import claims, clock, executor, outcomes, planner
+from django_periodic import clock
 from django_periodic.conf import get_settings
-from django_periodic.context import StopRequest
+from django_periodic.engine import claims, executor, outcomes, planner
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
 from django_periodic.models import Run
 
 HOLDER = "django_periodic.testing.run_due"
@@ -77,7 +79,7 @@ def _runnable(now: datetime, using: str, handed_off: bool) -> list[int]:
     return list(runs.values_list("pk", flat=True))
 
 
-def _execute(claim: claims.Claim) -> None:
+def _execute(claim: Claim) -> None:
     """Call the claimed job and record its outcome at the claim's clock (``now`` plus the
     time the job took), as a worker would."""
     outcome = executor.run_job(claim, StopRequest())

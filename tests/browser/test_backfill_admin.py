@@ -34,14 +34,15 @@ def test_an_operator_backfills_missed_runs_that_the_scheduler_then_runs(
     page.click("button[name=index]")
     expect(page.locator("#backfill-schedules")).to_contain_text("backfill demo")
 
-    # A range reaching into the future is refused, and says why.
-    page.fill("#id_start", hour.strftime(FORMAT))
-    page.fill("#id_end", (hour + timedelta(days=1)).strftime(FORMAT))
+    # A range starting in the future is refused, and says why.
+    page.fill("#id_start", (hour + timedelta(days=1)).strftime(FORMAT))
+    page.fill("#id_end", (hour + timedelta(days=2)).strftime(FORMAT))
     page.get_by_role("button", name="Preview").click()
-    expect(page.locator(".field-end .errorlist")).to_contain_text("The end is in the future")
+    expect(page.locator(".field-start .errorlist")).to_contain_text("is in the future")
     expect(page.locator("#backfill-preview")).to_have_count(0)
 
     # A past range: the preview counts the runs, then they are recorded.
+    page.fill("#id_start", hour.strftime(FORMAT))
     page.fill("#id_end", (hour + timedelta(minutes=30)).strftime(FORMAT))
     page.fill("#id_rate", "20")
     page.get_by_role("button", name="Preview").click()

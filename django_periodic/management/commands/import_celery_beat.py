@@ -7,7 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_periodic import celerybeat, celerybeat_rows, clock
+from django_periodic import clock
+from django_periodic.operations import celerybeat, celerybeat_rows
 
 VERBS = {
     celerybeat.CREATE: ("created", "would create"),
@@ -101,7 +102,7 @@ class Command(BaseCommand):
             ) from None
         return celerybeat_rows.rows_from_fixture(records)
 
-    def _report(self, outcomes: list[celerybeat.Outcome], dry_run: bool) -> None:
+    def _report(self, outcomes: list[celerybeat.ImportedTask], dry_run: bool) -> None:
         heading = self.style.MIGRATE_HEADING
         write = self._write
         write(f"Periodic tasks: {len(outcomes)}", heading)

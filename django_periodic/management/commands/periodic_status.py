@@ -3,7 +3,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_periodic import clock, health, status_output
+from django_periodic import clock
+from django_periodic.operations import health, status_output
 
 # Exit statuses, documented in docs/deployment.md (Monitoring) for probes. 2 is argparse's
 # for bad arguments.

@@ -3,7 +3,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_periodic import clock, retention
+from django_periodic import clock
+from django_periodic.operations import retention
 
 DEFAULT_BATCH_SIZE = 5000
 # What is kept when neither the options nor the settings say (the command's old default).

@@ -3,9 +3,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_periodic import runlog, stop_signals
 from django_periodic.conf import get_settings
-from django_periodic.scheduler import Scheduler
+from django_periodic.engine import stop_signals
+from django_periodic.engine.scheduler import Scheduler
+from django_periodic.operations import pruner, runlog
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 # The run log (a line per run transition, at INFO) from --verbosity 2 on.
@@ -72,12 +73,24 @@ class Command(BaseCommand):
                 logger.info("Stop requested while starting; exiting before any work.")
                 return
             scheduler = Scheduler(workers=0 if plan_only else workers, using=database, stop=signals)
-            scheduler.run(once=once)
+            self._run(scheduler, once=once, using=database)
         finally:
             stop_signals.release_process()
 
+    def _run(self, scheduler: Scheduler, *, once: bool, using: str) -> None:
+        """Run the scheduler, with retention pruning beside it in a thread of its own (not
+        with ``--once``, which would end before the pruner's first pass)."""
+        retention_pruner = None if once else pruner.Pruner(using)
+        if retention_pruner:
+            retention_pruner.start()
+        try:
+            scheduler.run(once=once)
+        finally:
+            if retention_pruner:
+                retention_pruner.stop()
+
     def _serve_metrics(self, host: str, port: int, database: str) -> None:
-        from django_periodic import metrics
+        from django_periodic.operations import metrics
 
         try:
             address = metrics.serve(host, port, database)

@@ -3,7 +3,7 @@
  * admin's own jQuery is used only for select2, which the admin bundles. */
 'use strict';
 {
-    // The field each trigger kind uses (as forms.KIND_FIELDS); the others are hidden.
+    // Each trigger kind's field, as in django_periodic.models.KIND_FIELDS; the others are hidden.
     const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at'};
     // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
     const PREVIEWED = /^(trigger_kind|cron|timezone|interval|run_at|start_at|end_at|enabled)(_\d)?$/;

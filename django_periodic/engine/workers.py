@@ -1,7 +1,6 @@
-"""Executing claimed runs off the loop: worker threads call the jobs, and one recorder
-thread records their outcomes, as many per statement as have arrived meanwhile."""
+"""Executing claimed runs off the loop: the worker threads that call the jobs, the claims
+waiting for one, and those held for their plan time; the outcomes go to the recorder."""
 
-import heapq
 import itertools
 import logging
 import queue
@@ -10,20 +9,19 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from datetime import datetime
-from uuid import UUID
 
 from django.db import connections
 
-from django_periodic import eventloop, executor, worker_connections
-from django_periodic.claims import Claim
-from django_periodic.context import StopRequest
-from django_periodic.outcomes import Outcome, unstarted
-from django_periodic.starts import StartMarks
+from django_periodic.engine import eventloop, executor, worker_connections
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import StopRequest
+from django_periodic.engine.holding import Deadlines, Holder
+from django_periodic.engine.outcomes import AttemptOutcome, unstarted
+from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.starts import StartMarks
 
 logger = logging.getLogger("django_periodic")
 
-# At most this many outcomes in one statement.
-MAX_RECORD_BATCH = 500
 # Claims are taken ahead of the threads (the prefetch) only while jobs are this short on
 # average: a run claimed ahead then waits milliseconds, never behind a long job.
 SHORT_JOB = 0.05
@@ -35,173 +33,8 @@ MAX_HELD = 1000
 MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
-# Start deadlines of claims no longer waiting kept, beyond twice the claims in flight.
-STALE_DEADLINES = 1000
 # At most this many claims waiting for a thread marked started with another's (starts.py).
 MARK_AHEAD_LIMIT = 1000
-
-
-class Recorder:
-    """One thread that records outcomes in batches: whatever arrived while it wrote the last.
-
-    ``on_recorded`` is called (on the recorder thread) after each batch.
-    """
-
-    def __init__(self, on_recorded: Callable[[], None] = lambda: None) -> None:
-        self._queue: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
-        self._on_recorded = on_recorded
-        self._pending = 0
-        self._holding: set[UUID] = set()  # the lease tokens of the outcomes pending
-        self._idle = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="periodic-recorder", daemon=True)
-        self._thread.start()
-
-    def put(self, outcome: Outcome) -> None:
-        with self._idle:
-            self._pending += 1
-            self._holding.add(outcome.claim.token)
-        self._queue.put(outcome)
-
-    def holding(self) -> set[UUID]:
-        """The lease tokens of the outcomes put and not yet recorded (nor given up): runs
-        this process still holds, whose leases its heartbeat extends."""
-        with self._idle:
-            return set(self._holding)
-
-    def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every outcome put so far is recorded (or given up); False on timeout."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def stop(self, timeout: float | None = None) -> None:
-        """Record what is queued, then end the thread."""
-        self._queue.put(None)
-        self._thread.join(timeout)
-
-    def _run(self) -> None:
-        while (first := self._queue.get()) is not None:
-            batch = [first, *self._drain(MAX_RECORD_BATCH - 1)]
-            stop = None in batch
-            outcomes = [outcome for outcome in batch if outcome is not None]
-            self._record(outcomes)
-            if stop:
-                break
-        connections.close_all()  # this thread's own connections
-
-    def _drain(self, limit: int) -> list[Outcome | None]:
-        drained: list[Outcome | None] = []
-        while len(drained) < limit:
-            try:
-                drained.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return drained
-
-    def _record(self, outcomes: list[Outcome]) -> None:
-        by_database: dict[str, list[Outcome]] = {}
-        for outcome in outcomes:
-            by_database.setdefault(outcome.claim.using, []).append(outcome)
-        try:
-            for batch in by_database.values():
-                self._record_batch(batch)
-        finally:
-            with self._idle:
-                self._pending -= len(outcomes)
-                self._holding.difference_update(o.claim.token for o in outcomes)
-                self._idle.notify_all()
-            self._on_recorded()
-
-    def _record_batch(self, batch: list[Outcome]) -> None:
-        try:
-            worker_connections.prepare_for_run()
-            executor.record(batch)
-        except Exception:
-            # The database stayed away. No longer held here, the runs' leases are not
-            # extended any more: they expire, and the sweeper settles the runs.
-            logger.exception("Could not record the outcomes of %d runs.", len(batch))
-
-
-class _Holder:
-    """Claims made ahead of their plan time, each handed on (``release``) when it comes.
-
-    One thread waits for the earliest; a run therefore starts on time to the millisecond,
-    however many were claimed for the same moment.
-    """
-
-    def __init__(self, release: Callable[[list[Claim]], None]) -> None:
-        self._release = release
-        self._heap: list[tuple[float, int, Claim]] = []
-        self._order = itertools.count()  # ties in time keep the claim order
-        self._changed = threading.Condition()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="periodic-holder", daemon=True)
-        self._thread.start()
-
-    def hold(self, claim: Claim, starts_at: float) -> None:
-        with self._changed:
-            heapq.heappush(self._heap, (starts_at, next(self._order), claim))
-            if self._heap[0][2] is claim:
-                self._changed.notify()
-
-    def stop(self) -> None:
-        with self._changed:
-            self._stopped = True
-            self._changed.notify()
-
-    def _run(self) -> None:
-        with self._changed:
-            while not self._stopped:
-                wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                if wait is None or wait > 0:
-                    self._changed.wait(wait)
-                    continue
-                due = []
-                while self._heap and self._heap[0][0] <= time.monotonic():
-                    due.append(heapq.heappop(self._heap)[2])
-                self._release(due)
-
-
-class _Deadlines:
-    """The start deadlines of a pool's claims (first starts), earliest first: the loop finds
-    those past theirs without walking every claim in flight.
-
-    Entries stay when a job starts or a claim leaves: they are dropped when they come
-    first, and all at once when they outnumber the claims in flight.
-    """
-
-    def __init__(self, waiting: Callable[[Claim], bool], in_flight: Callable[[], int]) -> None:
-        self._waiting = waiting  # whether a claim is in flight and not started
-        self._in_flight = in_flight  # how many claims are in flight
-        self._heap: list[tuple[datetime, int, Claim]] = []
-        self._order = itertools.count()
-
-    def add(self, claim: Claim) -> None:
-        deadline = claim.run.start_deadline
-        if claim.run.attempt == 1 and deadline is not None:
-            heapq.heappush(self._heap, (deadline, next(self._order), claim))
-
-    def earliest(self) -> datetime | None:
-        """The earliest deadline of a claim still waiting."""
-        self._drop_done()
-        return self._heap[0][0] if self._heap else None
-
-    def pop_passed(self, monotonic: float) -> list[Claim]:
-        """Take out the claims still waiting whose deadline passed by ``monotonic``."""
-        late = []
-        while self.earliest() is not None:
-            claim = self._heap[0][2]
-            if not claim.too_late(claim.db_time(monotonic)):
-                break
-            late.append(heapq.heappop(self._heap)[2])
-        return late
-
-    def _drop_done(self) -> None:
-        heap = self._heap
-        if len(heap) > 2 * self._in_flight() + STALE_DEADLINES:
-            heap[:] = [entry for entry in heap if self._waiting(entry[2])]
-            heapq.heapify(heap)
-        while heap and not self._waiting(heap[0][2]):
-            heapq.heappop(heap)
 
 
 class WorkerPool:
@@ -242,12 +75,12 @@ class WorkerPool:
         # The loop looks at these each tick; kept as it goes, so that a tick costs nothing
         # per claim in flight (a burst holds a thousand):
         self._timed: dict[Claim, StopRequest] = {}  # in flight, their schedule has a timeout
-        self._deadlines = _Deadlines(self._waiting, lambda: len(self._in_flight))
+        self._deadlines = Deadlines(self._waiting, lambda: len(self._in_flight))
         self._start_marks = StartMarks()
         self._threads = 0
         for _ in range(size):
             self._start_thread()
-        self._holder = _Holder(self._release)
+        self._holder = Holder(self._release)
 
     def _start_thread(self) -> None:
         self._threads += 1
@@ -491,7 +324,7 @@ class WorkerPool:
     def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
         """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""
 
-        def ended(future: Future[Outcome | None]) -> None:  # on the event loop's thread
+        def ended(future: Future[AttemptOutcome | None]) -> None:  # on the event loop's thread
             with self._lock:
                 self._awaiting.discard(claim)
                 if claim in self._abandoned:
@@ -505,7 +338,7 @@ class WorkerPool:
         eventloop.submit(run.outcome()).add_done_callback(ended)
         self._on_handoff()  # its thread is free for another run
 
-    def _leave(self, claim: Claim, outcome: Outcome | None, started: float) -> None:
+    def _leave(self, claim: Claim, outcome: AttemptOutcome | None, started: float) -> None:
         """A run leaves the pool (from any thread): its outcome goes to the recorder first,
         so that it is always held by one or the other until recorded (``Recorder.holding``)."""
         if outcome is not None:

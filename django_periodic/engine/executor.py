@@ -15,19 +15,12 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import (
-    clock,
-    eventloop,
-    leases,
-    outcomes,
-    policies,
-    registry,
-    worker_connections,
-)
+from django_periodic import clock, policies, registry
 from django_periodic.choices import ErrorCode
-from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
-from django_periodic.context import JobContext, StopRequest
+from django_periodic.engine import eventloop, leases, outcomes, worker_connections
+from django_periodic.engine.claimed import Claim
+from django_periodic.engine.context import JobContext, StopRequest
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
@@ -38,7 +31,7 @@ RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
 RECORD_PATIENCE = sum(RECORD_RETRY_DELAYS) + 5.0
 
 
-def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
+def run_job(claim: Claim, stop: StopRequest) -> outcomes.AttemptOutcome | None:
     """Call the claimed run's job and decide its outcome (recording is the caller's).
 
     An async job is awaited on the process's event loop while this thread waits. None means
@@ -51,7 +44,7 @@ def run_job(claim: Claim, stop: StopRequest) -> outcomes.Outcome | None:
     return called
 
 
-def call_job(claim: Claim, stop: StopRequest) -> "outcomes.Outcome | AsyncRun | None":
+def call_job(claim: Claim, stop: StopRequest) -> "outcomes.AttemptOutcome | AsyncRun | None":
     """Call the claimed run's job: the outcome of a sync job, or the ``AsyncRun`` still to
     await of an async one (a job that returned an awaitable)."""
     run = claim.run
@@ -90,7 +83,7 @@ class AsyncRun:
     started_at: datetime | None
     awaitable: Awaitable[Any]
 
-    async def outcome(self) -> outcomes.Outcome | None:
+    async def outcome(self) -> outcomes.AttemptOutcome | None:
         """Await the job; a stop request (timeout, cancel, shutdown) cancels it."""
         try:
             # A connection the server closed while idle (a restart) is replaced first.
@@ -107,7 +100,9 @@ class AsyncRun:
                 await sync_to_async(worker_connections.prepare_for_run)()
         return _outcome_of(self.claim, self.stop, self.started_at, result)
 
-    def ended(self, future: "Future[outcomes.Outcome | None]") -> outcomes.Outcome | None:
+    def ended(
+        self, future: "Future[outcomes.AttemptOutcome | None]"
+    ) -> outcomes.AttemptOutcome | None:
         """The outcome from ``outcome()``'s future, waiting for it if need be. A run whose
         coroutine never ended (its loop stopped first) is given up, as at a shutdown."""
         try:
@@ -127,7 +122,7 @@ def _outcome_of(
     result: Any = None,
     *,
     error: BaseException | None = None,
-) -> outcomes.Outcome | None:
+) -> outcomes.AttemptOutcome | None:
     """The outcome of a job that returned ``result`` or raised ``error``."""
     if stop.reason in _STOP_OUTCOMES:
         return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
@@ -142,7 +137,7 @@ def _outcome_of(
 _STOP_OUTCOMES = {StopRequest.CANCEL: outcomes.cancelled, StopRequest.TIMEOUT: outcomes.timed_out}
 
 
-def record(batch: list[outcomes.Outcome]) -> set[int]:
+def record(batch: list[outcomes.AttemptOutcome]) -> set[int]:
     """Record outcomes of one database, retrying while it is unreachable; the ids recorded.
 
     The token guard makes a repeat harmless if a first try did commit. Giving up leaves
@@ -166,7 +161,7 @@ def record(batch: list[outcomes.Outcome]) -> set[int]:
     return recorded
 
 
-def _log(outcome: outcomes.Outcome, recorded: bool) -> None:
+def _log(outcome: outcomes.AttemptOutcome, recorded: bool) -> None:
     run = outcome.claim.run
     if not recorded:
         logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)

@@ -8,27 +8,24 @@ batch the database refuses is recorded one outcome at a time, so that one bad ou
 fails its own run and no other.
 """
 
-import json
 import logging
-import math
 import random
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
 from django.db.models import F
 from django.dispatch import Signal
 
-from django_periodic import arrays, clock, policies, signals
+from django_periodic import clock, policies, signals
 from django_periodic.choices import ErrorCode
-from django_periodic.claims import LATE_MESSAGE, Claim
 from django_periodic.conf import get_settings
+from django_periodic.engine import overlap, pg_arrays, storable
+from django_periodic.engine.claimed import LATE_MESSAGE, Claim
 from django_periodic.models import Lease, Run, Schedule
 
 logger = logging.getLogger("django_periodic")
@@ -47,7 +44,7 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class AttemptOutcome:
     """How one attempt ended: the lease's outcome and the run's new state.
 
     Built by the functions below, whose result and error texts are as they will be stored
@@ -65,18 +62,21 @@ class Outcome:
     interrupted: bool = False  # cut short by its process stopping (counts as no attempt)
     started_at: datetime | None = None  # when the job really started, if after the claim
 
-    def started(self, at: datetime | None) -> "Outcome":
+    def started(self, at: datetime | None) -> "AttemptOutcome":
         return replace(self, started_at=at)
 
 
-def succeeded(claim: Claim, result: Any) -> Outcome:
+def succeeded(claim: Claim, result: Any) -> AttemptOutcome:
     """A job that returned ``result``: stored as ``storable_result`` makes it."""
-    return Outcome(
-        claim, Lease.Outcome.SUCCEEDED, Run.Status.SUCCEEDED, result=storable_result(result)
+    return AttemptOutcome(
+        claim,
+        Lease.Outcome.SUCCEEDED,
+        Run.Status.SUCCEEDED,
+        result=storable.storable_result(result),
     )
 
 
-def failed(claim: Claim, failure: Failure) -> Outcome:
+def failed(claim: Claim, failure: Failure) -> AttemptOutcome:
     """A failed attempt: retried later while attempts remain, else the run fails. Its texts
     are stored as ``storable_text`` makes them: the message's start, the traceback's end
     (which says where it broke)."""
@@ -84,13 +84,13 @@ def failed(claim: Claim, failure: Failure) -> Outcome:
     attempts_used = run.attempt - run.interruptions
     retry = failure.retryable and attempts_used < run.max_attempts
     limit = get_settings().ERROR_MAX_CHARS
-    return Outcome(
+    return AttemptOutcome(
         claim,
         Lease.Outcome.RETRY if retry else Lease.Outcome.FAILED,
         Run.Status.RETRYING if retry else Run.Status.FAILED,
-        error_code=storable_text(failure.code, ERROR_CODE_MAX_LENGTH),
-        error_message=storable_text(failure.message, limit),
-        traceback=storable_text(failure.traceback, limit, keep_end=True),
+        error_code=storable.storable_text(failure.code, storable.ERROR_CODE_MAX_LENGTH),
+        error_message=storable.storable_text(failure.message, limit),
+        traceback=storable.storable_text(failure.traceback, limit, keep_end=True),
         retry_in=retry_delay(run.schedule.retry_backoff, attempts_used) if retry else None,
     )
 
@@ -102,10 +102,10 @@ def retry_delay(backoff: timedelta, attempts_used: int) -> timedelta:
     return delay * random.uniform(0.5, 1.0)
 
 
-def timed_out(claim: Claim) -> Outcome:
+def timed_out(claim: Claim) -> AttemptOutcome:
     timeout = claim.run.schedule.timeout
     message = f"Still running {timeout} after it started (its timeout) plus a grace."
-    return Outcome(
+    return AttemptOutcome(
         claim,
         Lease.Outcome.TIMEOUT,
         Run.Status.FAILED,
@@ -114,8 +114,8 @@ def timed_out(claim: Claim) -> Outcome:
     )
 
 
-def cancelled(claim: Claim) -> Outcome:
-    return Outcome(
+def cancelled(claim: Claim) -> AttemptOutcome:
+    return AttemptOutcome(
         claim,
         Lease.Outcome.CANCELLED,
         Run.Status.CANCELLED,
@@ -124,9 +124,9 @@ def cancelled(claim: Claim) -> Outcome:
     )
 
 
-def skipped_late(claim: Claim) -> Outcome:
+def skipped_late(claim: Claim) -> AttemptOutcome:
     """A claimed run that waited for a thread (prefetched) past its start deadline."""
-    return Outcome(
+    return AttemptOutcome(
         claim,
         Lease.Outcome.SKIPPED,
         Run.Status.SKIPPED,
@@ -138,15 +138,15 @@ def skipped_late(claim: Claim) -> Outcome:
 SHUTDOWN_MESSAGE = "Its scheduler stopped before the job finished; not run again."
 
 
-def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> Outcome:
+def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> AttemptOutcome:
     """Given up unfinished (at shutdown): back to pending with reentry, else failed.
 
     Without ``allow_stale_reentry`` the job may have had effects already, so it is not run
     again; ``message`` says why it stopped.
     """
     if claim.run.schedule.allow_stale_reentry:
-        return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
-    return Outcome(
+        return AttemptOutcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
+    return AttemptOutcome(
         claim,
         Lease.Outcome.INTERRUPTED,
         Run.Status.FAILED,
@@ -156,13 +156,13 @@ def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> Outcome:
     )
 
 
-def unstarted(claim: Claim) -> Outcome:
+def unstarted(claim: Claim) -> AttemptOutcome:
     """Given up at shutdown before its job started (held for its plan time, or waiting for
     a thread): back to pending for any process, and no attempt spent."""
-    return Outcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
+    return AttemptOutcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
 
 
-def not_storable(outcome: Outcome, error: Exception) -> Outcome:
+def not_storable(outcome: AttemptOutcome, error: Exception) -> AttemptOutcome:
     """What is recorded instead of an outcome the database refused: the run fails, without
     a retry (its job ran), with ``error`` as the reason."""
     message = f"Its outcome ({outcome.status}) could not be stored: {type(error).__name__}: {error}"
@@ -172,94 +172,14 @@ def not_storable(outcome: Outcome, error: Exception) -> Outcome:
         status=Run.Status.FAILED,
         result=None,
         error_code=ErrorCode.OUTCOME_NOT_STORABLE,
-        error_message=storable_text(message, get_settings().ERROR_MAX_CHARS),
+        error_message=storable.storable_text(message, get_settings().ERROR_MAX_CHARS),
         traceback="",
         retry_in=None,
     )
 
 
-# What every database stores: one rule for results and error texts (docs/semantics.md,
-# "What is stored"). PostgreSQL refuses NUL characters in text and jsonb, and NaN or
-# Infinity in jsonb; no database driver sends a lone surrogate (such as a file name's
-# undecodable byte under Python's surrogateescape).
-REPLACEMENT_CHARACTER = "\ufffd"
-NOT_JSON_NOTE = "result is not JSON-serializable"
-# A longer error code (an exception's class name) is cut to what its column holds.
-ERROR_CODE_MAX_LENGTH = cast(int, Run._meta.get_field("error_code").max_length)
-_UNSTORABLE_CHARACTERS = re.compile("[\x00\ud800-\udfff]")
-# NUL as JSON writes it, "\u0000", but not an escaped backslash followed by "u0000".
-_NUL_ESCAPE = re.compile(r"(?<!\\)((?:\\\\)*)\\u0000")
-# NaN and the infinities as PostgreSQL's to_jsonb() writes them (and Django's encoder a
-# Decimal's).
-_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
-
-
-def storable_text(text: str, limit: int, *, keep_end: bool = False) -> str:
-    """``text`` as stored: its first ``limit`` characters (the last, with ``keep_end``),
-    with each NUL and lone surrogate replaced by U+FFFD."""
-    if len(text) > limit:
-        text = text[-limit:] if keep_end else text[:limit]
-    return _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, text)
-
-
-def storable_result(result: Any) -> Any:
-    """``result`` as stored in ``Run.result``: its JSON (Django's encoder), with NaN and
-    the infinities as the strings "NaN", "Infinity" and "-Infinity" and each NUL and lone
-    surrogate, in keys and values alike, replaced by U+FFFD.
-
-    A result with no JSON form is stored as ``{"repr": ..., "note": NOT_JSON_NOTE}``; one
-    whose JSON is longer than ``RESULT_MAX_BYTES`` as ``{"preview": <its first
-    RESULT_MAX_BYTES bytes>, "note": "result truncated from <N> bytes"}``.
-    """
-    if result is None:
-        return None
-    limit = get_settings().RESULT_MAX_BYTES
-    try:
-        text = _json_text(result)
-    except Exception:  # a type the encoder does not know, a cycle, a too long int...
-        return {"repr": storable_text(_repr(result), limit), "note": NOT_JSON_NOTE}
-    # Lone surrogates are in the text as they are, NUL escaped (JSON escapes controls).
-    text = _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, text)
-    if "\\u0000" in text:
-        text = _NUL_ESCAPE.sub(lambda match: match[1] + REPLACEMENT_CHARACTER, text)
-    encoded = text.encode()
-    if len(encoded) > limit:
-        preview = encoded[:limit].decode(errors="ignore")
-        return {"preview": preview, "note": f"result truncated from {len(encoded)} bytes"}
-    return json.loads(text)
-
-
-def _json_text(value: Any) -> str:
-    try:
-        return _dumps(value)
-    except ValueError:  # NaN or an infinity in it (a cycle fails again)
-        return _dumps(_finite(value))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, cls=DjangoJSONEncoder, ensure_ascii=False, allow_nan=False)
-
-
-def _finite(value: Any) -> Any:
-    """``value`` with each NaN or infinite float in it, a dict key too, as its string."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return _NON_FINITE[repr(float(value))]
-    if isinstance(value, dict):
-        return {_finite(key): _finite(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(item) for item in value]
-    return value
-
-
-def _repr(value: Any) -> str:
-    try:
-        return repr(value)
-    except Exception:
-        return f"<{type(value).__name__} object whose repr() failed>"
-
-
 def record(
-    outcomes: Sequence[Outcome], now: datetime | None = None, using: str = "default"
+    outcomes: Sequence[AttemptOutcome], now: datetime | None = None, using: str = "default"
 ) -> set[int]:
     """Record outcomes (all of one database); return the ids of the runs that changed.
 
@@ -289,7 +209,7 @@ def record(
 
 
 def _record_not_storable(
-    outcome: Outcome, error: Exception, now: datetime | None, using: str
+    outcome: AttemptOutcome, error: Exception, now: datetime | None, using: str
 ) -> set[int]:
     """Fail the run of an outcome the database refused. Should that be refused too, the run
     keeps its lease until it expires (its process no longer renews it, as it holds the run
@@ -305,14 +225,14 @@ def _record_not_storable(
         return set()
 
 
-def _record(outcomes: Sequence[Outcome], now: datetime | None, using: str) -> set[int]:
+def _record(outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str) -> set[int]:
     """Record the batch in one transaction (one statement on PostgreSQL)."""
     with transaction.atomic(using=using):
         if connections[using].vendor == "postgresql":
             recorded = _record_postgresql(outcomes, now, using)
         else:
             recorded = _record_orm(outcomes, now or clock.now(using), using)
-        Run.objects.using(using).promote_queued(_queues_to_move(outcomes, recorded))
+        overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
         if signals.listened(*ENDING_SIGNALS.values()):
             ended = [o for o in outcomes if o.claim.run.pk in recorded]
             signals.send_on_commit(_events(ended, now), using)
@@ -329,7 +249,7 @@ ENDING_SIGNALS: dict[str, Signal] = {
 }
 
 
-def _events(ended: Sequence[Outcome], now: datetime | None) -> list[signals.Event]:
+def _events(ended: Sequence[AttemptOutcome], now: datetime | None) -> list[signals.Event]:
     events = []
     monotonic = time.monotonic()
     for outcome in ended:
@@ -356,7 +276,7 @@ def _events(ended: Sequence[Outcome], now: datetime | None) -> list[signals.Even
     return events
 
 
-def _queues_to_move(outcomes: Sequence[Outcome], recorded: set[int]) -> set[int]:
+def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> set[int]:
     # Only a queue schedule has runs waiting; one left by a policy change is the sweeper's.
     return {
         o.claim.run.schedule_id
@@ -367,7 +287,7 @@ def _queues_to_move(outcomes: Sequence[Outcome], recorded: set[int]) -> set[int]
     }
 
 
-def _record_orm(outcomes: Sequence[Outcome], now: datetime, using: str) -> set[int]:
+def _record_orm(outcomes: Sequence[AttemptOutcome], now: datetime, using: str) -> set[int]:
     recorded = set()
     for outcome in outcomes:
         held = Lease.objects.using(using).filter(
@@ -380,7 +300,7 @@ def _record_orm(outcomes: Sequence[Outcome], now: datetime, using: str) -> set[i
     return recorded
 
 
-def _run_fields(outcome: Outcome, now: datetime) -> dict[str, Any]:
+def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
     never_started = outcome.status == Run.Status.SKIPPED
     started_at = None if never_started else outcome.started_at or outcome.claim.run.started_at
     ended = outcome.status != Run.Status.PENDING
@@ -400,7 +320,7 @@ def _run_fields(outcome: Outcome, now: datetime) -> dict[str, Any]:
 
 
 # The same as _record_orm, for a whole batch in one statement.
-RECORD_SQL = """
+OUTCOMES_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 v AS (
     SELECT * FROM unnest(
@@ -436,24 +356,26 @@ RETURNING r.id
 @cache
 def _record_sql(using: str) -> str:
     quote = connections[using].ops.quote_name
-    return RECORD_SQL.format(run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table))
+    return OUTCOMES_SQL.format(run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table))
 
 
-def _record_postgresql(outcomes: Sequence[Outcome], now: datetime | None, using: str) -> set[int]:
+def _record_postgresql(
+    outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str
+) -> set[int]:
     # Each column as one array literal: psycopg would adapt a list value by value.
     params = {
         "now": now,
-        "token": arrays.literal([str(o.claim.token) for o in outcomes]),
-        "run_id": arrays.integers([o.claim.run.pk for o in outcomes]),
-        "lease_outcome": arrays.literal([o.lease_outcome for o in outcomes]),
-        "status": arrays.literal([o.status for o in outcomes]),
-        "result": arrays.literal([_json(o.result) for o in outcomes]),
-        "error_code": arrays.literal([o.error_code for o in outcomes]),
-        "error_message": arrays.literal([o.error_message for o in outcomes]),
-        "traceback": arrays.literal([o.traceback for o in outcomes]),
-        "retry_in": arrays.literal([_interval(o.retry_in) for o in outcomes]),
-        "interrupted": arrays.integers([int(o.interrupted) for o in outcomes]),
-        "started_at": arrays.literal([o.started_at for o in outcomes]),
+        "token": pg_arrays.literal([str(o.claim.token) for o in outcomes]),
+        "run_id": pg_arrays.integers([o.claim.run.pk for o in outcomes]),
+        "lease_outcome": pg_arrays.literal([o.lease_outcome for o in outcomes]),
+        "status": pg_arrays.literal([o.status for o in outcomes]),
+        "result": pg_arrays.literal([storable.result_json(o.result) for o in outcomes]),
+        "error_code": pg_arrays.literal([o.error_code for o in outcomes]),
+        "error_message": pg_arrays.literal([o.error_message for o in outcomes]),
+        "traceback": pg_arrays.literal([o.traceback for o in outcomes]),
+        "retry_in": pg_arrays.literal([_interval(o.retry_in) for o in outcomes]),
+        "interrupted": pg_arrays.integers([int(o.interrupted) for o in outcomes]),
+        "started_at": pg_arrays.literal([o.started_at for o in outcomes]),
     }
     with connections[using].cursor() as cursor:
         cursor.execute(_record_sql(using), params)
@@ -462,7 +384,3 @@ def _record_postgresql(outcomes: Sequence[Outcome], now: datetime | None, using:
 
 def _interval(value: timedelta | None) -> str | None:
     return None if value is None else f"{value.total_seconds()} seconds"
-
-
-def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, cls=DjangoJSONEncoder)

@@ -23,25 +23,22 @@ batch that finds it sets its first fire time, as save() would have, and records 
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Case, F, Q, When
+from django.db.models import Case, F, When
 
-from django_periodic import (
-    bounds,
-    loading,
-    policies,
-    recording,
-    registry,
-    scopes,
-    signals,
-    triggers,
-)
-from django_periodic.choices import ErrorCode
+from django_periodic import bounds, policies, scopes, signals
 from django_periodic.conf import get_settings
-from django_periodic.decisions import Decision, Due, Fire
-from django_periodic.models import Run, Schedule, ScheduleQuerySet, first_fire_time_of
+from django_periodic.engine import overlap, pg_timestamps, recording
+from django_periodic.engine.decisions import (
+    Decision,
+    Due,
+    Memo,
+    decide_all,
+    decide_fanned_out,
+    first_planned,
+)
+from django_periodic.models import ANCHORED_AT_CREATION, Run, Schedule, ScheduleQuerySet
 from django_periodic.policies import Occupancy
 
 logger = logging.getLogger("django_periodic")
@@ -77,13 +74,6 @@ class PlanResult:
         )
 
 
-@dataclass
-class DueTimes:
-    times: list[datetime]  # plan times up to now, in order: at most CATCHUP_LIMIT + 2
-    cursor: datetime | None  # the first fire after now
-    unlisted: datetime | None = None  # the first of the missed times not listed one by one
-
-
 def plan_due(
     now: datetime,
     *,
@@ -104,10 +94,10 @@ def plan_due(
         schedules, unloadable = _locked(due, batch_size, using)
         if not schedules and not unloadable:
             return PlanResult()
-        memo = _Memo()
+        memo = Memo()
         unplanned = [first_planned(s, now, memo) for s in schedules if _unplanned(s)]
         schedules = [s for s in schedules if not _unplanned(s)]
-        occupancy = Run.objects.using(using).occupancy([s.pk for s in schedules])
+        occupancy = overlap.occupancy(Run.objects.using(using), [s.pk for s in schedules])
         fanned_out = [s for s in schedules if s.scopes]
         if fanned_out:
             schedules = [s for s in schedules if not s.scopes]
@@ -134,10 +124,9 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
         fields += SNAPSHOT_FIELDS
     due = due.select_for_update(skip_locked=True)
     # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
-    anchored = Q(cron="", interval__isnull=False, start_at__isnull=True)
-    due = due.annotate(anchor=Case(When(anchored, then=F("created_at"))))
+    due = due.annotate(anchor=Case(When(ANCHORED_AT_CREATION, then=F("created_at"))))
     try:
-        with loading.timestamps_parsed_once(using):
+        with pg_timestamps.timestamps_parsed_once(using):
             return [Due(*row) for row in due.values_list(*fields)[:limit]], []
     except policies.CONNECTION_ERRORS:
         raise  # the database's failure, not a row's
@@ -177,21 +166,6 @@ def _unplanned(schedule: Due) -> bool:
     return schedule.next_fire_at == bounds.UNPLANNED
 
 
-def first_planned(schedule: Due, now: datetime, memo: "_Memo | None" = None) -> Decision:
-    """The decision for a schedule stored without save() (cursor ``bounds.UNPLANNED``): its
-    cursor moves to its first fire time, as save() would have set it, and no run is
-    recorded for the time it never had (no database access).
-
-    Like ``Schedule.first_fire_time``, a one-shot keeps its ``run_at`` even when it has
-    passed, so that its misfire policy decides when the next batch plans it.
-    """
-    memo = memo or _Memo()
-    try:
-        return Decision(schedule, cursor=memo.first_fire_time(schedule, now))
-    except Exception as exc:  # a bad trigger: this schedule fails, never the tick
-        return _failed(schedule, exc)
-
-
 def _waits_for_due_time(
     schedule: Due, now: datetime, occupancy: dict[tuple[int, str], Occupancy]
 ) -> bool:
@@ -224,8 +198,8 @@ def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: st
             for schedule in schedules
             if expected[schedule.pk] == (schedule.next_fire_at, schedule.scopes)
         ]
-        occupancy = Run.objects.using(using).occupancy([s.pk for s in locked])
-        memo = _Memo()
+        occupancy = overlap.occupancy(Run.objects.using(using), [s.pk for s in locked])
+        memo = Memo()
         decisions = unloadable
         for schedule in locked:
             fetched = keys[schedule.pk]
@@ -238,217 +212,11 @@ def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: st
         return result
 
 
-def decide_fanned_out(
-    schedule: Due,
-    now: datetime,
-    keys: list[str],
-    occupancy: dict[tuple[int, str], Occupancy],
-    memo: "_Memo | None" = None,
-) -> Decision:
-    """A fanned-out schedule's decision: its fires once per scope key, each under the overlap
-    policy of that scope's runs in flight (no database access).
-
-    No key, no run; the cursor moves all the same.
-    """
-    memo = memo or _Memo()
-    try:
-        return _decide_fanned_out(schedule, now, keys, occupancy, memo)
-    except Exception as exc:  # any bad row: one schedule fails, never the tick
-        return _failed(schedule, exc)
-
-
-def _decide_fanned_out(
-    schedule: Due,
-    now: datetime,
-    keys: list[str],
-    occupancy: dict[tuple[int, str], Occupancy],
-    memo: "_Memo",
-) -> Decision:
-    ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
-    at = schedule.next_fire_at if ahead else now
-    assert at is not None  # a due schedule has a cursor
-    idle = decide(schedule, at, Occupancy(), memo)  # every scope with nothing in flight
-    if idle.error:
-        return idle
-    fires: list[Fire] = []
-    supersedes = []
-    for key in keys:
-        in_flight = occupancy.get((schedule.pk, key))
-        decided = idle if in_flight is None else decide(schedule, at, in_flight, memo)
-        if decided.supersedes:
-            supersedes.append(key)
-        fires += [
-            Fire(fire.plan_time, fire.status, fire.error_code, fire.error_message, key)
-            for fire in decided.fires
-        ]
-    return Decision(schedule, idle.cursor, tuple(fires), tuple(supersedes))
-
-
-def decide_all(
-    schedules: list[Due],
-    now: datetime,
-    occupancy: dict[tuple[int, str], Occupancy],
-    memo: "_Memo | None" = None,
-) -> list[Decision]:
-    """Decide a batch; each distinct trigger's due times are computed once (no database access).
-
-    A schedule with nothing in flight decides by its trigger, cursor and policy alone, so
-    schedules alike in those share one decision's fires. A schedule not due yet (planned
-    ahead) decides as at its next fire, and only with nothing in flight; else it waits.
-    """
-    memo = memo or _Memo()
-    decisions = []
-    for schedule in schedules:
-        in_flight = occupancy.get((schedule.pk, ""))
-        ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
-        if ahead and in_flight is not None:
-            continue  # decided when due, on what is in flight then
-        if in_flight is not None:
-            decisions.append(decide(schedule, now, in_flight, memo))
-            continue
-        key = (
-            schedule.trigger_key(), schedule.next_fire_at, schedule.job, schedule.misfire,
-            schedule.misfire_grace, schedule.overlap, schedule.max_concurrent, schedule.max_queued,
-        )  # fmt: skip
-        shared = memo.decisions.get(key)
-        if shared is None:
-            at = schedule.next_fire_at if ahead else now
-            assert at is not None  # a due schedule has a cursor
-            shared = memo.decisions[key] = decide(schedule, at, Occupancy(), memo)
-        decisions.append(Decision(schedule, shared.cursor, shared.fires, (), shared.error))
-    return decisions
-
-
-class _Memo:
-    """What one batch has computed already, by the values it depends on."""
-
-    def __init__(self) -> None:
-        self.limit = get_settings().CATCHUP_LIMIT
-        self.jobs: dict[str, str] = {}  # job name -> error ("" if registered)
-        self.triggers: dict[tuple[Any, ...], triggers.Trigger | str] = {}  # -> trigger or error
-        self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor, now) -> ...
-        self.decisions: dict[tuple[Any, ...], Decision] = {}
-        self.first: dict[tuple[Any, ...], datetime | None] = {}  # (trigger, now) -> ...
-
-    def first_fire_time(self, schedule: Due, now: datetime) -> datetime | None:
-        """``Schedule.first_fire_time`` of the schedule's trigger; raises for a bad row."""
-        key = (schedule.trigger_key(), now)
-        if key not in self.first:
-            self.first[key] = first_fire_time_of(schedule, now)
-        return self.first[key]
-
-    def due_times(self, schedule: Due, now: datetime) -> DueTimes:
-        """The schedule's due times; raises (a bad row) as computing them would."""
-        error = self.jobs.get(schedule.job)
-        if error is None:
-            error = self.jobs[schedule.job] = _error(registry.get_job, schedule.job)
-        if error:
-            raise _Failed(error)
-        key = schedule.trigger_key()
-        trigger = self.triggers.get(key)
-        if trigger is None:
-            try:
-                trigger = schedule.trigger()
-            except Exception as exc:
-                trigger = f"Cannot plan: {exc}"
-            self.triggers[key] = trigger
-        if isinstance(trigger, str):
-            raise _Failed(trigger)
-        due = self.due.get((key, schedule.next_fire_at, now))
-        if due is None:
-            try:
-                due = _due_times(trigger, schedule.next_fire_at, now, self.limit)
-            except Exception as exc:
-                due = f"Cannot plan: {exc}"
-            self.due[key, schedule.next_fire_at, now] = due
-        if isinstance(due, str):
-            raise _Failed(due)
-        return due
-
-
-class _Failed(Exception):
-    """A bad row, with the message to record (already prefixed)."""
-
-
-def _error(check: Any, *args: Any) -> str:
-    try:
-        check(*args)
-    except Exception as exc:
-        return f"Cannot plan: {exc}"
-    return ""
-
-
-def decide(
-    schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo | None" = None
-) -> Decision:
-    """The runs a due schedule records at ``now`` and its next cursor (no database access).
-
-    A schedule whose row makes deciding raise (its trigger, its policy's arithmetic, ...)
-    gets a decision that carries the error instead.
-    """
-    memo = memo or _Memo()
-    try:
-        return _decide(schedule, now, occupancy, memo)
-    except Exception as exc:  # any bad row: one schedule fails, never the tick
-        return _failed(schedule, exc)
-
-
-def _failed(schedule: Due, exc: Exception) -> Decision:
-    """The decision of a schedule that could not be decided: its error, its cursor kept."""
-    if isinstance(exc, _Failed):
-        return Decision(schedule, cursor=None, error=str(exc))
-    if isinstance(exc, triggers.InvalidTrigger):
-        return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
-    # Not a failure foreseen (a bad trigger or job): its traceback says where it broke.
-    logger.warning("Deciding for schedule %r raised:", schedule.name, exc_info=exc)
-    return Decision(schedule, cursor=None, error=f"Cannot plan: {type(exc).__name__}: {exc}")
-
-
-def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "_Memo") -> Decision:
-    due = memo.due_times(schedule, now)
-    fires = []
-    status: str
-    reason: str
-    for plan_time, missed in policies.misfire_marks(schedule, due.times, now, memo.limit):
-        if missed:
-            status, reason = Run.Status.SKIPPED, ErrorCode.MISSED
-        else:
-            status, reason = policies.overlap_status(schedule, occupancy)
-        fires.append(Fire(plan_time, status, reason))
-    if due.unlisted:
-        latest = due.times[-1]
-        message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
-        reason = ErrorCode.MISSED
-        fires.append(Fire(due.unlisted, Run.Status.SKIPPED, reason, message))
-    fired = any(fire.status != Run.Status.SKIPPED for fire in fires)
-    supersedes = ("",) if occupancy.retrying and fired else ()
-    return Decision(schedule, due.cursor, tuple(fires), supersedes)
-
-
-def _due_times(
-    trigger: triggers.Trigger, cursor: datetime | None, now: datetime, limit: int
-) -> DueTimes:
-    due: list[datetime] = []
-    fire = cursor
-    while fire is not None and fire <= now and len(due) <= limit:
-        due.append(fire)
-        fire = trigger.next_after(fire)
-    if fire is None or fire > now:
-        return DueTimes(due, fire)
-    # More missed times than we list one by one: one row stands for those in between,
-    # and the most recent is listed so that the misfire policy can fire it.
-    latest = trigger.latest_at_or_before(now)
-    assert latest is not None  # fire is a fire time at or before now
-    if latest == fire:
-        return DueTimes([*due, latest], trigger.next_after(now))
-    return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)
-
-
 def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
     failed = [d for d in decisions if d.error]
     listened = signals.listened(signals.run_planned, signals.run_skipped)
-    inserted: list[recording.Inserted] | None = [] if listened else None
+    inserted: list[recording.PlannedRow] | None = [] if listened else None
     planned, refused = recording.record([d for d in decisions if not d.error], now, using, inserted)
     failed += refused
     disabled: list[Decision] = []
@@ -473,7 +241,7 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
 
 
 def _planned_events(
-    inserted: list[recording.Inserted], decisions: list[Decision], using: str
+    inserted: list[recording.PlannedRow], decisions: list[Decision], using: str
 ) -> list[signals.Event]:
     names = {d.schedule.pk: d.schedule.name for d in decisions}
     return [
@@ -510,12 +278,10 @@ def _disabled_events(disabled: list[Decision], using: str) -> list[signals.Event
 
 def plan_retry(failed: Run, now: datetime) -> Run:
     """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
-    snapshot = {
-        "job_name": failed.job_name,
-        "args": failed.args,
-        "kwargs": failed.kwargs,
-        "schedule_revision": failed.schedule_revision,
-    }
     return failed.schedule.plan_extra_run(
-        now, trigger=Run.Trigger.RETRY, plan_time=failed.plan_time, scope=failed.scope, **snapshot
+        now,
+        trigger=Run.Trigger.RETRY,
+        plan_time=failed.plan_time,
+        scope=failed.scope,
+        **failed.snapshot,
     )

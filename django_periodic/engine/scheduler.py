@@ -1,10 +1,11 @@
 """The scheduler loop: plan, sweep, heartbeat, claim, then sleep until there is work.
 
-Decisions live in planner.py and leases.py; this module only orders them in time, owns
-the worker threads and the wake-ups, and survives a database that goes away, and any
-other error of a step: logged, backed off, carried on. A bad row fails alone where it is
-handled (planning, claiming, hand-off, watching); an error that still reaches the loop is
-a bug, and must not stop the process either.
+Decisions live in planner.py and leases.py, the heartbeat, sweep and probe for dead
+holders in housekeeping.py, the watch over runs in flight in watching.py; this module only
+orders them in time, owns the worker threads and the wake-ups, and survives a database
+that goes away, and any other error of a step: logged, backed off, carried on. A bad row
+fails alone where it is handled (planning, claiming, hand-off, watching); an error that
+still reaches the loop is a bug, and must not stop the process either.
 """
 
 import logging
@@ -17,26 +18,26 @@ from typing import Any
 
 from django.db import DatabaseError, InterfaceError, connections, transaction
 
-from django_periodic import (
+from django_periodic import clock
+from django_periodic.conf import get_settings
+from django_periodic.engine import (
     claims,
-    clock,
+    code_schedules,
     executor,
     handoff,
     horizon,
-    leases,
+    housekeeping,
     outcomes,
     planner,
-    policies,
     presence,
-    pruner,
-    sync,
     wakeups,
+    watching,
 )
-from django_periodic import workers as workers_
-from django_periodic.conf import get_settings
-from django_periodic.context import StopRequest
+from django_periodic.engine import workers as workers_
+from django_periodic.engine.context import StopRequest
+from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.stop_signals import StopSignals
 from django_periodic.models import Run, SchedulerProcess
-from django_periodic.stop_signals import StopSignals
 
 logger = logging.getLogger("django_periodic")
 
@@ -68,7 +69,7 @@ class Scheduler:
         # One alarm ends every sleep: a stop signal, a NOTIFY, a finished job.
         self._alarm = self.stop.alarm
         self._failures = 0
-        self.recorder = workers_.Recorder()
+        self.recorder = Recorder()
         self.pool = (
             workers_.WorkerPool(
                 workers,
@@ -81,10 +82,17 @@ class Scheduler:
             else None
         )
         self.listener = wakeups.Listener(using, self._alarm)
-        self.pruner: pruner.Pruner | None = None  # retention, in its own thread
-        self._next_sweep = self._next_heartbeat = datetime.min.replace(tzinfo=UTC)
+        self.housekeeper = housekeeping.Housekeeper(
+            using=using,
+            settings=self.settings,
+            pool=self.pool,
+            recorder=self.recorder,
+            listener=self.listener,
+        )
+        self.watcher = watching.Watcher(
+            using=using, settings=self.settings, pool=self.pool, listener=self.listener
+        )
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
-        self._next_probe = 0.0  # time.monotonic() of the next look for dead holders
         self._wake_at_monotonic = 0.0  # when the current sleep ends
         # Fires up to this time were planned (or left for when they are due) by the last
         # planning pass: the next looks again when they are due, or at new fires...
@@ -93,12 +101,6 @@ class Scheduler:
         self._replan_at: datetime | None = None
         # The last claim found no more runs due: freed threads wait for news (a tick).
         self._drained = False
-        # Runs in flight whose watch raised (a bad row): watched no more, not the loop's end.
-        self._unwatched: set[claims.Claim] = set()
-        # News woke the loop (not a timer, nor only capacity freed): look for cancel
-        # requests this tick; without news, at the earliest at this time.monotonic().
-        self._news = True
-        self._next_cancel_look = 0.0
 
     @property
     def lead(self) -> timedelta:
@@ -117,9 +119,6 @@ class Scheduler:
             return
         if not once and not self.listener.start(self._take_lock):
             logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
-        if not once:
-            self.pruner = pruner.Pruner(self.using)
-            self.pruner.start()
         try:
             self._run_once() if once else self._run_forever()
         finally:
@@ -144,8 +143,8 @@ class Scheduler:
                 host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
             )
             logger.info("Scheduler %s starting; recovery first.", self.process)
-        sync.sync_code_schedules(self.using)
-        swept = self._sweep(now)
+        code_schedules.sync_code_schedules(self.using)
+        swept = self.housekeeper.sweep(now)
         planned = self._plan(now) if self.plan else planner.PlanResult()
         logger.info(
             "Recovery done: %d runs of dead processes re-entered, %d failed (lease expired); "
@@ -158,23 +157,23 @@ class Scheduler:
             planned.skipped,
             len(planned.failed),
         )
-        self._next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
+        self.housekeeper.next_heartbeat = now + self.settings.HEARTBEAT_INTERVAL
 
     def tick(self) -> tuple[datetime, datetime]:
         """Do what the horizon says is due now; return (now, when to wake up next)."""
-        holding = self._holding()
+        holding = self.housekeeper.holding()
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
-            ahead = horizon.look_ahead(self.using, judge=self._probing())
+            ahead = horizon.look_ahead(self.using, judge=self.housekeeper.probing())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             if not holding:
-                self._keep_house(now, ahead)
-        if holding:
-            self._keep_house(now, ahead)  # in transactions of its own, see there
+                self.housekeeper.keep_house(self.process, now, ahead)
+        if holding:  # in transactions of its own, see there
+            self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
         if self.pool:
-            self._watch_running(now)
+            self.watcher.watch(self.process, now)
             self._claim_due(ahead, planned.fired)
             self._claim_ahead(ahead, planned.fired)
         self._dispatch(ahead)
@@ -245,13 +244,11 @@ class Scheduler:
         """Holding leases now: heartbeat and sweep at the busy pace from the claim on."""
         if claimed_at is None:
             return
-        soon = claimed_at + self.settings.HEARTBEAT_INTERVAL
-        if soon < self._next_heartbeat:
-            self._next_heartbeat = soon
+        heartbeat_at = self.housekeeper.hold_leases(claimed_at)
+        if heartbeat_at is not None:  # brought forward: this sleep ends by then
             self._wake_at_monotonic = min(
-                self._wake_at_monotonic, self._monotonic_at(soon, claimed_at)
+                self._wake_at_monotonic, self._monotonic_at(heartbeat_at, claimed_at)
             )
-        self._next_sweep = min(self._next_sweep, claimed_at + self.settings.SWEEP_INTERVAL)
 
     def _monotonic_at(self, at: datetime, now: datetime) -> float:
         return time.monotonic() + (at - now).total_seconds()
@@ -273,119 +270,6 @@ class Scheduler:
         if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
             self._claim_free()
 
-    def _keep_house(self, now: datetime, ahead: horizon.Horizon) -> None:
-        """Heartbeat and sweep when due (idle: in the tick's one transaction, once a minute).
-
-        While holding leases, the heartbeat commits on its own, before the sweep: it locks
-        the leases it extends, and this process's workers marking runs started or recording
-        outcomes wait for those locks; they must not wait for a sweep too (up to a second
-        behind a large one, measured).
-        """
-        heartbeat = now >= self._next_heartbeat
-        sweep = now >= self._next_sweep or ahead.lease_expired()
-        if not (heartbeat or sweep):
-            return
-        if self._interval() == self.settings.IDLE_INTERVAL:
-            heartbeat = sweep = True  # idle: both in the one wake-up, never two a minute
-        # Heartbeat first: after an outage longer than a lease, the sweep must not find
-        # this process's own live runs expired. (No savepoints inside the tick's block.)
-        if heartbeat:
-            with transaction.atomic(using=self.using, savepoint=False):
-                self._heartbeat(now)
-        if sweep:
-            with transaction.atomic(using=self.using, savepoint=False):
-                self._sweep(now)
-
-    def _probing(self) -> bool:
-        """Whether this tick's look ahead also looks for leases of dead holders: at most once
-        a ``PROBE_INTERVAL`` (it reads pg_locks, and a busy loop ticks far more often),
-        and only while this process may judge (presence.py)."""
-        if not self.listener.may_judge() or time.monotonic() < self._next_probe:
-            return False
-        self._next_probe = time.monotonic() + presence.PROBE_INTERVAL.total_seconds()
-        return True
-
-    def _holding(self) -> bool:
-        """Whether this process holds leases: runs in its pool or outcomes to record."""
-        return bool(self.pool and not self.pool.idle()) or bool(self.recorder.holding())
-
-    def _heartbeat(self, now: datetime) -> None:
-        """Heartbeat; often while holding leases, once an idle interval while holding none
-        (``SchedulerProcess.stale_after()`` allows for the longer of the two).
-
-        Only the leases of runs still held here are extended: the pool's, then those whose
-        outcomes the recorder has yet to record (a run leaving the pool is put to the
-        recorder first, so read in this order it is in one or the other). A run held no
-        more, its outcome not recorded, keeps its lease until the sweeper settles it.
-        """
-        assert self.process is not None
-        held = {claim.token for claim in self.pool.in_flight()} if self.pool else set()
-        held |= self.recorder.holding()
-        leases.heartbeat(self.process, now, held, self.using)
-        # Holding leases, if only for outcomes still to record: the busy pace.
-        interval = self.settings.HEARTBEAT_INTERVAL if held else self._interval()
-        self._next_heartbeat = now + interval
-
-    def _interval(self) -> timedelta:
-        """Between heartbeats and sweeps: short while holding leases, long when idle."""
-        holding = self.pool is not None and not self.pool.idle()
-        return self.settings.HEARTBEAT_INTERVAL if holding else self.settings.IDLE_INTERVAL
-
-    def _watch_running(self, now: datetime) -> None:
-        """Skip runs that waited for a thread past their start deadline; pass on cancel
-        requests; stop runs past their timeout, fail them past its grace."""
-        pool = self.pool
-        assert pool is not None
-        late = pool.withdraw_late()
-        if late:
-            outcomes.record([outcomes.skipped_late(claim) for claim in late], using=self.using)
-        asked = self._cancel_requests()
-        if self._unwatched:
-            self._unwatched = {claim for claim in self._unwatched if pool.holds(claim)}
-        for claim, stop in (pool.timed() | pool.of_runs(asked)).items():
-            if claim in self._unwatched:
-                continue
-            try:
-                overran = executor.watch(claim, stop, now, claim.run.pk in asked)
-            except policies.CONNECTION_ERRORS:
-                raise
-            except Exception:
-                self._cannot_watch(claim)
-                continue
-            if overran:
-                pool.abandon(claim)
-
-    def _cancel_requests(self) -> set[int]:
-        """The runs in flight here that someone asked to stop. Asked for when news woke the
-        loop (a cancel sends a NOTIFY), else once a heartbeat interval (a poll interval
-        without LISTEN): a busy loop ticks far more often, and each ask is a query."""
-        assert self.pool is not None and self.process is not None
-        news, self._news = self._news, False
-        if self.pool.idle() or not (news or time.monotonic() >= self._next_cancel_look):
-            return set()
-        pace = self.settings.HEARTBEAT_INTERVAL if self.listener.listening else self.poll
-        self._next_cancel_look = time.monotonic() + pace.total_seconds()
-        return leases.cancel_requested(self.process, self.using)
-
-    def _cannot_watch(self, claim: claims.Claim) -> None:
-        """A run whose row makes watching it raise (its timeout, say) is watched no more:
-        its job runs to its end, and its outcome is recorded as any other's."""
-        logger.exception("Run %s cannot be watched (timeout, cancel); it runs on.", claim.run.pk)
-        self._unwatched.add(claim)
-
-    def _watch_times(self, now: datetime) -> list[datetime | None]:
-        """When each run in flight next needs watching (for its timeout)."""
-        assert self.pool is not None
-        times = []
-        for claim in self.pool.timed():
-            if claim in self._unwatched:
-                continue
-            try:
-                times.append(executor.next_watch_at(claim, now))
-            except Exception:
-                self._cannot_watch(claim)
-        return times
-
     def _plan(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
         total = planner.PlanResult()
@@ -397,36 +281,20 @@ class Scheduler:
             if result.schedules < batch_size:
                 return total
 
-    def _sweep(self, now: datetime) -> leases.SweepResult:
-        swept = leases.sweep(now, self.using, orphans=self.listener.may_judge())
-        if swept.reentered or swept.failed:
-            logger.warning(
-                "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
-            )
-        Run.objects.using(self.using).promote_queued(None)
-        claims.skip_late(now, self.using)
-        SchedulerProcess.objects.using(self.using).stale(now).forgettable().delete()
-        holding = self.pool is not None and not self.pool.idle()
-        self._next_sweep = now + (self.settings.SWEEP_INTERVAL if holding else self._interval())
-        return swept
-
     def _next_wake(self, now: datetime, ahead: horizon.Horizon) -> datetime:
         """The earliest of: next fire, retry, lease expiry, sweep, heartbeat and timeout;
         capped by the poll interval (the idle interval while LISTEN wakes us), and while a
         lease is held anywhere, by the probe for dead holders (presence.py)."""
         cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
-        candidates = [now + cap, self._next_sweep, self._next_heartbeat, ahead.next_expiry]
-        if ahead.next_expiry is not None and self.listener.may_judge():
-            candidates.append(now + presence.PROBE_INTERVAL)
+        candidates = [now + cap, *self.housekeeper.wake_times(now, ahead)]
         if self.plan and ahead.next_fire is not None:
             candidates += [self._lead_time(ahead.next_fire, self._planned_to), self._replan_at]
         if self.plan:
             candidates += self._handoff_times(now, ahead)
         if self.pool:
-            candidates += [ahead.next_retry, self.pool.next_start_deadline()]
+            candidates += [ahead.next_retry, *self.watcher.wake_times(now)]
             if ahead.next_pending is not None and ahead.next_pending > now:
                 candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
-            candidates += self._watch_times(now)
         return min(at for at in candidates if at is not None)
 
     def _handoff_times(self, now: datetime, ahead: horizon.Horizon) -> list[datetime | None]:
@@ -452,7 +320,7 @@ class Scheduler:
         # The loop keeps its connection between ticks (reconnecting costs statements);
         # _guarded closes it after a database error.
         if self._alarm.clear().strip(wakeups.CAPACITY):
-            self._news = True
+            self.watcher.news = True
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
         self._wake_at_monotonic = self._clock_read_at + (wake_at - now).total_seconds()
@@ -461,7 +329,7 @@ class Scheduler:
             if not reasons:
                 return  # time is up: a whole tick
             if reasons.strip(wakeups.CAPACITY):
-                self._news = True  # a stop, a NOTIFY: a whole tick
+                self.watcher.news = True  # a stop, a NOTIFY: a whole tick
                 return
             self._claim_freed_capacity()
 
@@ -496,7 +364,7 @@ class Scheduler:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""
         while not self.stop.requested:
             self._alarm.clear()
-            self._news = True  # not a busy loop: look at everything each tick
+            self.watcher.news = True  # not a busy loop: look at everything each tick
             now, wake_at = self.tick()
             if not self.pool:
                 if wake_at > now:
@@ -512,8 +380,6 @@ class Scheduler:
 
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
-        if self.pruner:
-            self.pruner.stop()
         if self.pool:
             running = len(self.pool.in_flight())
             logger.info(
@@ -543,8 +409,8 @@ class Scheduler:
         while now < deadline and not pool.idle() and not self.stop.hurried:
             self._alarm.wait(min(self.settings.HEARTBEAT_INTERVAL, deadline - now).total_seconds())
             now = clock.now(self.using)
-            if now >= self._next_heartbeat:
-                self._heartbeat(now)
+            if now >= self.housekeeper.next_heartbeat:
+                self.housekeeper.heartbeat(self.process, now)
         if self.stop.hurried:
             logger.warning("Second stop signal: giving up the running jobs now.")
         # Taken before the jobs are told: one that ends at once still gets released here.
@@ -553,6 +419,6 @@ class Scheduler:
         pool.stop_all(StopRequest.SHUTDOWN)
         self._give_up([outcomes.released(claim) for claim in unfinished], "unfinished")
 
-    def _give_up(self, given_up: list[outcomes.Outcome], state: str) -> None:
+    def _give_up(self, given_up: list[outcomes.AttemptOutcome], state: str) -> None:
         for run_id in outcomes.record(given_up, using=self.using) if given_up else ():
             logger.warning("Gave up run %s %s at shutdown.", run_id, state)

@@ -13,7 +13,7 @@ import sys
 import threading
 from types import FrameType
 
-from django_periodic.wakeups import Alarm
+from django_periodic.engine.wakeups import Alarm
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 COMMAND = "run_scheduler"

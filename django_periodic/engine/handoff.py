@@ -22,9 +22,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from django_periodic import claims, clock, policies, taskbackends
+from django_periodic import clock, policies, taskbackends
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
+from django_periodic.engine import claims, overlap
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
@@ -139,5 +140,5 @@ def _fail_unknown_backends(batch: list[Run], using: str) -> set[str]:
         runs = [run.pk for run in batch if run.tasks_backend == alias]
         code = ErrorCode.UNKNOWN_TASKS_BACKEND
         schedules += claims.fail_unclaimed(runs, code, f"Cannot hand off: {error}", using)
-    Run.objects.using(using).promote_queued(schedules)
+    overlap.promote_queued(using, schedules)
     return set(unknown)

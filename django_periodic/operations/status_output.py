@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_periodic import health
+from django_periodic.operations import health
 
 RICH_INSTALLED = find_spec("rich") is not None
 

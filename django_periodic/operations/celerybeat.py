@@ -20,7 +20,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_periodic import triggers
-from django_periodic.celerybeat_rows import (
+from django_periodic.models import Schedule
+from django_periodic.operations.celerybeat_rows import (
     CRON_FIELDS,
     MODEL_LABELS,
     SCHEDULE_MODELS,
@@ -29,7 +30,6 @@ from django_periodic.celerybeat_rows import (
     entry,
     task_entry,
 )
-from django_periodic.models import Schedule
 
 # Routing options of a celery message; runs have no per-schedule broker route.
 ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority")
@@ -54,7 +54,7 @@ class TaskMapping:
 
 
 @dataclass
-class Outcome:
+class ImportedTask:
     """What importing one mapping did (or, in a dry run, would do)."""
 
     mapping: TaskMapping
@@ -228,7 +228,7 @@ def _not_carried_over(task: dict[str, Any]) -> list[str]:
 
 def apply(
     mappings: Iterable[TaskMapping], *, update: bool, dry_run: bool, using: str = "default"
-) -> list[Outcome]:
+) -> list[ImportedTask]:
     """Create (or with ``update``, overwrite) the schedules, in one transaction.
 
     A schedule that exists by name is left alone unless ``update``; one defined in code
@@ -244,14 +244,14 @@ def apply(
     return outcomes
 
 
-def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) -> Outcome:
+def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) -> ImportedTask:
     if mapping.values is None:
-        return Outcome(mapping, NOT_IMPORTED, mapping.reason)
+        return ImportedTask(mapping, NOT_IMPORTED, mapping.reason)
     schedule = Schedule.objects.using(using).filter(name=mapping.name).first()
     if schedule is not None and schedule.is_code_defined:
-        return Outcome(mapping, EXISTS, f"defined in code ({schedule.defined_in})")
+        return ImportedTask(mapping, EXISTS, f"defined in code ({schedule.defined_in})")
     if schedule is not None and not update:
-        return Outcome(mapping, EXISTS, "a schedule has this name (--update overwrites it)")
+        return ImportedTask(mapping, EXISTS, "a schedule has this name (--update overwrites it)")
     action = CREATE if schedule is None else UPDATE
     schedule = schedule or Schedule(name=mapping.name)
     # A schedule of another kind loses its old trigger.
@@ -263,10 +263,10 @@ def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) ->
         for field, messages in exc.message_dict.items():
             if field not in CODE_FIELDS:
                 raise Malformed(field, " ".join(messages)) from None
-        return Outcome(mapping, NOT_IMPORTED, _validation_reason(exc, mapping))
+        return ImportedTask(mapping, NOT_IMPORTED, _validation_reason(exc, mapping))
     if not dry_run:
         schedule.save(using=using)
-    return Outcome(mapping, action)
+    return ImportedTask(mapping, action)
 
 
 def _validation_reason(exc: ValidationError, mapping: TaskMapping) -> str:

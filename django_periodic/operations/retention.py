@@ -38,7 +38,7 @@ from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Sc
 # Schedules whose cutoffs one statement computes.
 SCHEDULE_BATCH = 100
 # The PostgreSQL advisory lock that one pruning process holds at a time.
-LOCK_KEY = zlib.crc32(b"django_periodic.retention")
+LOCK_KEY = zlib.crc32(b"django_periodic.operations.retention")
 
 
 @dataclass(frozen=True)

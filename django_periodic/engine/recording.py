@@ -9,29 +9,31 @@ preparing it raises, the schedules are recorded one at a time, so one bad row fa
 
 import logging
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
-from django_periodic import arrays, choices, policies
+from django_periodic import choices, policies
 from django_periodic.conf import get_settings, tasks_backend_for
-from django_periodic.decisions import Decision, Due, Fire
-from django_periodic.models import Run, Schedule
+from django_periodic.engine import overlap, pg_arrays, pg_sql
+from django_periodic.engine.decisions import Decision, Due, Fire
+from django_periodic.models import SNAPSHOT_FIELDS, Run, Schedule
 
 logger = logging.getLogger("django_periodic")
 
 
 # A run recorded: (id, schedule id, scope, plan time, status, error code).
-Inserted = tuple[int | None, int, str, datetime, str, str]
+PlannedRow = tuple[int | None, int, str, datetime, str, str]
 
 
 def record(
     decisions: list[Decision],
     now: datetime,
     using: str,
-    inserted: list[Inserted] | None = None,
+    inserted: list[PlannedRow] | None = None,
 ) -> tuple[list[Decision], list[Decision]]:
     """Record a batch; return the decisions applied and those the database refused.
 
@@ -42,7 +44,7 @@ def record(
     """
     try:
         with transaction.atomic(using=using):
-            found: list[Inserted] = []
+            found: list[PlannedRow] = []
             planned = _record(decisions, now, using, found if inserted is not None else None)
     except policies.CONNECTION_ERRORS:
         raise  # the database's failure, not a row's: the loop retries the tick
@@ -56,7 +58,7 @@ def record(
 
 
 def _record(
-    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
+    decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
     """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
     if not decisions:
@@ -84,16 +86,16 @@ def _supersede_retries(decisions: list[Decision], now: datetime, using: str) -> 
     for decision in superseding:
         if decision.supersedes != ("",):
             retries |= Q(schedule_id=decision.schedule.pk, scope__in=decision.supersedes)
-    Run.objects.using(using).filter(retries).supersede_retries(now)
+    overlap.supersede_retries(Run.objects.using(using).filter(retries), now)
 
 
 def _record_one_by_one(
-    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
+    decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> tuple[list[Decision], list[Decision]]:
     planned: list[Decision] = []
     failed: list[Decision] = []
     for decision in decisions:
-        found: list[Inserted] | None = None if inserted is None else []
+        found: list[PlannedRow] | None = None if inserted is None else []
         try:
             with transaction.atomic(using=using):
                 planned += _record([decision], now, using, found)
@@ -158,15 +160,12 @@ def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> list[R
 
 
 def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
-    # Run.for_schedule's snapshot, from the columns loaded for it.
+    # Run.for_schedule, from the columns loaded for it.
     return Run(
         schedule_id=schedule.pk,
         scope=fire.scope,
         plan_time=fire.plan_time,
-        job_name=schedule.job,
-        args=schedule.args,
-        kwargs=schedule.kwargs,
-        schedule_revision=schedule.revision,
+        **{field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()},
         max_attempts=schedule.max_attempts,
         tasks_backend=tasks_backend_for(schedule.tasks_backend),
         exclusive=policies.is_exclusive(schedule.overlap),
@@ -206,7 +205,7 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, dat
 # rules live. Most schedules of a batch decide alike (same cursor, same fires), so each
 # distinct outcome, a "shape", is sent once and a schedule sends only its id and shape:
 # formatting one value per schedule and column cost more than the statement itself.
-RECORD_SQL = """
+PLAN_SQL = """
 WITH batch AS (
     SELECT * FROM unnest(%(id)s::bigint[], %(shape)s::bigint[]) AS b (id, shape)
 ), moved AS (
@@ -215,28 +214,26 @@ WITH batch AS (
     FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
         WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
     WHERE s.id = batch.id AND s.next_fire_at = c.old_cursor
-    RETURNING s.id, batch.shape, s.job, s.args, s.kwargs, s.max_attempts, s.tasks_backend,
-        s.revision
+    RETURNING s.id, batch.shape, s.max_attempts, s.tasks_backend, {snapshot_of_schedule}
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, scope, plan_time, trigger, schedule_revision, status, attempt, max_attempts,
-        interruptions,
-        exclusive, start_deadline, finished_at,
-        error_code, error_message, traceback, job_name, args, kwargs,
-        tasks_backend, task_id, created_at
+        schedule_id, scope, plan_time, trigger, status, attempt, max_attempts, interruptions,
+        exclusive, start_deadline, finished_at, error_code, error_message, traceback,
+        tasks_backend, task_id, created_at, {snapshot}
     )
-    SELECT m.id, f.scope, f.plan_time, 'schedule', m.revision, f.status, 0, m.max_attempts, 0,
+    SELECT m.id, f.scope, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
-           f.error_code, f.error_message, '', m.job, m.args, m.kwargs,
-           COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s
+           f.error_code, f.error_message, '',
+           COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s,
+           {snapshot_of_moved}
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
         %(start_deadline)s::timestamptz[], %(scope)s::text[]
     ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope)
     USING (shape)
-    ON CONFLICT (schedule_id, scope, plan_time) WHERE trigger = 'schedule' DO NOTHING
+    ON CONFLICT {ledger} DO NOTHING
     {returning}
 )
 SELECT id, NULL::bigint, NULL::text, NULL::timestamptz, NULL::text, NULL::text
@@ -244,14 +241,31 @@ FROM batch WHERE id NOT IN (SELECT id FROM moved)
 {inserted}
 """
 # With the signals' listeners: the runs inserted too (their schedule id is never NULL).
-RECORD_RETURNING = "RETURNING id, schedule_id, scope, plan_time, status, error_code"
-RECORD_INSERTED = (
+PLAN_RETURNING = "RETURNING id, schedule_id, scope, plan_time, status, error_code"
+PLAN_INSERTED = (
     "UNION ALL SELECT id, schedule_id, scope, plan_time, status, error_code FROM inserted"
 )
 
 
+@cache
+def _record_sql(using: str) -> str:
+    """PLAN_SQL for ``using``, with the snapshot's columns (``SNAPSHOT_FIELDS``); the
+    returning clauses are left to fill."""
+    quote = connections[using].ops.quote_name
+    return PLAN_SQL.format(
+        run=quote(Run._meta.db_table),
+        schedule=quote(Schedule._meta.db_table),
+        ledger=pg_sql.ledger_conflict(),
+        snapshot=", ".join(SNAPSHOT_FIELDS),
+        snapshot_of_schedule=", ".join(f"s.{of}" for of in SNAPSHOT_FIELDS.values()),
+        snapshot_of_moved=", ".join(f"m.{of}" for of in SNAPSHOT_FIELDS.values()),
+        returning="{returning}",
+        inserted="{inserted}",
+    )
+
+
 def _record_postgresql(
-    decisions: list[Decision], now: datetime, using: str, inserted: list[Inserted] | None
+    decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
     # A retry this batch supersedes ends first: it holds the active slot the new run takes.
     # Every cursor then moves: this transaction has held the rows' locks since it read the
@@ -259,11 +273,9 @@ def _record_postgresql(
     _supersede_retries(decisions, now, using)
     connection = connections[using]
     returning = inserted is not None
-    sql = RECORD_SQL.format(
-        run=connection.ops.quote_name(Run._meta.db_table),
-        schedule=connection.ops.quote_name(Schedule._meta.db_table),
-        returning=RECORD_RETURNING if returning else "",
-        inserted=RECORD_INSERTED if returning else "",
+    sql = _record_sql(using).format(
+        returning=PLAN_RETURNING if returning else "",
+        inserted=PLAN_INSERTED if returning else "",
     )
     with connection.cursor() as cursor:
         # conf.tasks_backend_for() in SQL: the schedule's backend, else the setting's.
@@ -278,7 +290,7 @@ def _record_postgresql(
 
 
 def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
-    """RECORD_SQL's arrays: each schedule's id and shape, each distinct shape's cursors and
+    """PLAN_SQL's arrays: each schedule's id and shape, each distinct shape's cursors and
     fires once."""
     shapes: dict[tuple[Any, ...], int] = {}
     ids: list[int] = []
@@ -305,8 +317,8 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
                     fires[name].append(value)
         ids.append(schedule.pk)
         shape_of.append(shape)
-    columns = {name: arrays.literal(values) for name, values in (cursors | fires).items()}
-    return {"id": arrays.integers(ids), "shape": arrays.integers(shape_of), **columns}
+    columns = {name: pg_arrays.literal(values) for name, values in (cursors | fires).items()}
+    return {"id": pg_arrays.integers(ids), "shape": pg_arrays.integers(shape_of), **columns}
 
 
 FIRE_COLUMNS = (

@@ -10,8 +10,9 @@ import threading
 
 from django.db import DatabaseError, InterfaceError, connections
 
-from django_periodic import clock, retention
+from django_periodic import clock
 from django_periodic.conf import get_settings
+from django_periodic.operations import retention
 
 logger = logging.getLogger("django_periodic")
 

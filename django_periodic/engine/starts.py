@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
-from django_periodic import leases
-from django_periodic.claims import Claim
+from django_periodic.engine import leases
+from django_periodic.engine.claimed import Claim
 
 # Weight of the latest statement in the running average of a mark's round trip.
 ROUND_TRIP_WEIGHT = 0.2

@@ -7,13 +7,15 @@ unless the horizon says something is due, so idling costs one statement per wake
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
+from typing import Any
 
 from django.db import connections
-from django.db.models import Min
+from django.db.models import Min, QuerySet
 
-from django_periodic import clock, presence
+from django_periodic import clock
 from django_periodic.bounds import EARLIEST, LATEST
-from django_periodic.models import Lease, Run, Schedule
+from django_periodic.engine import pg_sql, presence
+from django_periodic.models import CLAIMABLE_STATUSES, Lease, Run, Schedule
 
 
 @dataclass(frozen=True)
@@ -59,49 +61,63 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
+def _earliest(using: str) -> dict[str, tuple[QuerySet[Any], str]]:
+    """Each time of the horizon: the rows it is the earliest of, and of which column. One
+    home for both paths: the ORM reads these, the statement is built from them."""
+    runs = Run.objects.using(using)
+    pending = runs.filter(status=Run.Status.PENDING)
+    retrying = runs.filter(status=Run.Status.RETRYING, enqueued_at__isnull=True)
+    enqueued = runs.filter(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=False)
+    return {
+        "next_fire": (Schedule.objects.using(using).enabled(), "next_fire_at"),
+        "next_retry": (retrying, "next_retry_at"),
+        "next_expiry": (Lease.objects.using(using).held(), "expires_at"),
+        "next_pending": (pending.executed_here(), "plan_time"),
+        "next_handoff": (pending.handed_off().filter(enqueued_at__isnull=True), "plan_time"),
+        # As periodic_run_enqueued indexes them: their first entry is the earliest.
+        "next_enqueued": (enqueued, "enqueued_at"),
+    }
+
+
 # Each MIN reads the first entry of a partial index (see Run.Meta.indexes), once (the CTE
 # is MATERIALIZED: inlined, every use of a MIN would read it again). Each is held
 # within the range of stored times: a row stored past the database's checks with a time
 # Python cannot hold (year 20000, say) must not make every look ahead fail; the rows
 # themselves fail where they are handled.
 HORIZON_SQL = """
-WITH m AS MATERIALIZED (SELECT
-    (SELECT MIN(next_fire_at) FROM {schedule} WHERE enabled) AS next_fire,
-    (SELECT MIN(next_retry_at) FROM {run} WHERE status = 'retrying' AND enqueued_at IS NULL)
-    AS next_retry,
-    (SELECT MIN(expires_at) FROM {lease} WHERE released_at IS NULL) AS next_expiry,
-    (SELECT MIN(plan_time) FROM {run} WHERE status = 'pending' AND tasks_backend = '')
-    AS next_pending,
-    (SELECT MIN(plan_time) FROM {run}
-     WHERE status = 'pending' AND tasks_backend <> '' AND enqueued_at IS NULL) AS next_handoff,
-    (SELECT MIN(enqueued_at) FROM {run}
-     WHERE status IN ('pending', 'retrying') AND enqueued_at IS NOT NULL) AS next_enqueued
-)
-SELECT statement_timestamp(), {next_fire}, {next_retry}, {next_expiry}, {next_pending},
-    {next_handoff}, {next_enqueued},
+WITH m AS MATERIALIZED (SELECT {earliest})
+SELECT statement_timestamp(), {within_bounds},
     %(judge)s AND EXISTS (
         SELECT 1 FROM {lease} WHERE released_at IS NULL AND process_id IN ({lost})
     )
 FROM m
 """
+EARLIEST_SQL = "(SELECT MIN({column}) FROM {table} WHERE {condition}) AS {name}"
 # A time held within [EARLIEST, LATEST]; NULL stays NULL (which LEAST and GREATEST skip).
 WITHIN_BOUNDS = (
     "CASE WHEN m.{0} < %(earliest)s THEN %(earliest)s"
     " WHEN m.{0} > %(latest)s THEN %(latest)s ELSE m.{0} END"
 )
-TIMES = ("next_fire", "next_retry", "next_expiry", "next_pending", "next_handoff", "next_enqueued")
 
 
 @cache
-def _horizon_sql(using: str) -> str:
+def _horizon_sql(using: str) -> tuple[str, dict[str, Any]]:
     quote = connections[using].ops.quote_name
-    return HORIZON_SQL.format(
-        schedule=quote(Schedule._meta.db_table),
-        run=quote(Run._meta.db_table),
+    selected, params = [], {}
+    for name, (rows, column) in _earliest(using).items():
+        condition, condition_params = pg_sql.condition(rows, name)
+        table = quote(rows.model._meta.db_table)
+        selected.append(
+            EARLIEST_SQL.format(column=column, table=table, condition=condition, name=name)
+        )
+        params.update(condition_params)
+    sql = HORIZON_SQL.format(
+        earliest=",\n    ".join(selected),
+        within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in _earliest(using)),
         lease=quote(Lease._meta.db_table),
         lost=presence.lost_sql(quote),
-        **{name: WITHIN_BOUNDS.format(name) for name in TIMES},
     )
+    return sql, params
 
 
 def look_ahead(using: str = "default", *, judge: bool = False) -> Horizon:
@@ -111,28 +127,22 @@ def look_ahead(using: str = "default", *, judge: bool = False) -> Horizon:
     (``presence.py``): only a process that may judge asks.
     """
     if connections[using].vendor == "postgresql":
-        params: dict[str, datetime | bool] = {
-            "earliest": EARLIEST,
-            "latest": LATEST,
-            "judge": judge,
-        }
-        with connections[using].cursor() as cursor:
-            cursor.execute(_horizon_sql(using), params)
-            row = cursor.fetchone()
-        assert row is not None
-        return Horizon(*row)
-    runs = Run.objects.using(using)
-    pending = runs.filter(status=Run.Status.PENDING)
-    handed_off = pending.handed_off().filter(enqueued_at__isnull=True)
-    retrying = runs.filter(status=Run.Status.RETRYING, enqueued_at__isnull=True)
-    return Horizon(
-        now=clock.now(using),
-        next_fire=Schedule.objects.using(using).enabled().aggregate(at=Min("next_fire_at"))["at"],
-        next_retry=retrying.aggregate(at=Min("next_retry_at"))["at"],
-        next_expiry=Lease.objects.using(using).held().aggregate(at=Min("expires_at"))["at"],
-        next_pending=pending.executed_here().aggregate(at=Min("plan_time"))["at"],
-        next_handoff=handed_off.aggregate(at=Min("plan_time"))["at"],
-        next_enqueued=runs.waiting()
-        .filter(enqueued_at__isnull=False)
-        .aggregate(at=Min("enqueued_at"))["at"],
-    )
+        return _look_ahead_sql(using, judge)
+    return _look_ahead_orm(using)
+
+
+def _look_ahead_sql(using: str, judge: bool) -> Horizon:
+    sql, params = _horizon_sql(using)
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, {**params, "earliest": EARLIEST, "latest": LATEST, "judge": judge})
+        row = cursor.fetchone()
+    assert row is not None
+    return Horizon(*row)
+
+
+def _look_ahead_orm(using: str) -> Horizon:
+    earliest = {
+        name: rows.aggregate(at=Min(column))["at"]
+        for name, (rows, column) in _earliest(using).items()
+    }
+    return Horizon(now=clock.now(using), **earliest)

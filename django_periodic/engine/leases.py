@@ -17,10 +17,11 @@ from django.db.models.expressions import CombinedExpression, RawSQL
 from django.db.models.fields import DateTimeField
 from django.db.models.functions import Now
 
-from django_periodic import arrays, outcomes, presence, signals, wakeups
+from django_periodic import signals
 from django_periodic.choices import ErrorCode
-from django_periodic.claims import Claim
 from django_periodic.conf import get_settings
+from django_periodic.engine import outcomes, overlap, pg_arrays, presence, wakeups
+from django_periodic.engine.claimed import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
 
 
@@ -58,7 +59,7 @@ def heartbeat(
         table = connections[using].ops.quote_name(Lease._meta.db_table)
         unlocked = RawSQL(
             HELD_UNLOCKED_SQL.format(lease=table),
-            [process.pk, arrays.literal([str(token) for token in tokens])],
+            [process.pk, pg_arrays.literal([str(token) for token in tokens])],
         )
         held = held.filter(pk__in=unlocked)
     else:
@@ -84,7 +85,7 @@ def timed_out(claim: Claim, now: datetime | None) -> bool:
     return _recorded(outcomes.timed_out(claim), now)
 
 
-def _recorded(outcome: outcomes.Outcome, now: datetime | None) -> bool:
+def _recorded(outcome: outcomes.AttemptOutcome, now: datetime | None) -> bool:
     claim = outcome.claim
     return claim.run.pk in outcomes.record([outcome], now, claim.using)
 
@@ -108,7 +109,7 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
         )
         running = runs.filter(status=Run.Status.RUNNING, cancel_requested_at__isnull=True)
         asked = running.update(cancel_requested_at=now)
-        Run.objects.using(runs.db).promote_queued(schedule_ids)
+        overlap.promote_queued(runs.db, schedule_ids)
         if asked:
             wakeups.notify(runs.db)  # the holder checks at its next tick
     return done, asked
@@ -139,7 +140,7 @@ def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     if connections[using].vendor == "postgresql":
         table = connections[using].ops.quote_name(Lease._meta.db_table)
         with connections[using].cursor() as cursor:
-            cursor.execute(MARK_STARTED_SQL.format(lease=table), [arrays.uuids(tokens)])
+            cursor.execute(MARK_STARTED_SQL.format(lease=table), [pg_arrays.uuids(tokens)])
             return {token for (token,) in cursor.fetchall()}
     held = Lease.objects.using(using).filter(token__in=tokens, released_at__isnull=True)
     with transaction.atomic(using=using):
@@ -190,7 +191,7 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
             error_code=ErrorCode.LEASE_EXPIRED,
             error_message=EXPIRED_MESSAGE,
         )
-        Run.objects.using(using).promote_queued({lease.run.schedule_id for lease in lost})
+        overlap.promote_queued(using, {lease.run.schedule_id for lease in lost})
         if signals.listened(signals.lease_lost, signals.run_finished):
             signals.send_on_commit(_expired_events(again, lost, now), using)
     return SweepResult(reentered, failed)

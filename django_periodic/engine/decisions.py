@@ -1,0 +1,322 @@
+"""Deciding what due schedules fire, without the database, and what the decisions carry.
+
+A due schedule's columns as loaded (``Due``), the runs a decision records for it (``Fire``)
+and where its cursor moves (``Decision``): the planner loads the rows and applies the
+decisions; ``decide`` and its kin take them from the rows alone, by the misfire and
+overlap policies (``policies``), each distinct trigger's fire times computed once per
+batch (``Memo``). Whatever a row holds, deciding for it fails alone: its decision carries
+the error. The recording module writes decisions without importing the planner.
+"""
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_periodic import policies, registry, triggers
+from django_periodic.choices import ErrorCode, RunStatus
+from django_periodic.conf import get_settings
+from django_periodic.models import first_fire_time_of, trigger_of
+from django_periodic.policies import Occupancy
+
+logger = logging.getLogger("django_periodic")
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A run to record for a plan time (and scope): pending, queued or skipped (with why)."""
+
+    plan_time: datetime
+    status: str
+    error_code: str = ""
+    error_message: str = ""
+    scope: str = ""
+
+
+@dataclass(slots=True)
+class Due:
+    """The columns of a locked due schedule that planning reads (a ``policies.Policy``)."""
+
+    pk: int
+    name: str
+    job: str
+    cron: str
+    timezone: str
+    interval: timedelta | None
+    run_at: datetime | None
+    start_at: datetime | None
+    end_at: datetime | None
+    created_at: datetime | None  # only where it anchors an interval (else not loaded)
+    next_fire_at: datetime | None
+    overlap: str
+    max_queued: int
+    max_concurrent: int | None
+    misfire: str
+    misfire_grace: timedelta
+    planning_failures: int
+    scopes: str  # the scope provider of a fanned-out schedule, else ""
+    # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
+    args: Any = None
+    kwargs: Any = None
+    max_attempts: int = 1
+    tasks_backend: str = ""
+    revision: int = 1
+
+    def trigger_key(self) -> tuple[Any, ...]:
+        """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
+        # An interval without start_at is anchored at created_at: only then is it part of it.
+        anchored = not self.cron and self.interval is not None and self.start_at is None
+        anchor = self.created_at if anchored else None
+        return (
+            self.cron,
+            self.timezone,
+            self.interval,
+            self.run_at,
+            self.start_at,
+            self.end_at,
+            anchor,
+        )
+
+    def trigger(self) -> triggers.Trigger:
+        """The schedule's trigger, built by the model's own rules (``models.trigger_of``)."""
+        return trigger_of(self)
+
+
+@dataclass(slots=True)
+class Decision:
+    """What one schedule does this tick: the runs to record and where its cursor moves."""
+
+    schedule: Due
+    cursor: datetime | None
+    fires: tuple[Fire, ...] = ()
+    # The scopes ("" unscoped) whose run waiting to retry a new fire supersedes.
+    supersedes: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass
+class DueTimes:
+    times: list[datetime]  # plan times up to now, in order: at most CATCHUP_LIMIT + 2
+    cursor: datetime | None  # the first fire after now
+    unlisted: datetime | None = None  # the first of the missed times not listed one by one
+
+
+def first_planned(schedule: Due, now: datetime, memo: "Memo | None" = None) -> Decision:
+    """The decision for a schedule stored without save() (cursor ``bounds.UNPLANNED``): its
+    cursor moves to its first fire time, as save() would have set it, and no run is
+    recorded for the time it never had (no database access).
+
+    Like ``Schedule.first_fire_time``, a one-shot keeps its ``run_at`` even when it has
+    passed, so that its misfire policy decides when the next batch plans it.
+    """
+    memo = memo or Memo()
+    try:
+        return Decision(schedule, cursor=memo.first_fire_time(schedule, now))
+    except Exception as exc:  # a bad trigger: this schedule fails, never the tick
+        return _failed(schedule, exc)
+
+
+def decide_fanned_out(
+    schedule: Due,
+    now: datetime,
+    keys: list[str],
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "Memo | None" = None,
+) -> Decision:
+    """A fanned-out schedule's decision: its fires once per scope key, each under the overlap
+    policy of that scope's runs in flight (no database access).
+
+    No key, no run; the cursor moves all the same.
+    """
+    memo = memo or Memo()
+    try:
+        return _decide_fanned_out(schedule, now, keys, occupancy, memo)
+    except Exception as exc:  # any bad row: one schedule fails, never the tick
+        return _failed(schedule, exc)
+
+
+def _decide_fanned_out(
+    schedule: Due,
+    now: datetime,
+    keys: list[str],
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "Memo",
+) -> Decision:
+    ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
+    at = schedule.next_fire_at if ahead else now
+    assert at is not None  # a due schedule has a cursor
+    idle = decide(schedule, at, Occupancy(), memo)  # every scope with nothing in flight
+    if idle.error:
+        return idle
+    fires: list[Fire] = []
+    supersedes = []
+    for key in keys:
+        in_flight = occupancy.get((schedule.pk, key))
+        decided = idle if in_flight is None else decide(schedule, at, in_flight, memo)
+        if decided.supersedes:
+            supersedes.append(key)
+        fires += [
+            Fire(fire.plan_time, fire.status, fire.error_code, fire.error_message, key)
+            for fire in decided.fires
+        ]
+    return Decision(schedule, idle.cursor, tuple(fires), tuple(supersedes))
+
+
+def decide_all(
+    schedules: list[Due],
+    now: datetime,
+    occupancy: dict[tuple[int, str], Occupancy],
+    memo: "Memo | None" = None,
+) -> list[Decision]:
+    """Decide a batch; each distinct trigger's due times are computed once (no database access).
+
+    A schedule with nothing in flight decides by its trigger, cursor and policy alone, so
+    schedules alike in those share one decision's fires. A schedule not due yet (planned
+    ahead) decides as at its next fire, and only with nothing in flight; else it waits.
+    """
+    memo = memo or Memo()
+    decisions = []
+    for schedule in schedules:
+        in_flight = occupancy.get((schedule.pk, ""))
+        ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
+        if ahead and in_flight is not None:
+            continue  # decided when due, on what is in flight then
+        if in_flight is not None:
+            decisions.append(decide(schedule, now, in_flight, memo))
+            continue
+        key = (
+            schedule.trigger_key(), schedule.next_fire_at, schedule.job, schedule.misfire,
+            schedule.misfire_grace, schedule.overlap, schedule.max_concurrent, schedule.max_queued,
+        )  # fmt: skip
+        shared = memo.decisions.get(key)
+        if shared is None:
+            at = schedule.next_fire_at if ahead else now
+            assert at is not None  # a due schedule has a cursor
+            shared = memo.decisions[key] = decide(schedule, at, Occupancy(), memo)
+        decisions.append(Decision(schedule, shared.cursor, shared.fires, (), shared.error))
+    return decisions
+
+
+class Memo:
+    """What one batch has computed already, by the values it depends on."""
+
+    def __init__(self) -> None:
+        self.limit = get_settings().CATCHUP_LIMIT
+        self.jobs: dict[str, str] = {}  # job name -> error ("" if registered)
+        self.triggers: dict[tuple[Any, ...], triggers.Trigger | str] = {}  # -> trigger or error
+        self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor, now) -> ...
+        self.decisions: dict[tuple[Any, ...], Decision] = {}
+        self.first: dict[tuple[Any, ...], datetime | None] = {}  # (trigger, now) -> ...
+
+    def first_fire_time(self, schedule: Due, now: datetime) -> datetime | None:
+        """``Schedule.first_fire_time`` of the schedule's trigger; raises for a bad row."""
+        key = (schedule.trigger_key(), now)
+        if key not in self.first:
+            self.first[key] = first_fire_time_of(schedule, now)
+        return self.first[key]
+
+    def due_times(self, schedule: Due, now: datetime) -> DueTimes:
+        """The schedule's due times; raises (a bad row) as computing them would."""
+        error = self.jobs.get(schedule.job)
+        if error is None:
+            error = self.jobs[schedule.job] = _error(registry.get_job, schedule.job)
+        if error:
+            raise _Failed(error)
+        key = schedule.trigger_key()
+        trigger = self.triggers.get(key)
+        if trigger is None:
+            try:
+                trigger = schedule.trigger()
+            except Exception as exc:
+                trigger = f"Cannot plan: {exc}"
+            self.triggers[key] = trigger
+        if isinstance(trigger, str):
+            raise _Failed(trigger)
+        due = self.due.get((key, schedule.next_fire_at, now))
+        if due is None:
+            try:
+                due = _due_times(trigger, schedule.next_fire_at, now, self.limit)
+            except Exception as exc:
+                due = f"Cannot plan: {exc}"
+            self.due[key, schedule.next_fire_at, now] = due
+        if isinstance(due, str):
+            raise _Failed(due)
+        return due
+
+
+class _Failed(Exception):
+    """A bad row, with the message to record (already prefixed)."""
+
+
+def _error(check: Any, *args: Any) -> str:
+    try:
+        check(*args)
+    except Exception as exc:
+        return f"Cannot plan: {exc}"
+    return ""
+
+
+def decide(
+    schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo | None" = None
+) -> Decision:
+    """The runs a due schedule records at ``now`` and its next cursor (no database access).
+
+    A schedule whose row makes deciding raise (its trigger, its policy's arithmetic, ...)
+    gets a decision that carries the error instead.
+    """
+    memo = memo or Memo()
+    try:
+        return _decide(schedule, now, occupancy, memo)
+    except Exception as exc:  # any bad row: one schedule fails, never the tick
+        return _failed(schedule, exc)
+
+
+def _failed(schedule: Due, exc: Exception) -> Decision:
+    """The decision of a schedule that could not be decided: its error, its cursor kept."""
+    if isinstance(exc, _Failed):
+        return Decision(schedule, cursor=None, error=str(exc))
+    if isinstance(exc, triggers.InvalidTrigger):
+        return Decision(schedule, cursor=None, error=f"Cannot plan: {exc}")
+    # Not a failure foreseen (a bad trigger or job): its traceback says where it broke.
+    logger.warning("Deciding for schedule %r raised:", schedule.name, exc_info=exc)
+    return Decision(schedule, cursor=None, error=f"Cannot plan: {type(exc).__name__}: {exc}")
+
+
+def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") -> Decision:
+    due = memo.due_times(schedule, now)
+    fires = []
+    status: str
+    reason: str
+    for plan_time, missed in policies.misfire_marks(schedule, due.times, now, memo.limit):
+        if missed:
+            status, reason = RunStatus.SKIPPED, ErrorCode.MISSED
+        else:
+            status, reason = policies.overlap_status(schedule, occupancy)
+        fires.append(Fire(plan_time, status, reason))
+    if due.unlisted:
+        latest = due.times[-1]
+        message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
+        reason = ErrorCode.MISSED
+        fires.append(Fire(due.unlisted, RunStatus.SKIPPED, reason, message))
+    superseding = policies.supersedes_retry(occupancy, (fire.status for fire in fires))
+    supersedes = ("",) if superseding else ()
+    return Decision(schedule, due.cursor, tuple(fires), supersedes)
+
+
+def _due_times(
+    trigger: triggers.Trigger, cursor: datetime | None, now: datetime, limit: int
+) -> DueTimes:
+    due: list[datetime] = []
+    fire = cursor
+    while fire is not None and fire <= now and len(due) <= limit:
+        due.append(fire)
+        fire = trigger.next_after(fire)
+    if fire is None or fire > now:
+        return DueTimes(due, fire)
+    # More missed times than we list one by one: one row stands for those in between,
+    # and the most recent is listed so that the misfire policy can fire it.
+    latest = trigger.latest_at_or_before(now)
+    assert latest is not None  # fire is a fire time at or before now
+    if latest == fire:
+        return DueTimes([*due, latest], trigger.next_after(now))
+    return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)

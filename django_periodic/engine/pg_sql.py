@@ -1,0 +1,41 @@
+"""SQL fragments that restate a Python rule, built from that rule (PostgreSQL statements).
+
+A statement written by hand next to the one function that runs it would repeat rules the
+ORM already states (which runs await their release, which are claimable, which plan times
+the ledger holds once) and drift from them. These build the fragment from the rule itself;
+tests/test_rules.py checks that the statements and the ORM agree.
+"""
+
+import itertools
+import re
+from typing import Any
+
+from django.db.models import QuerySet
+
+from django_periodic.choices import LEDGER_TRIGGERS
+
+_PLACEHOLDER = re.compile(r"(?<!%)%s")
+
+
+def condition(queryset: QuerySet[Any], prefix: str) -> tuple[str, dict[str, Any]]:
+    """The WHERE condition of ``queryset`` as SQL with named parameters (``prefix_0``, ...),
+    for a statement that reads the model's table under its own name (no alias)."""
+    query = queryset.query
+    compiler = query.get_compiler(using=queryset.db)
+    sql, params = query.where.as_sql(compiler, compiler.connection)
+    names = (f"{prefix}_{n}" for n in itertools.count())
+    named: dict[str, Any] = {}
+
+    def name_one(_match: re.Match[str]) -> str:
+        name = next(names)
+        named[name] = params[len(named)]
+        return f"%({name})s"
+
+    return _PLACEHOLDER.sub(name_one, sql), named
+
+
+def ledger_conflict() -> str:
+    """The ON CONFLICT target of the ledger's constraint (one run per schedule, scope and
+    plan time, for the triggers of ``LEDGER_TRIGGERS``)."""
+    triggers = ", ".join(f"'{trigger}'" for trigger in LEDGER_TRIGGERS)
+    return f"(schedule_id, scope, plan_time) WHERE trigger IN ({triggers})"

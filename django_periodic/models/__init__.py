@@ -1,0 +1,72 @@
+"""The ledger: schedules, the runs they fire, and the leases under which runs execute.
+
+Models only: fields, constraints, the queryset vocabulary (``due``, ``claimable``,
+``waiting``, ...), validation, and thin documented methods that call the engine. Every
+name below is importable from ``django_periodic.models``.
+"""
+
+from django_periodic.models.field_groups import (
+    CURSOR_FIELDS,
+    JOB_FIELDS,
+    POLICY_FIELDS,
+    RETENTION_FIELDS,
+    REVISION_FIELDS,
+    SCHEDULE_OPTIONS,
+    TRIGGER_FIELDS,
+)
+from django_periodic.models.processes import (
+    Lease,
+    LeaseQuerySet,
+    SchedulerProcess,
+    SchedulerProcessQuerySet,
+)
+from django_periodic.models.run import (
+    AWAITING_RELEASE,
+    BACKFILLED,
+    CLAIMABLE_STATUSES,
+    SNAPSHOT_FIELDS,
+    Run,
+    RunQuerySet,
+)
+from django_periodic.models.schedule import Schedule, ScheduleQuerySet, default_timezone
+from django_periodic.models.trigger_rows import (
+    ANCHORED_AT_CREATION,
+    KIND_FIELDS,
+    KIND_FILTERS,
+    TriggerRow,
+    first_fire_time_of,
+    kind_of,
+    trigger_field_errors,
+    trigger_of,
+)
+
+__all__ = [
+    "ANCHORED_AT_CREATION",
+    "AWAITING_RELEASE",
+    "BACKFILLED",
+    "CLAIMABLE_STATUSES",
+    "CURSOR_FIELDS",
+    "JOB_FIELDS",
+    "KIND_FIELDS",
+    "KIND_FILTERS",
+    "POLICY_FIELDS",
+    "RETENTION_FIELDS",
+    "REVISION_FIELDS",
+    "SCHEDULE_OPTIONS",
+    "SNAPSHOT_FIELDS",
+    "TRIGGER_FIELDS",
+    "Lease",
+    "LeaseQuerySet",
+    "Run",
+    "RunQuerySet",
+    "Schedule",
+    "ScheduleQuerySet",
+    "SchedulerProcess",
+    "SchedulerProcessQuerySet",
+    "TriggerRow",
+    "default_timezone",
+    "first_fire_time_of",
+    "kind_of",
+    "trigger_field_errors",
+    "trigger_of",
+]

@@ -1,0 +1,27 @@
+"""Schedule fields by role: the admin's form and fieldsets, ``@job`` and the sync of
+code-defined schedules, saving (cursor, revision) and validation all read them from here."""
+
+JOB_FIELDS = ("args", "kwargs", "scopes")
+TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
+POLICY_FIELDS = (
+    "overlap",
+    "max_queued",
+    "max_concurrent",
+    "misfire",
+    "misfire_grace",
+    "max_attempts",
+    "retry_backoff",
+    "timeout",
+    "lease_timeout",
+    "allow_stale_reentry",
+    "tasks_backend",
+)
+# How long a schedule's finished runs are kept (retention.py); empty: the global settings.
+RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
+# What @job(...) may define besides its name: every field above.
+SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS)
+# Fields whose change moves a schedule's cursor (next_fire_at) when saved.
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
+# Fields whose change makes a new revision of a schedule (Schedule.revision): what its
+# runs call, and when.
+REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)

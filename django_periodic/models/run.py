@@ -1,0 +1,236 @@
+"""Runs: the ledger, one row per (schedule, scope, plan time), and its outcome."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
+
+from django_periodic import choices, clock, policies
+from django_periodic import scopes as scope_providers
+from django_periodic.conf import tasks_backend_for
+from django_periodic.models.schedule import Schedule
+
+# The statuses of runs a worker may claim (when due): pending and retrying.
+CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
+# Backfilled runs wait as retries do, until their release (see backfill.py); a newer fire
+# neither supersedes them nor counts them as a retry of its own.
+BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
+# A backfilled run not started yet: it waits in retrying, attempt 0, until next_retry_at.
+AWAITING_RELEASE = BACKFILLED & Q(status=choices.RunStatus.RETRYING, attempt=0)
+
+
+# What a run keeps of its schedule when it is recorded, run field: schedule field. It calls
+# this whatever the schedule becomes; a retry repeats it. The planner's statement copies
+# the same columns (engine/recording.py builds its SQL from this).
+SNAPSHOT_FIELDS = {
+    "job_name": "job",
+    "args": "args",
+    "kwargs": "kwargs",
+    "schedule_revision": "revision",
+}
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def active(self) -> "RunQuerySet":
+        """Runs not yet final: waiting or running."""
+        return self.filter(status__in=Run.ACTIVE_STATUSES)
+
+    def waiting(self) -> "RunQuerySet":
+        """Runs that have not started (or not restarted): pending, queued or retrying."""
+        return self.filter(status__in=Run.WAITING_STATUSES)
+
+    def finished(self) -> "RunQuerySet":
+        """Runs in a final state: succeeded, failed, skipped or cancelled."""
+        return self.filter(status__in=Run.FINAL_STATUSES)
+
+    def running(self) -> "RunQuerySet":
+        """Runs executing now, under a lease."""
+        return self.filter(status=Run.Status.RUNNING)
+
+    def failed(self) -> "RunQuerySet":
+        """Runs that ended failed."""
+        return self.filter(status=Run.Status.FAILED)
+
+    def cancel(self, now: datetime | None = None) -> tuple[int, int]:
+        """Cancel these runs that have not started, and ask running ones to stop (their
+        context's ``cancelled`` turns true). Returns (cancelled, asked to stop); see
+        docs/semantics.md ("Cancel")."""
+        from django_periodic.engine import leases
+
+        return leases.request_cancel(self, now or clock.now(self.db))
+
+    def claimable(self, now: datetime) -> "RunQuerySet":
+        """Runs a worker may start now: pending ones due, and retries whose delay has passed."""
+        due = Q(status=Run.Status.PENDING, plan_time__lte=now)
+        retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
+        return self.filter(due | retry_due).order_by("plan_time", "pk")
+
+    def executed_here(self) -> "RunQuerySet":
+        """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
+        return self.filter(tasks_backend="")
+
+    def handed_off(self) -> "RunQuerySet":
+        """Runs that a tasks backend's workers execute (``Schedule.tasks_backend``)."""
+        return self.exclude(tasks_backend="")
+
+    def coming(self, now: datetime, ahead: timedelta) -> "RunQuerySet":
+        """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet."""
+        pending = self.filter(status=Run.Status.PENDING)
+        soon = pending.filter(plan_time__gt=now, plan_time__lte=now + ahead)
+        return soon.order_by("plan_time", "pk")
+
+
+class Run(models.Model):
+    """One firing of a schedule and its outcome; one row per (schedule, plan time)."""
+
+    Status = choices.RunStatus
+    Trigger = choices.RunTrigger
+
+    WAITING_STATUSES = choices.WAITING_STATUSES
+    ACTIVE_STATUSES = choices.ACTIVE_STATUSES
+    FINAL_STATUSES = choices.FINAL_STATUSES
+    SLOT_STATUSES = choices.SLOT_STATUSES
+
+    # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
+    schedule = models.ForeignKey(
+        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
+    plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
+    scope = models.CharField(
+        max_length=scope_providers.KEY_MAX_LENGTH,
+        blank=True,
+        default="",
+        help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
+    )
+    trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
+    schedule_revision = models.PositiveIntegerField(
+        _("revision"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("The schedule's revision that planned it; empty if recorded before revisions."),
+    )
+    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
+    attempt = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=1)
+    interruptions = models.PositiveIntegerField(
+        default=0, help_text=_("Attempts cut short because their process died or stopped.")
+    )
+    exclusive = models.BooleanField(
+        default=True,
+        editable=False,
+        help_text=_("Counts as its schedule's one active run (overlap is not “concurrent”)."),
+    )
+    start_deadline = models.DateTimeField(
+        null=True, blank=True, help_text=_("Skipped if not started by then.")
+    )
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    next_retry_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration = models.DurationField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error_code = models.CharField(
+        max_length=200, blank=True, help_text=_("Why it failed or was skipped, machine-readable.")
+    )
+    error_message = models.TextField(blank=True)
+    traceback = models.TextField(blank=True)
+    job_name = models.CharField(max_length=200)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    tasks_backend = models.CharField(
+        max_length=100,
+        blank=True,
+        editable=False,
+        help_text=_("The TASKS backend that executes it; empty: run_scheduler's own workers."),
+    )
+    task_id = models.CharField(
+        max_length=255, blank=True, editable=False, help_text=_("Its task in that backend.")
+    )
+    enqueued_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text=_("When its task was last enqueued.")
+    )
+    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-plan_time", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["schedule", "scope", "plan_time"],
+                condition=Q(trigger__in=choices.LEDGER_TRIGGERS),
+                name="periodic_run_once_per_plan_time",
+            ),
+            # The database, not only the planner, keeps a second exclusive run of a schedule
+            # (and scope) from starting.
+            models.UniqueConstraint(
+                fields=["schedule", "scope"],
+                condition=Q(exclusive=True, status__in=choices.SLOT_STATUSES),
+                name="periodic_run_one_active",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["schedule", "-plan_time"], name="periodic_run_history"),
+            # The whole history by plan time: the admin's run list, prune_runs' cutoff.
+            models.Index(fields=["-plan_time", "-id"], name="periodic_run_plan_time"),
+            # Runs our workers may claim, in the claim's order: no sort, and no other index
+            # cheaper to the planner when a burst has left its statistics stale.
+            models.Index(
+                fields=["plan_time", "id"],
+                condition=Q(status__in=CLAIMABLE_STATUSES, tasks_backend=""),
+                name="periodic_run_claimable",
+            ),
+            # What each scope has in flight (occupancy) and its oldest queued run (promotion),
+            # without reading the runs of a fanned-out schedule's other scopes.
+            models.Index(
+                fields=["plan_time"],
+                condition=Q(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=True)
+                & ~Q(tasks_backend=""),
+                name="periodic_run_to_enqueue",
+            ),
+            models.Index(
+                fields=["schedule", "scope"],
+                condition=Q(status__in=choices.ACTIVE_STATUSES),
+                name="periodic_run_active",
+            ),
+            # Handed-off runs waiting for their task: the oldest enqueue, to redeliver.
+            models.Index(
+                fields=["enqueued_at"],
+                condition=Q(enqueued_at__isnull=False, status__in=CLAIMABLE_STATUSES),
+                name="periodic_run_enqueued",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_name} @ {self.plan_time:%Y-%m-%d %H:%M:%S} ({self.status})"
+
+    @property
+    def awaits_release(self) -> bool:
+        """A backfilled run that has not started: it waits for its release time
+        (``next_retry_at``), paced by the backfill's rate (``AWAITING_RELEASE``)."""
+        return (
+            self.trigger == Run.Trigger.BACKFILL
+            and self.status == Run.Status.RETRYING
+            and self.attempt == 0
+        )
+
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """What this run calls, as taken from its schedule (``SNAPSHOT_FIELDS``)."""
+        return {field: getattr(self, field) for field in SNAPSHOT_FIELDS}
+
+    @classmethod
+    def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":
+        """An unsaved run of ``schedule`` with a snapshot of what it will call."""
+        snapshot = {field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()}
+        return cls(
+            schedule=schedule,
+            plan_time=plan_time,
+            max_attempts=schedule.max_attempts,
+            tasks_backend=tasks_backend_for(schedule.tasks_backend),
+            exclusive=policies.is_exclusive(schedule.overlap),
+            **{**snapshot, **fields},
+        )

@@ -1,0 +1,443 @@
+"""Schedules: when and how a registered job runs, and the cursor the planner moves."""
+
+import copy
+from collections.abc import Collection, Iterable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Self
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models import F, Q
+from django.utils.translation import gettext_lazy as _
+
+from django_periodic import bounds, choices, clock, triggers
+from django_periodic import scopes as scope_providers
+from django_periodic.choices import ScheduleKind
+from django_periodic.models import validation
+from django_periodic.models.field_groups import (
+    CURSOR_FIELDS,
+    REVISION_FIELDS,
+)
+from django_periodic.models.trigger_rows import (
+    KIND_FILTERS,
+    first_fire_time_of,
+    kind_of,
+    trigger_of,
+)
+
+if TYPE_CHECKING:
+    from django_periodic.engine.backfill import BackfillResult
+    from django_periodic.models.run import Run
+
+
+def _copy_if_mutable(value: Any) -> Any:
+    if isinstance(value, list | dict):
+        return copy.deepcopy(value) if value else type(value)()  # most args are empty
+    return value
+
+
+def _range_constraints() -> list[models.CheckConstraint]:
+    """One CHECK per field of bounds.SCHEDULE: no path (``update()``, ``bulk_create()``, raw
+    SQL) stores a value out of its range. NULL passes a CHECK: an empty field is allowed
+    where the field is nullable."""
+    constraints = []
+    for name, valid in bounds.SCHEDULE.items():
+        low = f"{name}__gt" if valid.low_open else f"{name}__gte"
+        high = f"{name}__lt" if valid.high_open else f"{name}__lte"
+        constraints.append(
+            models.CheckConstraint(
+                condition=Q(**{low: valid.low, high: valid.high}),
+                name=f"periodic_schedule_{name}_range",
+            )
+        )
+    return constraints
+
+
+def wake_schedulers(using: str) -> None:
+    """Tell sleeping schedulers that a cursor moved (a NOTIFY on PostgreSQL, on commit)."""
+    from django_periodic.engine import wakeups
+
+    wakeups.notify(using)
+
+
+def default_timezone() -> str:
+    from django.conf import settings
+
+    return settings.TIME_ZONE or "UTC"
+
+
+class ScheduleQuerySet(models.QuerySet["Schedule"]):
+    def enabled(self) -> "ScheduleQuerySet":
+        """Schedules the planner looks at (not paused or disabled)."""
+        return self.filter(enabled=True)
+
+    def of_kind(self, kind: str) -> "ScheduleQuerySet":
+        """Schedules whose trigger is of this ``Schedule.Kind``."""
+        return self.filter(KIND_FILTERS[ScheduleKind(kind)])
+
+    def due(self, now: datetime) -> "ScheduleQuerySet":
+        """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
+        return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
+
+    def update(self, **kwargs: Any) -> int:
+        """Update these rows; writing any of ``REVISION_FIELDS`` bumps their revision.
+
+        Bumped in the same statement, changed value or not (the database would have to
+        compare every field to tell), so ``bulk_update()`` of those fields bumps too.
+        """
+        if "revision" not in kwargs and not kwargs.keys().isdisjoint(REVISION_FIELDS):
+            kwargs["revision"] = F("revision") + 1
+        return super().update(**kwargs)
+
+    def reschedule(self, now: datetime | None = None) -> int:
+        """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
+        now = now or clock.now(self.db)
+        changed = []
+        for schedule in self.iterator():
+            if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
+                continue  # a fired one-shot stays fired
+            schedule.next_fire_at = schedule.first_fire_time(now)
+            changed.append(schedule)
+        updated = self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
+        if updated:
+            wake_schedulers(self.db)
+        return updated
+
+
+class Schedule(models.Model):
+    """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
+
+    Kind = ScheduleKind
+
+    Overlap = choices.Overlap
+    Misfire = choices.Misfire
+
+    name = models.CharField(max_length=200)  # unique: see Meta.constraints
+    job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    scopes = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=_("A registered scope provider: each fire runs once per scope key it returns."),
+    )
+
+    cron = models.CharField(max_length=200, blank=True, help_text=_("5-field cron or @daily."))
+    timezone = models.CharField(max_length=64, default=default_timezone)
+    interval = models.DurationField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+
+    enabled = models.BooleanField(default=True)
+    overlap = models.CharField(max_length=16, choices=Overlap, default=Overlap.SKIP)
+    max_queued = models.PositiveIntegerField(
+        default=1, help_text=_("With overlap “queue”: fires that may wait; more are skipped.")
+    )
+    max_concurrent = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
+    )
+    misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
+    misfire_grace = models.DurationField(default=timedelta(minutes=1))
+    max_attempts = models.PositiveIntegerField(default=1)
+    retry_backoff = models.DurationField(
+        default=timedelta(seconds=10), help_text=_("Delay before the first retry; doubles after.")
+    )
+    timeout = models.DurationField(null=True, blank=True)
+    lease_timeout = models.DurationField(default=timedelta(seconds=30))
+    allow_stale_reentry = models.BooleanField(
+        default=False,
+        help_text=_("Run again when the process running it died (at-least-once)."),
+    )
+    tasks_backend = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text=_(
+            "A TASKS backend alias whose workers execute its runs; empty: the "
+            "DJANGO_PERIODIC TASKS_BACKEND setting (none: run_scheduler's own workers)."
+        ),
+    )
+
+    keep_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Keep at least its last N finished runs; empty: the KEEP_RUNS setting."),
+    )
+    keep_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Keep finished runs planned this recently; empty: the KEEP_RUNS_FOR setting."),
+    )
+    keep_failed_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Keep failed runs planned this recently; empty: the KEEP_FAILED_RUNS_FOR setting."
+        ),
+    )
+
+    revision = models.PositiveIntegerField(
+        default=1,
+        editable=False,
+        help_text=_("Bumped when its trigger, job or arguments change; each run records it."),
+    )
+    # The cursor; NULL: no next fire. A row stored without save() gets UNPLANNED from the
+    # database, and is planned from its trigger (is_unplanned).
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, editable=False, db_default=bounds.UNPLANNED
+    )
+    last_error = models.TextField(blank=True, editable=False)
+    planning_failures = models.PositiveIntegerField(
+        default=0, editable=False, help_text=_("Consecutive ticks that could not plan it.")
+    )
+    defined_in = models.CharField(
+        max_length=300, blank=True, editable=False, help_text=_("Code location of a @job schedule.")
+    )
+    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ScheduleQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            # A constraint, not unique=True, which on PostgreSQL adds a varchar_pattern_ops
+            # index for LIKE 'prefix%' that no query here uses, and that every cursor move
+            # (a non-HOT update) had to write: one index in four.
+            models.UniqueConstraint(fields=["name"], name="periodic_schedule_name_unique"),
+            *_range_constraints(),
+        ]
+        indexes = [
+            # In due()'s order (cursor, then id), so a batch reads its rows off the index;
+            # on the cursor alone every batch sorted every due row to take the first ones.
+            models.Index(
+                fields=["next_fire_at", "id"],
+                condition=Q(enabled=True),
+                name="periodic_schedule_due",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    # The trigger fields as loaded or last saved (see from_db); absent on a new instance.
+    _loaded_trigger: dict[str, Any]
+    # The revision fields likewise (deferred ones left out: reading them would query).
+    _loaded_revision: dict[str, Any]
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        update_fields = kwargs.get("update_fields")
+        touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
+        moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
+        if moved and update_fields is not None:
+            kwargs["update_fields"] = {*update_fields, "next_fire_at"}
+        revised = self._revised(update_fields)
+        if revised:
+            # In the UPDATE itself, so that two concurrent edits make two revisions.
+            self.revision = F("revision") + 1
+            if update_fields is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
+        super().save(*args, **kwargs)
+        if revised:
+            saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
+            self.revision = saved.values_list("revision", flat=True).get()
+        self._loaded_trigger = self._saved(self._trigger_state(), "_loaded_trigger", update_fields)
+        self._loaded_revision = self._saved(
+            self._revision_state(), "_loaded_revision", update_fields
+        )
+        if moved:
+            # Sleeping schedulers look at the new cursor.
+            wake_schedulers(self._state.db or "default")
+
+    def _move_cursor(self, using: str) -> bool:
+        """Set ``next_fire_at`` after a change that affects it; return whether it moved.
+
+        A new schedule, an edited trigger and a resumed schedule restart from now (time
+        spent paused is not a misfire). Pausing keeps the cursor, and a one-shot keeps it
+        unless ``run_at`` changed, so that a fired one-shot can never fire again.
+        """
+        loaded = getattr(self, "_loaded_trigger", None) or {}
+        current = self._trigger_state()
+        missing = object()  # deferred when loaded, set since: counts as a change
+        changed = {name for name in current if loaded.get(name, missing) != current[name]}
+        if not self._state.adding:
+            if not changed or (changed == {"enabled"} and not self.enabled):
+                return False
+            if self.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
+                return False
+        now = clock.now(using)
+        if self._state.adding:
+            self.created_at = now  # an interval's anchor: the database's clock, like all times
+        self.next_fire_at = self.first_fire_time(now)
+        return True
+
+    def _saved(
+        self, current: dict[str, Any], loaded: str, update_fields: Iterable[str] | None
+    ) -> dict[str, Any]:
+        """The values as stored now: those written, the loaded ones for the others."""
+        if update_fields is None:
+            return current
+        written = {k: v for k, v in current.items() if k in set(update_fields)}
+        return {**getattr(self, loaded, {}), **written}
+
+    def _revised(self, update_fields: Iterable[str] | None) -> bool:
+        """Whether this save writes a new value to one of ``REVISION_FIELDS``."""
+        if self._state.adding:
+            return False
+        loaded = getattr(self, "_loaded_revision", {})
+        written = REVISION_FIELDS if update_fields is None else set(update_fields)
+        missing = object()  # deferred when loaded, set since: counts as a change
+        current = self._revision_state()
+        return any(
+            loaded.get(name, missing) != current[name]
+            for name in REVISION_FIELDS
+            if name in written and name in current
+        )
+
+    def _revision_state(self) -> dict[str, Any]:
+        # Copies of args and kwargs, which may be changed in place; the other fields hold
+        # immutable values. Every claimed run loads its schedule: this stays cheap.
+        return {
+            name: _copy_if_mutable(self.__dict__[name])
+            for name in REVISION_FIELDS
+            if name in self.__dict__
+        }
+
+    @classmethod
+    def from_db(
+        cls,
+        db: str | None,
+        field_names: Collection[str],
+        values: Collection[Any],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Self:
+        instance = super().from_db(db, field_names, values, *args, **kwargs)
+        instance._loaded_trigger = instance._trigger_state()
+        instance._loaded_revision = instance._revision_state()
+        return instance
+
+    def _trigger_state(self) -> dict[str, Any]:
+        # Deferred fields are left out: reading one would load the instance again.
+        return {name: self.__dict__[name] for name in CURSOR_FIELDS if name in self.__dict__}
+
+    @property
+    def trigger_kind(self) -> str:
+        """The ``Schedule.Kind`` of the trigger ("" if none is set)."""
+        return kind_of(self)
+
+    @property
+    def is_unplanned(self) -> bool:
+        """Stored without save() (``bulk_create()``, raw SQL, a fixture): its cursor is the
+        database's default, ``bounds.UNPLANNED``, until the planner plans it from its trigger."""
+        return self.next_fire_at == bounds.UNPLANNED
+
+    @property
+    def is_code_defined(self) -> bool:
+        return bool(self.defined_in)
+
+    @property
+    def trigger(self) -> triggers.Trigger:
+        """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
+        return trigger_of(self)
+
+    def first_fire_time(self, now: datetime) -> datetime | None:
+        """The cursor of a new or re-triggered schedule: the first fire after ``now``
+        (``first_fire_time_of``)."""
+        return first_fire_time_of(self, now)
+
+    def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
+        """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
+        return triggers.fire_times(self.trigger, n, after or clock.wall_now())
+
+    def run_now(self, scope: str = "") -> "Run":
+        """Record a manual run for a scheduler to execute; never runs the job in this thread.
+
+        On a fanned-out schedule (``scopes`` set), ``scope`` names the scope key to run for;
+        ``run_now_for_all_scopes()`` runs every key the provider returns.
+        """
+        if self.scopes and not scope:
+            raise ValueError(
+                f"Schedule {self.name!r} is fanned out per scope ({self.scopes}): name the "
+                "scope key to run for, or run all of them (run_now_for_all_scopes())."
+            )
+        now = clock.now(self._state.db or "default")
+        return self.plan_extra_run(
+            now, trigger=choices.RunTrigger.MANUAL, plan_time=now, scope=scope
+        )
+
+    def run_now_for_all_scopes(self) -> list["Run"]:
+        """Record manual runs as a fire would: one per scope key of a fanned-out schedule
+        (its provider is called here, before any row is locked), else ``run_now()``'s one."""
+        if not self.scopes:
+            return [self.run_now()]
+        keys = scope_providers.scope_keys(self.scopes)
+        now = clock.now(self._state.db or "default")
+        return self.plan_extra_runs(
+            now, trigger=choices.RunTrigger.MANUAL, plan_time=now, scopes=keys
+        )
+
+    def backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        *,
+        rate: float | None = None,
+        now: datetime | None = None,
+    ) -> "BackfillResult":
+        """Record a run (trigger ``backfill``) for each plan time of the trigger in
+        ``[start, end)`` that has no run yet, one per scope key on a fanned-out schedule.
+
+        Only past plan times are recorded (``end`` is clamped to the database's clock);
+        the cursor does not move. Runs wait until released ``rate`` per second (default
+        ``backfill.DEFAULT_RATE``), after the schedule's runs already waiting from an earlier
+        backfill. Raises ValueError for a bad range, or more than ``backfill.MAX_RUNS`` runs.
+        See docs/backfill.md.
+        """
+        from django_periodic.engine import backfill
+
+        rate = backfill.DEFAULT_RATE if rate is None else rate
+        return backfill.backfill(self, start, end, rate=rate, now=now)
+
+    def plan_extra_run(
+        self, now: datetime, *, trigger: str, plan_time: datetime, scope: str = "", **snapshot: Any
+    ) -> "Run":
+        """Record a run outside the trigger's plan times (manual, retry) under the overlap
+        policy of its scope, like any fire. ``snapshot`` may override the job name,
+        arguments and revision (a retry repeats what the failed run called).
+        """
+        runs = self.plan_extra_runs(
+            now, trigger=trigger, plan_time=plan_time, scopes=[scope], **snapshot
+        )
+        return runs[0]
+
+    def plan_extra_runs(
+        self,
+        now: datetime,
+        *,
+        trigger: str,
+        plan_time: datetime,
+        scopes: list[str],
+        **snapshot: Any,
+    ) -> list["Run"]:
+        """Record one extra run per scope key, each under its scope's overlap policy, as a
+        fire would (the engine's ``overlap.plan_extra_runs``)."""
+        from django_periodic.engine import overlap
+
+        return overlap.plan_extra_runs(
+            self, now, trigger=trigger, plan_time=plan_time, scopes=scopes, **snapshot
+        )
+
+    def clean(self) -> None:
+        errors: dict[str, list[str]] = {}
+        for field, message in validation.schedule_errors(self):
+            errors.setdefault(field, []).append(message)
+        if errors:
+            raise ValidationError(errors)
+
+    def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
+        # clean() checks the ranges of bounds.SCHEDULE, the CHECK constraints' own, with a
+        # message on the field; Django would run one query per CHECK to say it again.
+        super().validate_constraints(exclude={*(exclude or ()), *bounds.SCHEDULE})

@@ -1,0 +1,130 @@
+"""A schedule row's trigger: which kind it is, the one place where a row becomes a pure
+trigger (``trigger_of``), and the ranges of its trigger fields.
+
+A row is a ``Schedule`` or a due row the planner loaded (``TriggerRow``); the kind rule is
+written once here, in Python (``kind_of``) and as the SQL filters built beside it
+(``KIND_FILTERS``), which a test checks against each other.
+"""
+
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from django.db.models import Q
+
+from django_periodic import bounds, triggers
+from django_periodic.choices import ScheduleKind
+from django_periodic.conf import get_settings
+
+# The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
+KIND_FIELDS: dict[str, str] = {
+    ScheduleKind.CRON: "cron",
+    ScheduleKind.INTERVAL: "interval",
+    ScheduleKind.ONCE: "run_at",
+}
+# The same rule in SQL: which rows are of each kind (cron wins, then interval, then run_at).
+KIND_FILTERS = {
+    ScheduleKind.CRON: ~Q(cron=""),
+    ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
+    ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
+}
+
+
+# The rows whose trigger reads created_at: an interval without start_at, which anchors at
+# its creation (trigger_of). Loading a timestamp costs: the planner loads it for these only.
+ANCHORED_AT_CREATION = KIND_FILTERS[ScheduleKind.INTERVAL] & Q(start_at__isnull=True)
+
+
+class TriggerRow(Protocol):
+    """The columns a trigger is built from: a ``Schedule``, or a due row the planner loaded."""
+
+    @property
+    def cron(self) -> str: ...
+    @property
+    def timezone(self) -> str: ...
+    @property
+    def interval(self) -> timedelta | None: ...
+    @property
+    def run_at(self) -> datetime | None: ...
+    @property
+    def start_at(self) -> datetime | None: ...
+    @property
+    def end_at(self) -> datetime | None: ...
+    @property
+    def created_at(self) -> datetime | None: ...
+
+
+def kind_of(row: TriggerRow) -> str:
+    """The ``Schedule.Kind`` of a row's trigger ("" if none is set)."""
+    if row.cron:
+        return ScheduleKind.CRON
+    if row.interval is not None:
+        return ScheduleKind.INTERVAL
+    return ScheduleKind.ONCE if row.run_at is not None else ""
+
+
+def trigger_of(row: TriggerRow) -> triggers.Trigger:
+    """The fire times of a row as a pure trigger: the one place where a row becomes one.
+
+    Raises InvalidTrigger for a bad row, however it was stored: no trigger, an invalid cron
+    or time zone, a time out of range, an interval shorter than the MIN_INTERVAL setting.
+    """
+    errors = trigger_field_errors(row)
+    if errors:
+        raise triggers.InvalidTrigger(" ".join(message for _, message in errors))
+    kind = kind_of(row)
+    inner: triggers.Trigger
+    if kind == ScheduleKind.CRON:
+        inner = triggers.cron(row.cron, row.timezone)
+    elif kind == ScheduleKind.INTERVAL:
+        assert row.interval is not None  # what makes the kind INTERVAL
+        anchor = row.start_at or row.created_at  # ANCHORED_AT_CREATION in SQL
+        if anchor is None:
+            raise triggers.InvalidTrigger("An interval needs its anchor: start_at or created_at.")
+        inner = triggers.IntervalTrigger(row.interval, anchor)
+    elif kind == ScheduleKind.ONCE:
+        assert row.run_at is not None  # what makes the kind ONCE
+        inner = triggers.OnceTrigger(row.run_at)
+    else:
+        raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
+    return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
+
+
+def first_fire_time_of(row: TriggerRow, now: datetime) -> datetime | None:
+    """The cursor of a new or re-triggered schedule: the first fire after ``now``.
+
+    A one-shot keeps its ``run_at`` even when it has passed: firing late or not
+    is the misfire policy's decision, and it must not vanish silently.
+    """
+    trigger = trigger_of(row)
+    if kind_of(row) == ScheduleKind.ONCE:
+        assert row.run_at is not None  # what makes the kind ONCE
+        return trigger.next_after(row.run_at - timedelta(microseconds=1))
+    return trigger.next_after(now)
+
+
+# The bounded fields a trigger is built from (bounds.SCHEDULE holds their ranges).
+_BOUNDED_TRIGGER_FIELDS = ("run_at", "start_at", "end_at")
+
+
+def trigger_field_errors(row: TriggerRow) -> list[tuple[str, str]]:
+    """(field, message) for each trigger field of ``row`` out of its range: a time outside
+    [bounds.EARLIEST, bounds.LATEST), an interval outside its range or below MIN_INTERVAL."""
+    errors = []
+    for name in _BOUNDED_TRIGGER_FIELDS:
+        message = bounds.SCHEDULE[name].error(name, getattr(row, name))
+        if message:
+            errors.append((name, message))
+    message = None if row.interval is None else _interval_error(row.interval)
+    return [*errors, ("interval", message)] if message else errors
+
+
+def _interval_error(interval: timedelta) -> str | None:
+    if interval <= timedelta(0):
+        return "The interval must be positive."
+    # A setting, so that a deployment can ask for more than the database's floor; a row
+    # below it that was stored anyway (or before it was raised) is refused here.
+    minimum = get_settings().MIN_INTERVAL
+    if interval < minimum:
+        shown, least = bounds.show(interval), bounds.show(minimum)
+        return f"The interval ({shown}) must be at least MIN_INTERVAL ({least})."
+    return bounds.SCHEDULE["interval"].error("interval", interval)

@@ -1,0 +1,103 @@
+"""What ``Schedule.clean()`` checks: each function returns (field, message) pairs.
+
+The same rules hold wherever a row comes from: the ranges are ``bounds.SCHEDULE``'s (the
+CHECK constraints' own), the trigger's are those a trigger is built with
+(``trigger_rows``), the job's are the registry's.
+"""
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from django_periodic import bounds, registry, taskbackends, triggers
+from django_periodic import scopes as scope_providers
+from django_periodic.conf import get_settings
+from django_periodic.models.field_groups import TRIGGER_FIELDS
+from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
+
+if TYPE_CHECKING:
+    from django_periodic.models.schedule import Schedule
+
+
+def schedule_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
+    found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
+    return found + _range_errors(schedule)
+
+
+def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None)]
+    if len(kinds) != 1:
+        which = " and ".join(kinds) if kinds else "none"
+        message = f"Set exactly one trigger: cron, interval or run_at (got {which})."
+        return [(kinds[0] if kinds else "cron", message)]
+    errors = []
+    try:
+        triggers.parse_timezone(schedule.timezone)
+    except triggers.InvalidTrigger as exc:
+        errors.append(("timezone", str(exc)))
+    if schedule.cron:
+        try:
+            triggers.validate_cron(schedule.cron)
+        except triggers.InvalidTrigger as exc:
+            errors.append(("cron", str(exc)))
+    out_of_range = trigger_field_errors(schedule)
+    errors += out_of_range
+    compared = not {"start_at", "end_at"} & {field for field, _ in out_of_range}
+    start, end = schedule.start_at, schedule.end_at
+    if compared and start and end and end <= start:
+        errors.append(("end_at", "end_at must be after start_at."))
+    return errors
+
+
+def _range_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    """Fields out of their range (bounds.SCHEDULE); the trigger's are checked with it."""
+    errors = []
+    for name, valid in bounds.SCHEDULE.items():
+        if name in TRIGGER_FIELDS:
+            continue  # checked with the trigger, as when one is built (trigger_field_errors)
+        message = valid.error(name, getattr(schedule, name))
+        if message:
+            errors.append((name, message))
+    heartbeat = get_settings().HEARTBEAT_INTERVAL
+    lease_timeout = schedule.lease_timeout
+    if lease_timeout is not None and timedelta(0) < lease_timeout < 2 * heartbeat:
+        message = (
+            f"lease_timeout must be at least twice the heartbeat interval ({heartbeat}), "
+            "or a live process could lose its lease."
+        )
+        errors.append(("lease_timeout", message))
+    return errors
+
+
+def _route_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    error = schedule.tasks_backend and taskbackends.alias_error(schedule.tasks_backend)
+    return [("tasks_backend", error)] if error else []
+
+
+def _job_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    errors = []
+    if schedule.scopes:
+        try:
+            scope_providers.get_provider(schedule.scopes)
+        except scope_providers.UnknownProvider as exc:
+            errors.append(("scopes", str(exc)))
+    if not isinstance(schedule.args, list):
+        errors.append(("args", 'args must be a JSON list, e.g. [1, "two"].'))
+    if not isinstance(schedule.kwargs, dict):
+        errors.append(("kwargs", 'kwargs must be a JSON object, e.g. {"key": "value"}.'))
+    try:
+        registered = registry.get_job(schedule.job)
+    except registry.UnknownJob as exc:
+        return [*errors, ("job", str(exc))]
+    if schedule.scopes and not registered.takes_context:
+        message = (
+            f"{schedule.job}() must take its context (@job(takes_context=True)) to be fanned "
+            "out per scope: a run reads its scope key as context.scope."
+        )
+        errors.append(("scopes", message))
+    if not any(field in ("args", "kwargs") for field, _ in errors):
+        try:
+            registered.check_arguments(schedule.args, schedule.kwargs)
+        except TypeError as exc:
+            errors.append(("args", f"The arguments do not fit {schedule.job}(): {exc}."))
+    return errors

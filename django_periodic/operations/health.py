@@ -1,0 +1,254 @@
+"""What needs attention, and the status report around it.
+
+One home for each rule: ``periodic_status``, the health view and the django-health-check
+check all ask :func:`attention`; the command's report comes from :func:`gather`. Both are
+functions of an explicit ``now`` (the database's clock) and cost a constant number of
+queries however many schedules, runs and processes there are.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections
+from django.db.models import Count, F
+
+from django_periodic.conf import get_settings
+from django_periodic.models import (
+    Lease,
+    Run,
+    RunQuerySet,
+    Schedule,
+    SchedulerProcess,
+    SchedulerProcessQuerySet,
+)
+
+# A row of a report's section: column name to value (times aware, UTC).
+Row = Mapping[str, Any]
+
+# Each check's name: stable, in the JSON of the command and of the health view.
+NO_LIVE_SCHEDULER = "no_live_scheduler"
+UNSWEPT_LEASES = "unswept_leases"
+DISABLED_BY_ERRORS = "disabled_by_errors"
+
+# How far ahead "due soon" looks, and the windows of the failures and of the fire lag.
+DUE_AHEAD = timedelta(hours=1)
+FAILURES_WINDOW = timedelta(hours=24)
+LAG_WINDOW = timedelta(hours=1)
+# Rows listed per section (counts are exact); lags read on databases without percentile_cont.
+LISTED = 20
+LAG_SAMPLE = 10_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing an operator must look at: a check's name and a sentence."""
+
+    check: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Lag:
+    """How late runs started after their plan time (first attempts started in the window)."""
+
+    runs: int
+    p50: timedelta | None
+    p99: timedelta | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything ``periodic_status`` shows; rows are dicts with stable keys."""
+
+    now: datetime
+    problems: list[Problem]
+    schedulers: list[Row]
+    runs_by_status: dict[str, int]
+    due_soon: list[Row]
+    running: list[Row]
+    expired_leases: list[Row]
+    schedule_errors: list[Row]
+    failures: int
+    latest_failures: list[Row]
+    failures_by_scope: list[Row]
+    more_failing_scopes: int
+    lag: Lag
+
+
+def attention(now: datetime, using: str = "default") -> list[Problem]:
+    """The signs of a broken setup, one :class:`Problem` each; empty when all is well.
+
+    Each allows the slack a healthy setup needs (a heartbeat or a sweep a little late),
+    so that a live scheduler between two ticks is not reported. Four queries.
+    """
+    stale_after = SchedulerProcess.stale_after()
+    sweep_interval = get_settings().SWEEP_INTERVAL
+    schedules = Schedule.objects.using(using)
+    found = []
+    overdue = schedules.due(now - stale_after).count()
+    if overdue and not _alive(now, using).exists():
+        found.append(
+            Problem(
+                NO_LIVE_SCHEDULER,
+                f"no live scheduler process, and {overdue} schedule(s) due for over "
+                f"{_seconds(stale_after)}",
+            )
+        )
+    unswept = Lease.objects.using(using).expired(now - sweep_interval).count()
+    if unswept:
+        found.append(
+            Problem(
+                UNSWEPT_LEASES,
+                f"{unswept} lease(s) expired over {_seconds(sweep_interval)} ago and not swept",
+            )
+        )
+    disabled = schedules.filter(enabled=False).exclude(last_error="").count()
+    if disabled:
+        found.append(Problem(DISABLED_BY_ERRORS, f"{disabled} schedule(s) disabled by errors"))
+    return found
+
+
+def gather(now: datetime, using: str = "default") -> Report:
+    """The status report as of ``now``: each list bounded to ``LISTED`` (20) rows."""
+    failed = Run.objects.using(using).failed().filter(finished_at__gte=now - FAILURES_WINDOW)
+    by_scope, more_scopes = _failures_by_scope(failed)
+    errors = Schedule.objects.using(using).exclude(last_error="").order_by("name")
+    return Report(
+        now=now,
+        problems=attention(now, using),
+        schedulers=_schedulers(now, using),
+        runs_by_status=_runs_by_status(using),
+        due_soon=_due_soon(now, using),
+        running=_running(using),
+        expired_leases=_expired_leases(now, using),
+        schedule_errors=list(
+            errors.values("name", "enabled", "planning_failures", "last_error")[:LISTED]
+        ),
+        failures=failed.count(),
+        latest_failures=list(
+            failed.order_by("-finished_at", "-pk").values(
+                "scope",
+                "plan_time",
+                "finished_at",
+                "error_code",
+                run_id=F("id"),
+                job=F("job_name"),
+            )[:LISTED]
+        ),
+        failures_by_scope=by_scope,
+        more_failing_scopes=more_scopes,
+        lag=fire_lag(now, using),
+    )
+
+
+def fire_lag(now: datetime, using: str = "default") -> Lag:
+    """p50 and p99 of ``started_at - plan_time`` over first attempts started in the last
+    :data:`LAG_WINDOW` (a retry's start says nothing about the scheduler's promptness, nor
+    does a backfilled run's, released long after its plan time on purpose)."""
+    if connections[using].vendor == "postgresql":
+        return _lag_in_sql(now - LAG_WINDOW, using)
+    started = Run.objects.using(using).filter(attempt=1, started_at__gte=now - LAG_WINDOW)
+    started = started.exclude(trigger=Run.Trigger.BACKFILL)
+    # Bounded: on SQLite (one process, development) the latest runs are sample enough.
+    rows = started.order_by("-started_at").values_list("started_at", "plan_time")[:LAG_SAMPLE]
+    lags = sorted(started_at - plan_time for started_at, plan_time in rows if started_at)
+    return Lag(len(lags), _percentile(lags, 0.5), _percentile(lags, 0.99))
+
+
+def _lag_in_sql(since: datetime, using: str) -> Lag:
+    table = connections[using].ops.quote_name(Run._meta.db_table)
+    sql = (
+        "SELECT count(*),"
+        " percentile_cont(0.5) WITHIN GROUP (ORDER BY started_at - plan_time),"
+        " percentile_cont(0.99) WITHIN GROUP (ORDER BY started_at - plan_time)"
+        f" FROM {table} WHERE attempt = 1 AND started_at >= %s AND trigger <> %s"
+    )
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [since, Run.Trigger.BACKFILL])
+        runs, p50, p99 = cursor.fetchone()
+    return Lag(runs, p50, p99)
+
+
+def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:
+    """PostgreSQL's percentile_cont: linear interpolation between the two nearest values."""
+    if not ordered:
+        return None
+    position = (len(ordered) - 1) * fraction
+    below = int(position)
+    above = min(below + 1, len(ordered) - 1)
+    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+
+
+def _alive(now: datetime, using: str) -> SchedulerProcessQuerySet:
+    return SchedulerProcess.objects.using(using).alive(now)
+
+
+def _schedulers(now: datetime, using: str) -> list[Row]:
+    processes = SchedulerProcess.objects.using(using).order_by("-heartbeat_at", "pk")
+    return [
+        {
+            "name": str(process),
+            "host": process.host,
+            "pid": process.pid,
+            "started_at": process.started_at,
+            "heartbeat_at": process.heartbeat_at,
+            "alive": process.alive_at(now),
+        }
+        for process in processes[:LISTED]
+    ]
+
+
+def _runs_by_status(using: str) -> dict[str, int]:
+    rows = Run.objects.using(using).values("status").annotate(n=Count("pk")).order_by("status")
+    return {row["status"]: row["n"] for row in rows}
+
+
+def _due_soon(now: datetime, using: str) -> list[Row]:
+    due = Schedule.objects.using(using).due(now + DUE_AHEAD)
+    return list(due.values("name", "next_fire_at")[:LISTED])
+
+
+def _running(using: str) -> list[Row]:
+    """Running runs with the holder and expiry of their current lease."""
+    leases = Lease.objects.using(using).held().filter(run__status=Run.Status.RUNNING)
+    rows = list(
+        leases.order_by("run__started_at", "run_id").values(
+            "run_id",
+            "holder",
+            "expires_at",
+            job=F("run__job_name"),
+            scope=F("run__scope"),
+            run_started_at=F("run__started_at"),  # the lease has a started_at of its own
+        )[:LISTED]
+    )
+    return [_renamed(row, "run_started_at", "started_at") for row in rows]
+
+
+def _renamed(row: Row, old: str, new: str) -> Row:
+    return {(new if key == old else key): value for key, value in row.items()}
+
+
+def _expired_leases(now: datetime, using: str) -> list[Row]:
+    expired = Lease.objects.using(using).expired(now).order_by("expires_at", "pk")
+    return list(expired.values("run_id", "holder", "expires_at", job=F("run__job_name"))[:LISTED])
+
+
+def _failures_by_scope(failed: RunQuerySet) -> tuple[list[Row], int]:
+    """Failed runs of fanned-out schedules counted by (schedule, scope), most first: the
+    tenants (accounts, ...) whose runs keep failing; and how many more scopes failed."""
+    by_scope = (
+        failed.exclude(scope="")
+        .values("scope", schedule_name=F("schedule__name"))
+        .annotate(failed=Count("pk"))
+        .order_by("-failed", "schedule_name", "scope")
+    )
+    listed: list[Row] = list(by_scope[: LISTED + 1])
+    if len(listed) <= LISTED:
+        return listed, 0
+    return listed[:LISTED], by_scope.count() - LISTED
+
+
+def _seconds(duration: timedelta) -> str:
+    return f"{duration.total_seconds():.0f} s"

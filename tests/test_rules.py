@@ -1,0 +1,141 @@
+"""Where SQL restates a Python rule, it is built from that rule: here the two must agree.
+
+Each test states the rule once in Python (a property, a function, a Q) and checks the
+rows its SQL form selects, or writes, on every combination of the columns it reads.
+"""
+
+import itertools
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from django_periodic import clock
+from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
+from django_periodic.engine import horizon, pg_sql, planner
+from django_periodic.models import (
+    ANCHORED_AT_CREATION,
+    AWAITING_RELEASE,
+    SNAPSHOT_FIELDS,
+    Run,
+    Schedule,
+    kind_of,
+)
+from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
+from tests.helpers import set_cursor
+
+START = clock.wall_now().replace(microsecond=0)
+
+
+def every_trigger_combination() -> list[Schedule]:
+    """One stored row per combination of the trigger columns, valid or not (as update()
+    or bulk_create() may store them)."""
+    rows = []
+    combinations = itertools.product(
+        ("", "* * * * *"), (None, timedelta(minutes=1)), (None, START), (None, START)
+    )
+    for n, (cron, interval, run_at, start_at) in enumerate(combinations):
+        schedule = ScheduleFactory(name=f"kind-{n}", interval=timedelta(minutes=1))
+        Schedule.objects.filter(pk=schedule.pk).update(
+            cron=cron, interval=interval, run_at=run_at, start_at=start_at
+        )
+        rows.append(Schedule.objects.get(pk=schedule.pk))
+    return rows
+
+
+@pytest.mark.django_db
+def test_the_kind_filters_select_the_rows_of_each_kind():
+    rows = every_trigger_combination()
+    for kind in ScheduleKind:
+        selected = set(Schedule.objects.of_kind(kind).values_list("pk", flat=True))
+        assert selected == {row.pk for row in rows if kind_of(row) == kind}, kind
+
+
+@pytest.mark.django_db
+def test_the_rows_anchored_at_creation_are_those_whose_trigger_reads_created_at():
+    rows = every_trigger_combination()
+    selected = set(Schedule.objects.filter(ANCHORED_AT_CREATION).values_list("pk", flat=True))
+    reads_created_at = {
+        row.pk for row in rows if kind_of(row) == ScheduleKind.INTERVAL and row.start_at is None
+    }
+    assert selected == reads_created_at
+
+
+def every_release_combination(schedule: Schedule) -> list[Run]:
+    """One run per trigger, status and attempt (0 or 1) that the awaiting rule reads."""
+    combinations = itertools.product(RunTrigger, RunStatus, (0, 1))
+    return [
+        RunFactory(
+            schedule=schedule,
+            plan_time=START + timedelta(seconds=n),
+            trigger=trigger,
+            status=status,
+            attempt=attempt,
+            exclusive=False,  # many active runs of one schedule: the slot is not the point
+        )
+        for n, (trigger, status, attempt) in enumerate(combinations)
+    ]
+
+
+@pytest.mark.django_db
+def test_awaiting_release_is_one_rule_as_a_property_and_as_a_query():
+    runs = every_release_combination(ScheduleFactory())
+    selected = set(Run.objects.filter(AWAITING_RELEASE).values_list("pk", flat=True))
+    assert selected == {run.pk for run in runs if run.awaits_release}
+    assert selected  # the combinations hold some
+
+
+@pytest.mark.django_db
+def test_a_rule_compiled_for_a_statement_selects_what_its_query_selects(postgres):
+    runs = every_release_combination(ScheduleFactory())
+    table = connection.ops.quote_name(Run._meta.db_table)
+    condition, params = pg_sql.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id FROM {table} WHERE {condition}", params)
+        selected = {pk for (pk,) in cursor.fetchall()}
+    assert selected == {run.pk for run in runs if run.awaits_release}
+
+
+def test_the_ledger_conflict_target_is_the_ledger_constraint():
+    (constraint,) = [
+        c for c in Run._meta.constraints if c.name == "periodic_run_once_per_plan_time"
+    ]
+    columns = ", ".join(Run._meta.get_field(name).column for name in constraint.fields)
+    assert constraint.condition.children == [("trigger__in", LEDGER_TRIGGERS)]
+    quoted = ", ".join(f"'{trigger}'" for trigger in LEDGER_TRIGGERS)
+    assert pg_sql.ledger_conflict() == f"({columns}) WHERE trigger IN ({quoted})"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
+    """The planner's statement (PostgreSQL) and its ORM path (SQLite) copy SNAPSHOT_FIELDS."""
+    now = clock.now()
+    schedule = ScheduleFactory(job="tests.jobs.add", args=[1, 2], kwargs={"c": 3})
+    Schedule.objects.filter(pk=schedule.pk).update(args=[4, 5])  # revision 2
+    schedule.refresh_from_db()
+    set_cursor(schedule, now)
+    planner.plan_due(now)
+    run = Run.objects.get(schedule=schedule)
+    assert run.snapshot == {field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()}
+    assert run.snapshot["schedule_revision"] == 2
+    Schedule.objects.filter(pk=schedule.pk).update(args=[6, 7])
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
+    run.refresh_from_db()
+    assert planner.plan_retry(run, now).snapshot == run.snapshot
+
+
+@pytest.mark.django_db
+def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
+    schedule = ScheduleFactory()
+    set_cursor(schedule, now + timedelta(seconds=5))
+    for n, status in enumerate([RunStatus.PENDING, RunStatus.RETRYING, RunStatus.QUEUED]):
+        RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=n), status=status,
+                   next_retry_at=now + timedelta(seconds=7), exclusive=False)  # fmt: skip
+        RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=10 + n), status=status,
+                   tasks_backend="default", exclusive=False,
+                   enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
+    LeaseFactory(expires_at=now + timedelta(seconds=30))
+    by_sql = horizon._look_ahead_sql("default", judge=False)
+    by_orm = horizon._look_ahead_orm("default")
+    assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
+    assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
