@@ -9,26 +9,21 @@ from django_periodic.engine.claimed import Claim
 from django_periodic.engine.context import StopRequest
 
 
-def _recorded(outcome: outcomes.AttemptOutcome, now: datetime | None) -> bool:
-    claim = outcome.claim
-    return claim.run.pk in outcomes.record([outcome], now, claim.using)
-
-
 def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:
     """Record the run's result; False if the lease was lost (the result is then dropped)."""
-    return _recorded(outcomes.succeeded(claim, result), now)
+    return outcomes.record_one(outcomes.succeeded(claim, result), now)
 
 
 def fail(claim: Claim, now: datetime | None, failure: outcomes.Failure) -> str | None:
     """Record a failed attempt (retried while attempts remain); the run's new status, or
     None if the lease was lost."""
     outcome = outcomes.failed(claim, failure)
-    return outcome.status if _recorded(outcome, now) else None
+    return outcome.status if outcomes.record_one(outcome, now) else None
 
 
 def release(claim: Claim, now: datetime | None) -> bool:
     """Give up an unfinished run, as at shutdown (``outcomes.released``)."""
-    return _recorded(outcomes.released(claim), now)
+    return outcomes.record_one(outcomes.released(claim), now)
 
 
 def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:

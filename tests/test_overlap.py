@@ -4,7 +4,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 
 from django_periodic.engine import claims, leases, overlap, planner
 from django_periodic.models import Run, Schedule
@@ -230,14 +230,11 @@ def test_concurrent_run_now_and_planning_start_one_run_of_a_skip_schedule(postgr
     barrier = threading.Barrier(6)
 
     def request(index: int) -> None:
-        try:
-            barrier.wait()
-            if index % 2:
-                Schedule.objects.get(pk=schedule.pk).run_now()
-            else:
-                planner.plan_due(schedule.next_fire_at + timedelta(seconds=index))
-        finally:
-            connections.close_all()
+        barrier.wait()
+        if index % 2:
+            Schedule.objects.get(pk=schedule.pk).run_now()
+        else:
+            planner.plan_due(schedule.next_fire_at + timedelta(seconds=index))
 
     threads = [Thread(target=request, args=(i,)) for i in range(6)]
     for thread in threads:

@@ -12,7 +12,7 @@ from django.db import connection
 
 from django_periodic import clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
-from django_periodic.engine import horizon, pg_sql, planner
+from django_periodic.engine import horizon, pg_claims, pg_sql, planner
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -139,3 +139,46 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
     by_orm = horizon._look_ahead_orm("default")
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
+
+
+def every_claim_combination(now) -> list[Run]:
+    """One run per status, plan time (past, soon, later) and retry time (none, past,
+    future), for our workers and for a tasks backend's."""
+    schedule = ScheduleFactory()
+    times = (now - timedelta(minutes=1), now + timedelta(seconds=1), now + timedelta(hours=1))
+    retries = (None, now - timedelta(seconds=1), now + timedelta(seconds=30))
+    combinations = itertools.product(RunStatus, times, retries, ("", "default"))
+    return [
+        RunFactory(
+            schedule=schedule,
+            status=status,
+            next_retry_at=retry,
+            tasks_backend=backend,
+            plan_time=plan_time + timedelta(microseconds=n),
+            exclusive=False,
+        )
+        for n, (status, plan_time, retry, backend) in enumerate(combinations)
+    ]
+
+
+def claimed_by_sql(condition: str, now, ahead: timedelta) -> set[int]:
+    table = connection.ops.quote_name(Run._meta.db_table)
+    sql = (
+        f"WITH t AS (SELECT %(now)s::timestamptz AS now) SELECT r.id FROM {table} r "
+        f"WHERE {condition} AND {pg_claims.EXECUTED_HERE}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now, "ahead": ahead})
+        return {pk for (pk,) in cursor.fetchall()}
+
+
+@pytest.mark.django_db
+def test_the_claim_statement_takes_the_runs_the_queryset_calls_claimable(postgres, now):
+    every_claim_combination(now)
+    ahead = timedelta(seconds=5)
+    runs = Run.objects.executed_here()
+    claimable = set(runs.claimable(now).values_list("pk", flat=True))
+    coming = set(runs.coming(now, ahead).values_list("pk", flat=True))
+    assert claimable and coming
+    assert claimed_by_sql(pg_claims.CLAIMABLE_NOW, now, ahead) == claimable
+    assert claimed_by_sql(pg_claims.CLAIMABLE_AHEAD, now, ahead) == coming

@@ -26,23 +26,15 @@ def in_thread(*steps: Callable[[], Any]) -> list[Any]:
     """Run each step on one new thread, as a worker runs jobs, with prepare_for_run() before
     each; return their results. The thread's connections are closed at the end."""
     results: list[Any] = []
-    errors: list[BaseException] = []
 
     def work() -> None:
-        try:
-            for step in steps:
-                worker_connections.prepare_for_run()
-                results.append(step())
-        except BaseException as exc:  # re-raised on the test's thread
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        for step in steps:
+            worker_connections.prepare_for_run()
+            results.append(step())
 
-    thread = Thread(target=work)
+    thread = Thread(target=work)  # re-raises at join, closes the thread's connections
     thread.start()
     thread.join()
-    if errors:
-        raise errors[0]
     return results
 
 

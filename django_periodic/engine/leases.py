@@ -82,12 +82,7 @@ def extend(claim: Claim, now: datetime) -> bool:
 
 def timed_out(claim: Claim, now: datetime | None) -> bool:
     """Fail a run that overran its timeout and grace; its job's late finish will be ignored."""
-    return _recorded(outcomes.timed_out(claim), now)
-
-
-def _recorded(outcome: outcomes.AttemptOutcome, now: datetime | None) -> bool:
-    claim = outcome.claim
-    return claim.run.pk in outcomes.record([outcome], now, claim.using)
+    return outcomes.record_one(outcomes.timed_out(claim), now)
 
 
 def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:

@@ -208,6 +208,12 @@ def record(
         return recorded
 
 
+def record_one(outcome: AttemptOutcome, now: datetime | None) -> bool:
+    """Record one outcome (``record``); whether it was (not: its lease was lost)."""
+    claim = outcome.claim
+    return claim.run.pk in record([outcome], now, claim.using)
+
+
 def _record_not_storable(
     outcome: AttemptOutcome, error: Exception, now: datetime | None, using: str
 ) -> set[int]:

@@ -89,8 +89,10 @@ CROSS JOIN t
 LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id = c.schedule_id)
     ON true
 """
-# Which runs a claim takes: those that may start now, or (ahead) those due soon; those its
-# own workers execute (not handed to a tasks backend), or the one run a task names.
+# Which runs a claim takes (RunQuerySet.claimable and .coming, restated for the index;
+# tests/test_rules.py checks they agree): those that may start now, or (ahead) those due
+# soon; those its own workers execute (not handed to a tasks backend), or the one run a
+# task names.
 # Written so that the index on claimable runs' plan times serves every claim, in order,
 # whatever the statistics say (a burst of new runs makes them stale for up to a minute):
 # - "(SELECT now FROM t)", not a join on t: a value the index scan starts from. Joined,

@@ -62,10 +62,12 @@ class RunQuerySet(models.QuerySet["Run"]):
         return leases.request_cancel(self, now or clock.now(self.db))
 
     def claimable(self, now: datetime) -> "RunQuerySet":
-        """Runs a worker may start now: pending ones due, and retries whose delay has passed."""
-        due = Q(status=Run.Status.PENDING, plan_time__lte=now)
-        retry_due = Q(status=Run.Status.RETRYING, next_retry_at__lte=now)
-        return self.filter(due | retry_due).order_by("plan_time", "pk")
+        """Runs a worker may start now: pending ones due, and retries whose delay has passed
+        (a retry never comes before its plan time). ``pg_claims.CLAIMABLE_NOW`` says the
+        same in SQL."""
+        due = Q(status__in=CLAIMABLE_STATUSES, plan_time__lte=now)
+        ready = Q(status=Run.Status.PENDING) | Q(next_retry_at__lte=now)
+        return self.filter(due & ready).order_by("plan_time", "pk")
 
     def executed_here(self) -> "RunQuerySet":
         """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
@@ -76,7 +78,8 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.exclude(tasks_backend="")
 
     def coming(self, now: datetime, ahead: timedelta) -> "RunQuerySet":
-        """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet."""
+        """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet
+        (``pg_claims.CLAIMABLE_AHEAD`` in SQL)."""
         pending = self.filter(status=Run.Status.PENDING)
         soon = pending.filter(plan_time__gt=now, plan_time__lte=now + ahead)
         return soon.order_by("plan_time", "pk")
@@ -104,6 +107,8 @@ class Run(models.Model):
         default="",
         help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
     )
+    # Why it was recorded, its origin (a fire of the schedule, manual, a retry, a backfill):
+    # not the schedule's trigger (its cron, interval or run_at).
     trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
     schedule_revision = models.PositiveIntegerField(
         _("revision"),
