@@ -1,9 +1,8 @@
 """Schedules: when and how a registered job runs, and the cursor the planner moves."""
 
-import copy
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -18,6 +17,7 @@ from django_periodic.models.field_groups import (
     CURSOR_FIELDS,
     REVISION_FIELDS,
 )
+from django_periodic.models.tracking import TrackedChanges
 from django_periodic.models.trigger_rows import (
     KIND_FILTERS,
     first_fire_time_of,
@@ -28,12 +28,6 @@ from django_periodic.models.trigger_rows import (
 if TYPE_CHECKING:
     from django_periodic.engine.backfill import BackfillResult
     from django_periodic.models.run import Run
-
-
-def _copy_if_mutable(value: Any) -> Any:
-    if isinstance(value, list | dict):
-        return copy.deepcopy(value) if value else type(value)()  # most args are empty
-    return value
 
 
 def _range_constraints() -> list[models.CheckConstraint]:
@@ -104,7 +98,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         return updated
 
 
-class Schedule(models.Model):
+class Schedule(TrackedChanges):
     """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
 
     Kind = ScheduleKind
@@ -222,11 +216,6 @@ class Schedule(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    # The trigger fields as loaded or last saved (see from_db); absent on a new instance.
-    _loaded_trigger: dict[str, Any]
-    # The revision fields likewise (deferred ones left out: reading them would query).
-    _loaded_revision: dict[str, Any]
-
     def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
         touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
@@ -243,10 +232,7 @@ class Schedule(models.Model):
         if revised:
             saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
             self.revision = saved.values_list("revision", flat=True).get()
-        self._loaded_trigger = self._saved(self._trigger_state(), "_loaded_trigger", update_fields)
-        self._loaded_revision = self._saved(
-            self._revision_state(), "_loaded_revision", update_fields
-        )
+        self._remember_saved(update_fields)
         if moved:
             # Sleeping schedulers look at the new cursor.
             wake_schedulers(self._state.db or "default")
@@ -258,10 +244,7 @@ class Schedule(models.Model):
         spent paused is not a misfire). Pausing keeps the cursor, and a one-shot keeps it
         unless ``run_at`` changed, so that a fired one-shot can never fire again.
         """
-        loaded = getattr(self, "_loaded_trigger", None) or {}
-        current = self._trigger_state()
-        missing = object()  # deferred when loaded, set since: counts as a change
-        changed = {name for name in current if loaded.get(name, missing) != current[name]}
+        changed = self._changed_cursor_fields()
         if not self._state.adding:
             if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
@@ -272,56 +255,6 @@ class Schedule(models.Model):
             self.created_at = now  # an interval's anchor: the database's clock, like all times
         self.next_fire_at = self.first_fire_time(now)
         return True
-
-    def _saved(
-        self, current: dict[str, Any], loaded: str, update_fields: Iterable[str] | None
-    ) -> dict[str, Any]:
-        """The values as stored now: those written, the loaded ones for the others."""
-        if update_fields is None:
-            return current
-        written = {k: v for k, v in current.items() if k in set(update_fields)}
-        return {**getattr(self, loaded, {}), **written}
-
-    def _revised(self, update_fields: Iterable[str] | None) -> bool:
-        """Whether this save writes a new value to one of ``REVISION_FIELDS``."""
-        if self._state.adding:
-            return False
-        loaded = getattr(self, "_loaded_revision", {})
-        written = REVISION_FIELDS if update_fields is None else set(update_fields)
-        missing = object()  # deferred when loaded, set since: counts as a change
-        current = self._revision_state()
-        return any(
-            loaded.get(name, missing) != current[name]
-            for name in REVISION_FIELDS
-            if name in written and name in current
-        )
-
-    def _revision_state(self) -> dict[str, Any]:
-        # Copies of args and kwargs, which may be changed in place; the other fields hold
-        # immutable values. Every claimed run loads its schedule: this stays cheap.
-        return {
-            name: _copy_if_mutable(self.__dict__[name])
-            for name in REVISION_FIELDS
-            if name in self.__dict__
-        }
-
-    @classmethod
-    def from_db(
-        cls,
-        db: str | None,
-        field_names: Collection[str],
-        values: Collection[Any],
-        *args: Any,
-        **kwargs: Any,
-    ) -> Self:
-        instance = super().from_db(db, field_names, values, *args, **kwargs)
-        instance._loaded_trigger = instance._trigger_state()
-        instance._loaded_revision = instance._revision_state()
-        return instance
-
-    def _trigger_state(self) -> dict[str, Any]:
-        # Deferred fields are left out: reading one would load the instance again.
-        return {name: self.__dict__[name] for name in CURSOR_FIELDS if name in self.__dict__}
 
     @property
     def trigger_kind(self) -> str:
