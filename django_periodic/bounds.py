@@ -116,6 +116,7 @@ SCHEDULE: dict[str, Range[Any]] = {
     "run_at": TIMES,
     "start_at": TIMES,
     "end_at": TIMES,
+    "paused_until": TIMES,
     # 0 makes every late fire a miss; a century never skips one.
     "misfire_grace": Range(_ZERO, CENTURY),
     # The delay doubles after each retry, up to 2**30 times this, before it is capped at a

@@ -81,6 +81,7 @@ class ErrorCode(models.TextChoices):
     OVERLAP = "overlap", _("skipped: its schedule's previous run was still active")
     QUEUE_FULL = "queue_full", _("skipped: its schedule's queue was full")
     START_DEADLINE = "start_deadline", _("skipped: no worker could start it in time")
+    PAUSED = "paused", _("skipped: its schedule was paused")
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
     # Its lease cannot be taken: the database refused the claim, or its schedule's

@@ -198,6 +198,7 @@ def test_status_json_has_stable_keys_and_iso_times(now, process):
         "running",
         "expired_leases",
         "schedule_errors",
+        "paused",
         "failures",
         "lag",
     }

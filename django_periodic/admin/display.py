@@ -26,7 +26,8 @@ from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
 from django_periodic.admin.history import RunSummary, ScopeRun
-from django_periodic.models import Run
+from django_periodic.models import Run, Schedule
+from django_periodic.models.pausing import pause_note
 
 EMPTY = "—"
 
@@ -229,6 +230,23 @@ def when(value: datetime | None, now: datetime) -> SafeString:
         absolute(value),
         relative(value, now),
         local(value).strftime("%Y-%m-%d %H:%M:%S"),
+    )
+
+
+def pause(schedule: Schedule) -> SafeString:
+    """A schedule's pause: until when, and in the tooltip who paused it and why."""
+    until = schedule.paused_until
+    if until is None:
+        return format_html("{}", EMPTY)
+    ended = "" if until > timezone.now() else _(" (ended)")
+    return format_html(
+        '<span class="periodic-paused" title="{}">{} {}{}<br>'
+        '<span class="periodic-quiet">{}</span></span>',
+        pause_note(until, schedule.pause_reason, schedule.paused_by),
+        _("paused until"),
+        local(until).strftime("%Y-%m-%d %H:%M:%S"),
+        ended,
+        schedule.pause_reason[:80],
     )
 
 

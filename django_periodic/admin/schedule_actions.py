@@ -1,4 +1,5 @@
-"""The schedule list's actions: run now, enable, resume with catch-up, disable, backfill.
+"""The schedule list's actions: run now, enable, resume with catch-up, disable, pause,
+resume, backfill.
 
 Each action is a method of ScheduleAdmin, defined here and set on the class under its name
 (where the admin looks actions up), so ``model_admin`` is the ScheduleAdmin acting.
@@ -16,6 +17,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from django_periodic import clock, triggers
 from django_periodic.admin import backfill as backfill_page
 from django_periodic.admin import display
+from django_periodic.admin import pause as pause_page
 from django_periodic.engine import wakeups
 from django_periodic.models import Schedule
 
@@ -87,6 +89,20 @@ def disable(
     paused = queryset.filter(enabled=True).update(enabled=False, updated_at=clock.now(queryset.db))
     message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", paused)
     model_admin.message_user(request, message % {"n": paused})
+
+
+@admin.action(description=gettext_lazy("Pause… (until when, and why)"), permissions=["change"])
+def pause(
+    model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
+) -> HttpResponseBase | None:
+    return pause_page.pause_action(model_admin, request, queryset)
+
+
+@admin.action(description=gettext_lazy("Resume: end the pause now"), permissions=["change"])
+def resume(
+    model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
+) -> None:
+    pause_page.resume_action(model_admin, request, queryset)
 
 
 @admin.action(description=gettext_lazy("Backfill missed runs…"), permissions=["change"])

@@ -63,6 +63,7 @@ CODE_DEFINED_FIELDS = (
     *RETENTION_FIELDS,
 )
 STATE_FIELDS = (
+    "pause_state",
     "scope_status",
     "next_fire",
     "revision",
@@ -114,7 +115,15 @@ class ScheduleAdmin(_ScheduleAdmin):
     list_filter = ["enabled", "job", TriggerKindFilter, LastStatusFilter, CodeDefinedFilter]
     search_fields = ["name", "job"]
     show_full_result_count = False  # a second COUNT(*) of the whole table on every page
-    actions = ["run_now", "enable", "resume_with_catch_up", "disable", "backfill"]
+    actions = [
+        "run_now",
+        "enable",
+        "resume_with_catch_up",
+        "disable",
+        "pause",
+        "resume",
+        "backfill",
+    ]
     formfield_overrides = {models.DateTimeField: {"widget": display.SplitDateTime}}
     run_time = display.timestamp(Schedule, "run_at")
     start_time = display.timestamp(Schedule, "start_at")
@@ -253,12 +262,18 @@ class ScheduleAdmin(_ScheduleAdmin):
     @display.or_invalid
     def next_fire(self, schedule: Schedule) -> SafeString:
         if not schedule.enabled:
-            return format_html('<span class="periodic-quiet">{}</span>', _("paused"))
+            return format_html('<span class="periodic-quiet">{}</span>', _("disabled"))
+        if schedule.is_paused(clock.wall_now()):
+            return display.pause(schedule)
         if schedule.next_fire_at is None:
             return format_html('<span class="periodic-quiet">{}</span>', _("no more fires"))
         if schedule.is_unplanned:  # stored without save(); the planner plans it first
             return format_html('<span class="periodic-quiet">{}</span>', _("not planned yet"))
         return display.when(schedule.next_fire_at, clock.wall_now())
+
+    @admin.display(description=gettext_lazy("pause"))
+    def pause_state(self, schedule: Schedule) -> SafeString:
+        return display.pause(schedule)
 
     @admin.display(description=gettext_lazy("last run"))
     def last_status(self, schedule: "WithAnnotations[Schedule, RecentRuns]") -> SafeString:
@@ -379,4 +394,6 @@ class ScheduleAdmin(_ScheduleAdmin):
     enable = schedule_actions.enable
     resume_with_catch_up = schedule_actions.resume_with_catch_up
     disable = schedule_actions.disable
+    pause = schedule_actions.pause
+    resume = schedule_actions.resume
     backfill = schedule_actions.backfill

@@ -16,7 +16,9 @@ from typing import Any
 from django_periodic import policies, registry, triggers
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
+from django_periodic.engine import storable
 from django_periodic.models import first_fire_time_of, trigger_of
+from django_periodic.models.pausing import pause_note
 from django_periodic.policies import Occupancy
 
 logger = logging.getLogger("django_periodic")
@@ -55,6 +57,9 @@ class Due:
     misfire_grace: timedelta
     planning_failures: int
     scopes: str  # the scope provider of a fanned-out schedule, else ""
+    paused_until: datetime | None = None  # Schedule.pause()
+    pause_reason: str = ""
+    paused_by: str = ""
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -181,8 +186,11 @@ def decide_all(
         ahead = schedule.next_fire_at is not None and schedule.next_fire_at > now
         if ahead and in_flight is not None:
             continue  # decided when due, on what is in flight then
-        if in_flight is not None:
-            decisions.append(decide(schedule, now, in_flight, memo))
+        if in_flight is not None or schedule.paused_until is not None:
+            # Decided alone: on what it has in flight, or its pause.
+            at = schedule.next_fire_at if ahead else now
+            assert at is not None  # a due schedule has a cursor
+            decisions.append(decide(schedule, at, in_flight or Occupancy(), memo))
             continue
         key = (
             schedule.trigger_key(), schedule.next_fire_at, schedule.job, schedule.misfire,
@@ -215,13 +223,8 @@ class Memo:
             self.first[key] = first_fire_time_of(schedule, now)
         return self.first[key]
 
-    def due_times(self, schedule: Due, now: datetime) -> DueTimes:
-        """The schedule's due times; raises (a bad row) as computing them would."""
-        error = self.jobs.get(schedule.job)
-        if error is None:
-            error = self.jobs[schedule.job] = _error(registry.get_job, schedule.job)
-        if error:
-            raise _Failed(error)
+    def trigger(self, schedule: Due) -> triggers.Trigger:
+        """The schedule's trigger, built once per distinct trigger; raises for a bad row."""
         key = schedule.trigger_key()
         trigger = self.triggers.get(key)
         if trigger is None:
@@ -232,6 +235,17 @@ class Memo:
             self.triggers[key] = trigger
         if isinstance(trigger, str):
             raise _Failed(trigger)
+        return trigger
+
+    def due_times(self, schedule: Due, now: datetime) -> DueTimes:
+        """The schedule's due times; raises (a bad row) as computing them would."""
+        error = self.jobs.get(schedule.job)
+        if error is None:
+            error = self.jobs[schedule.job] = _error(registry.get_job, schedule.job)
+        if error:
+            raise _Failed(error)
+        trigger = self.trigger(schedule)
+        key = schedule.trigger_key()
         due = self.due.get((key, schedule.next_fire_at, now))
         if due is None:
             try:
@@ -283,6 +297,8 @@ def _failed(schedule: Due, exc: Exception) -> Decision:
 
 
 def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") -> Decision:
+    if _in_pause(schedule):
+        return _paused(schedule, memo)
     due = memo.due_times(schedule, now)
     fires = []
     status: str
@@ -320,3 +336,20 @@ def _due_times(
     if latest == fire:
         return DueTimes([*due, latest], trigger.next_after(now))
     return DueTimes([*due, latest], trigger.next_after(now), unlisted=fire)
+
+
+def _in_pause(schedule: Due) -> bool:
+    until, cursor = schedule.paused_until, schedule.next_fire_at
+    return until is not None and cursor is not None and cursor < until
+
+
+def _paused(schedule: Due, memo: "Memo") -> Decision:
+    """A schedule due during its pause: one skipped run says that its fires until the
+    pause ends are not run, and the cursor moves to the first fire at or after the end."""
+    assert schedule.paused_until is not None and schedule.next_fire_at is not None
+    until = schedule.paused_until
+    after = memo.trigger(schedule).next_after(until - timedelta(microseconds=1))
+    note = pause_note(until, schedule.pause_reason, schedule.paused_by)
+    message = storable.storable_text(note, get_settings().ERROR_MAX_CHARS)
+    fire = Fire(schedule.next_fire_at, RunStatus.SKIPPED, ErrorCode.PAUSED, message)
+    return Decision(schedule, after, (fire,))

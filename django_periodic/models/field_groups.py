@@ -21,7 +21,9 @@ RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 # What @job(...) may define besides its name: every field above.
 SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS)
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
-CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled")
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled", "paused_until")
 # Fields whose change makes a new revision of a schedule (Schedule.revision): what its
 # runs call, and when.
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
+# A schedule's pause (Schedule.pause()): until when, why, by whom.
+PAUSE_FIELDS = ("paused_until", "pause_reason", "paused_by")

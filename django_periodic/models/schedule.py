@@ -12,11 +12,13 @@ from django.utils.translation import gettext_lazy as _
 from django_periodic import bounds, choices, clock, triggers
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import ScheduleKind
-from django_periodic.models import validation
+from django_periodic.models import pausing, validation
 from django_periodic.models.field_groups import (
     CURSOR_FIELDS,
+    PAUSE_FIELDS,
     REVISION_FIELDS,
 )
+from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
 from django_periodic.models.tracking import TrackedChanges
 from django_periodic.models.trigger_rows import (
     KIND_FILTERS,
@@ -124,6 +126,16 @@ class Schedule(TrackedChanges):
     end_at = models.DateTimeField(null=True, blank=True)
 
     enabled = models.BooleanField(default=True)
+    # A pause (pause()): its fires before paused_until are not run. Set by the admin's
+    # "Pause…" and pause(), not by the schedule's form.
+    paused_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Its fires before then are not run; empty: not paused."),
+    )
+    pause_reason = models.CharField(max_length=PAUSE_REASON_MAX_LENGTH, blank=True, editable=False)
+    paused_by = models.CharField(max_length=150, blank=True, editable=False)
     overlap = models.CharField(max_length=16, choices=Overlap, default=Overlap.SKIP)
     max_queued = models.PositiveIntegerField(
         default=1, help_text=_("With overlap “queue”: fires that may wait; more are skipped.")
@@ -240,14 +252,17 @@ class Schedule(TrackedChanges):
     def _move_cursor(self, using: str) -> bool:
         """Set ``next_fire_at`` after a change that affects it; return whether it moved.
 
-        A new schedule, an edited trigger and a resumed schedule restart from now (time
-        spent paused is not a misfire). Pausing keeps the cursor, and a one-shot keeps it
-        unless ``run_at`` changed, so that a fired one-shot can never fire again.
+        A new schedule, an edited trigger and a resumed schedule (enabled again, or its
+        pause ended) restart from now (time spent paused is not a misfire). Disabling and
+        pausing keep the cursor, and a one-shot keeps it unless ``run_at`` changed, so that
+        a fired one-shot can never fire again.
         """
         changed = self._changed_cursor_fields()
         if not self._state.adding:
             if not changed or (changed == {"enabled"} and not self.enabled):
                 return False
+            if changed == {"paused_until"} and self.paused_until is not None:
+                return False  # pausing: the planner skips the fires of the pause
             if self.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
                 return False
         now = clock.now(using)
@@ -284,6 +299,24 @@ class Schedule(TrackedChanges):
     def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
         """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
         return triggers.fire_times(self.trigger, n, after or clock.wall_now())
+
+    def pause(self, until: datetime, reason: str, *, by: str = "") -> None:
+        """Pause until ``until``: its fires before then are not run (one skipped run, code
+        ``paused``, says so), and then it goes on from its next fire, without catching up.
+        ``by`` names who paused it. Raises ValidationError for a pause that ends in the
+        past or out of range, or without a reason."""
+        self.paused_until, self.pause_reason, self.paused_by = until, reason, by
+        pausing.check(self, clock.now(self._state.db or "default"))
+        self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+
+    def resume(self) -> None:
+        """End a pause now: the schedule goes on from its first fire after now."""
+        self.paused_until, self.pause_reason, self.paused_by = None, "", ""
+        self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+
+    def is_paused(self, now: datetime) -> bool:
+        """Whether a pause holds its fires at ``now``."""
+        return self.paused_until is not None and self.paused_until > now
 
     def run_now(self, scope: str = "") -> "Run":
         """Record a manual run for a scheduler to execute; never runs the job in this thread.

@@ -70,6 +70,7 @@ class Report:
     running: list[Row]
     expired_leases: list[Row]
     schedule_errors: list[Row]
+    paused: list[Row]
     failures: int
     latest_failures: list[Row]
     failures_by_scope: list[Row]
@@ -126,6 +127,7 @@ def gather(now: datetime, using: str = "default") -> Report:
         schedule_errors=list(
             errors.values("name", "enabled", "planning_failures", "last_error")[:LISTED]
         ),
+        paused=_paused(now, using),
         failures=failed.count(),
         latest_failures=list(
             failed.order_by("-finished_at", "-pk").values(
@@ -198,6 +200,11 @@ def _schedulers(now: datetime, using: str) -> list[Row]:
         }
         for process in processes[:LISTED]
     ]
+
+
+def _paused(now: datetime, using: str) -> list[Row]:
+    paused = Schedule.objects.using(using).filter(paused_until__gt=now).order_by("paused_until")
+    return list(paused.values("name", "paused_until", "paused_by", "pause_reason")[:LISTED])
 
 
 def _runs_by_status(using: str) -> dict[str, int]:

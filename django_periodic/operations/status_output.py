@@ -39,6 +39,7 @@ def as_json(report: health.Report) -> str:
         "running": report.running,
         "expired_leases": report.expired_leases,
         "schedule_errors": report.schedule_errors,
+        "paused": report.paused,
         "failures": {
             "window_seconds": health.FAILURES_WINDOW.total_seconds(),
             "count": report.failures,
@@ -148,6 +149,14 @@ def sections(report: health.Report) -> list[Section]:
                     s["last_error"],
                 )
                 for s in report.schedule_errors
+            ],
+        ),
+        Section(
+            "Paused",
+            ("schedule", "until", "by", "why"),
+            [
+                (s["name"], f"until {_at(s['paused_until'])}", s["paused_by"], s["pause_reason"])
+                for s in report.paused
             ],
         ),
         Section(

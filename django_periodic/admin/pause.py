@@ -1,0 +1,108 @@
+"""The "Pause…" action: until when and why, then the schedules paused, each change logged.
+
+An intermediate page, like the backfill's: the action renders a form that posts back to the
+changelist with the selected schedules. "Resume" (an action of its own) ends a pause.
+"""
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django import forms
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from django_periodic import bounds, clock
+from django_periodic.admin.backfill import DateTimeInput
+from django_periodic.models import Schedule
+from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH, pause_note
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
+TEMPLATE = "admin/django_periodic/schedule/pause.html"
+APPLY = "_pause_apply"
+
+
+class PauseForm(forms.Form):
+    until = forms.DateTimeField(
+        label=gettext_lazy("Paused until"),
+        widget=DateTimeInput(),
+        help_text=gettext_lazy("Its fires before then are not run; it goes on from the next."),
+    )
+    reason = forms.CharField(
+        label=gettext_lazy("Why"),
+        max_length=PAUSE_REASON_MAX_LENGTH,
+        widget=forms.Textarea(attrs={"rows": 2}),
+    )
+
+    def __init__(self, *args: Any, now: datetime, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.now = now
+
+    def clean_until(self) -> datetime:
+        until: datetime = self.cleaned_data["until"]
+        if out_of_range := bounds.SCHEDULE["paused_until"].error("paused_until", until):
+            raise forms.ValidationError(out_of_range)
+        if until <= self.now:
+            shown = timezone.localtime(self.now).strftime("%Y-%m-%d %H:%M:%S")
+            message = _("A pause ends in the future (now: %(now)s).")
+            raise forms.ValidationError(message % {"now": shown})
+        return until
+
+
+def pause_action(
+    model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
+) -> TemplateResponse | None:
+    """Show the form; pause the schedules when it is posted valid."""
+    schedules = list(queryset)
+    now = clock.now(queryset.db)
+    form = PauseForm(request.POST if APPLY in request.POST else None, now=now)
+    if APPLY in request.POST and form.is_valid():
+        _pause(model_admin, request, schedules, form.cleaned_data)
+        return None  # back to the list, with the report
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Pause schedules"),
+        "opts": model_admin.model._meta,
+        "form": form,
+        "schedules": schedules,
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "apply_button": APPLY,
+        "current_timezone": timezone.get_current_timezone_name(),
+    }
+    return TemplateResponse(request, TEMPLATE, context)
+
+
+def _pause(
+    model_admin: "ModelAdmin[Schedule]",
+    request: HttpRequest,
+    schedules: list[Schedule],
+    data: dict[str, Any],
+) -> None:
+    by = request.user.get_username()
+    for schedule in schedules:
+        schedule.pause(data["until"], data["reason"], by=by)
+        note = pause_note(data["until"], data["reason"], by)
+        model_admin.log_change(request, schedule, note)  # the schedule's history
+    message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", len(schedules))
+    model_admin.message_user(request, message % {"n": len(schedules)})
+
+
+def resume_action(
+    model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
+) -> None:
+    """End the pauses of the selected schedules that are paused; each goes on from now."""
+    now = clock.now(queryset.db)
+    paused = [schedule for schedule in queryset if schedule.is_paused(now)]
+    for schedule in paused:
+        schedule.resume()
+        model_admin.log_change(request, schedule, _("Resumed: its pause ended early."))
+    message = ngettext(
+        "Resumed %(n)d paused schedule.", "Resumed %(n)d paused schedules.", len(paused)
+    )
+    model_admin.message_user(request, message % {"n": len(paused)})
