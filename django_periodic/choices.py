@@ -59,6 +59,20 @@ class Misfire(models.TextChoices):
     SKIP = "skip", _("fire none of the missed times")
 
 
+class DstGap(models.TextChoices):
+    """A cron fire whose wall time a spring-forward change skips (empty: cron(8)'s rule)."""
+
+    SKIP = "skip", _("skip it")
+    FIRST_VALID = "first_valid", _("run at the first valid instant after the change")
+
+
+class DstRepeat(models.TextChoices):
+    """A cron fire whose wall time a fall-back change repeats (empty: cron(8)'s rule)."""
+
+    ONCE = "once", _("run the first occurrence only")
+    BOTH = "both", _("run both occurrences")
+
+
 class LeaseOutcome(models.TextChoices):
     """How an execution attempt ended (empty while it holds the run)."""
 

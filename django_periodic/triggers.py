@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from croniter import CroniterError, croniter
 
 from django_periodic import bounds
+from django_periodic.choices import DstGap, DstRepeat
 
 _ZERO = timedelta(0)
 _MINUTE = timedelta(minutes=1)
@@ -216,11 +217,24 @@ class CronTrigger(Trigger):
 
     expression: str
     timezone: str = "UTC"
+    # Fires in a spring-forward gap ("skip", "first_valid") and in a fall-back repeat
+    # ("once", "both"); empty: cron(8)'s rule (fixed-time jobs run at the change, and once;
+    # wildcard jobs skip the gap, and run in both occurrences).
+    dst_gap: str = ""
+    dst_repeat: str = ""
     _spec: _CronSpec = field(init=False, repr=False, compare=False)
     _tz: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
     _croniter: croniter = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.dst_gap not in ("", *DstGap.values) or self.dst_repeat not in (
+            "",
+            *DstRepeat.values,
+        ):
+            raise InvalidTrigger(
+                f"dst_gap must be one of {', '.join(DstGap.values)} (or empty), and dst_repeat "
+                f"one of {', '.join(DstRepeat.values)} (or empty)."
+            )
         spec = _parse_cron(self.expression)
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_tz", parse_timezone(self.timezone))
@@ -286,9 +300,13 @@ class CronTrigger(Trigger):
         before, after = self._offsets(wall)
         if before == after:
             return (wall - before,)
+        fixed = self._spec.fixed_time
         if before > after:  # repeated by a fall-back: first occurrence, or both in real time
-            return (wall - before,) if self._spec.fixed_time else (wall - before, wall - after)
-        return (self._transition(wall - after, wall - before),) if self._spec.fixed_time else ()
+            both = self.dst_repeat == "both" if self.dst_repeat else not fixed
+            return (wall - before, wall - after) if both else (wall - before,)
+        # Skipped by a spring-forward: at the change instant, or not at all.
+        run = self.dst_gap == "first_valid" if self.dst_gap else fixed
+        return (self._transition(wall - after, wall - before),) if run else ()
 
     def _transition(self, low: datetime, high: datetime) -> datetime:
         """First instant in (low, high] whose offset differs from low's (naive UTC, seconds)."""
@@ -405,9 +423,11 @@ class BoundedTrigger(Trigger):
 
 
 @functools.lru_cache(maxsize=4096)
-def cron(expression: str, timezone: str = "UTC") -> CronTrigger:
+def cron(
+    expression: str, timezone: str = "UTC", *, dst_gap: str = "", dst_repeat: str = ""
+) -> CronTrigger:
     """A CronTrigger, shared: parsing costs more than a next fire, and triggers are immutable."""
-    return CronTrigger(expression, timezone)
+    return CronTrigger(expression, timezone, dst_gap, dst_repeat)
 
 
 def fire_times(trigger: Trigger, n: int, after: datetime) -> list[datetime]:

@@ -520,7 +520,10 @@ def test_cron_trigger_value_semantics():
     trigger = CronTrigger("0 3 * * *", BERLIN)
     assert trigger == CronTrigger("0 3 * * *", BERLIN)
     assert hash(trigger) == hash(CronTrigger("0 3 * * *", BERLIN))
-    assert repr(trigger) == "CronTrigger(expression='0 3 * * *', timezone='Europe/Berlin')"
+    assert repr(trigger) == (
+        "CronTrigger(expression='0 3 * * *', timezone='Europe/Berlin', dst_gap='', dst_repeat='')"
+    )
+    assert trigger != CronTrigger("0 3 * * *", BERLIN, dst_gap="skip")
     assert CronTrigger("0 3 * * *").timezone == "UTC"
 
 

@@ -60,6 +60,8 @@ class Due:
     paused_until: datetime | None = None  # Schedule.pause()
     pause_reason: str = ""
     paused_by: str = ""
+    dst_gap: str = ""  # a cron's DST choices (Schedule.dst_gap, dst_repeat)
+    dst_repeat: str = ""
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -75,6 +77,8 @@ class Due:
         return (
             self.cron,
             self.timezone,
+            self.dst_gap,
+            self.dst_repeat,
             self.interval,
             self.run_at,
             self.start_at,

@@ -2,7 +2,16 @@
 code-defined schedules, saving (cursor, revision) and validation all read them from here."""
 
 JOB_FIELDS = ("args", "kwargs", "scopes")
-TRIGGER_FIELDS = ("cron", "timezone", "interval", "run_at", "start_at", "end_at")
+TRIGGER_FIELDS = (
+    "cron",
+    "timezone",
+    "dst_gap",
+    "dst_repeat",
+    "interval",
+    "run_at",
+    "start_at",
+    "end_at",
+)
 POLICY_FIELDS = (
     "overlap",
     "max_queued",

@@ -120,6 +120,18 @@ class Schedule(TrackedChanges):
 
     cron = models.CharField(max_length=200, blank=True, help_text=_("5-field cron or @daily."))
     timezone = models.CharField(max_length=64, default=default_timezone)
+    dst_gap = models.CharField(
+        max_length=16,
+        choices=choices.DstGap,
+        blank=True,
+        help_text=_("Cron: a fire a spring-forward change skips; empty: as cron(8) does."),
+    )
+    dst_repeat = models.CharField(
+        max_length=16,
+        choices=choices.DstRepeat,
+        blank=True,
+        help_text=_("Cron: a fire a fall-back change repeats; empty: as cron(8) does."),
+    )
     interval = models.DurationField(null=True, blank=True)
     run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
     start_at = models.DateTimeField(null=True, blank=True)

@@ -42,6 +42,10 @@ class TriggerRow(Protocol):
     @property
     def timezone(self) -> str: ...
     @property
+    def dst_gap(self) -> str: ...
+    @property
+    def dst_repeat(self) -> str: ...
+    @property
     def interval(self) -> timedelta | None: ...
     @property
     def run_at(self) -> datetime | None: ...
@@ -74,7 +78,9 @@ def trigger_of(row: TriggerRow) -> triggers.Trigger:
     kind = kind_of(row)
     inner: triggers.Trigger
     if kind == ScheduleKind.CRON:
-        inner = triggers.cron(row.cron, row.timezone)
+        inner = triggers.cron(
+            row.cron, row.timezone, dst_gap=row.dst_gap, dst_repeat=row.dst_repeat
+        )
     elif kind == ScheduleKind.INTERVAL:
         assert row.interval is not None  # what makes the kind INTERVAL
         anchor = row.start_at or row.created_at  # ANCHORED_AT_CREATION in SQL

@@ -40,6 +40,9 @@ def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
             triggers.validate_cron(schedule.cron)
         except triggers.InvalidTrigger as exc:
             errors.append(("cron", str(exc)))
+    for name in ("dst_gap", "dst_repeat"):
+        if getattr(schedule, name) and not schedule.cron:
+            errors.append((name, f"{name} applies to cron triggers only."))
     out_of_range = trigger_field_errors(schedule)
     errors += out_of_range
     compared = not {"start_at", "end_at"} & {field for field, _ in out_of_range}
