@@ -18,7 +18,13 @@ CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
 # neither supersedes them nor counts them as a retry of its own.
 BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
 # A backfilled run not started yet: it waits in retrying, attempt 0, until next_retry_at.
-AWAITING_RELEASE = BACKFILLED & Q(status=choices.RunStatus.RETRYING, attempt=0)
+# The values once: the query below and Run.awaits_release read them.
+AWAITING_RELEASE_VALUES = {
+    "trigger": choices.RunTrigger.BACKFILL,
+    "status": choices.RunStatus.RETRYING,
+    "attempt": 0,
+}
+AWAITING_RELEASE = Q(**AWAITING_RELEASE_VALUES)
 
 
 # What a run keeps of its schedule when it is recorded, run field: schedule field. It calls
@@ -216,11 +222,7 @@ class Run(models.Model):
     def awaits_release(self) -> bool:
         """A backfilled run that has not started: it waits for its release time
         (``next_retry_at``), paced by the backfill's rate (``AWAITING_RELEASE``)."""
-        return (
-            self.trigger == Run.Trigger.BACKFILL
-            and self.status == Run.Status.RETRYING
-            and self.attempt == 0
-        )
+        return all(getattr(self, name) == value for name, value in AWAITING_RELEASE_VALUES.items())
 
     @property
     def snapshot(self) -> dict[str, Any]:
