@@ -238,7 +238,7 @@ def pause(schedule: Schedule) -> SafeString:
     until = schedule.paused_until
     if until is None:
         return format_html("{}", EMPTY)
-    ended = "" if until > timezone.now() else _(" (ended)")
+    ended = "" if schedule.is_paused(timezone.now()) else _(" (ended)")
     return format_html(
         '<span class="periodic-paused" title="{}">{} {}{}<br>'
         '<span class="periodic-quiet">{}</span></span>',

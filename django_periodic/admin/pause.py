@@ -16,9 +16,9 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import bounds, clock
+from django_periodic import clock
 from django_periodic.admin.backfill import DateTimeInput
-from django_periodic.models import Schedule
+from django_periodic.models import Schedule, pausing
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH, pause_note
 
 if TYPE_CHECKING:
@@ -46,12 +46,8 @@ class PauseForm(forms.Form):
 
     def clean_until(self) -> datetime:
         until: datetime = self.cleaned_data["until"]
-        if out_of_range := bounds.SCHEDULE["paused_until"].error("paused_until", until):
-            raise forms.ValidationError(out_of_range)
-        if until <= self.now:
-            shown = timezone.localtime(self.now).strftime("%Y-%m-%d %H:%M:%S")
-            message = _("A pause ends in the future (now: %(now)s).")
-            raise forms.ValidationError(message % {"now": shown})
+        if message := pausing.until_error(until, self.now):  # Schedule.pause()'s own rule
+            raise forms.ValidationError(message)
         return until
 
 

@@ -104,7 +104,8 @@ WITHIN_BOUNDS = (
 def _horizon_sql(using: str) -> tuple[str, dict[str, Any]]:
     quote = connections[using].ops.quote_name
     selected, params = [], {}
-    for name, (rows, column) in _earliest(using).items():
+    earliest = _earliest(using)
+    for name, (rows, column) in earliest.items():
         condition, condition_params = pg_sql.condition(rows, name)
         table = quote(rows.model._meta.db_table)
         selected.append(
@@ -113,7 +114,7 @@ def _horizon_sql(using: str) -> tuple[str, dict[str, Any]]:
         params.update(condition_params)
     sql = HORIZON_SQL.format(
         earliest=",\n    ".join(selected),
-        within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in _earliest(using)),
+        within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in earliest),
         lease=quote(Lease._meta.db_table),
         lost=presence.lost_sql(quote),
     )

@@ -26,16 +26,20 @@ def pause_note(until: datetime, reason: str, by: str) -> str:
     return f"Paused until {until:%Y-%m-%d %H:%M:%S} UTC{who}{why}"
 
 
+def until_error(until: datetime | None, now: datetime) -> str | None:
+    """Why a pause cannot end at ``until``: it must end after ``now``, in range."""
+    if until is None or until <= now:
+        return f"A pause ends in the future (now: {now:%Y-%m-%d %H:%M:%S} UTC)."
+    return bounds.SCHEDULE["paused_until"].error("paused_until", until)
+
+
 def check(schedule: "Schedule", now: datetime) -> None:
     """Raise ValidationError for a new pause that cannot hold: one that ends by ``now``,
     ends out of range, or has no reason. Only the pause is checked: a schedule whose other
     fields are bad (its job gone, say) may be paused all the same."""
-    until = schedule.paused_until
     errors = {}
-    if until is None or until <= now:
-        errors["paused_until"] = f"A pause ends in the future (now: {now:%Y-%m-%d %H:%M:%S} UTC)."
-    elif out_of_range := bounds.SCHEDULE["paused_until"].error("paused_until", until):
-        errors["paused_until"] = out_of_range
+    if message := until_error(schedule.paused_until, now):
+        errors["paused_until"] = message
     if not schedule.pause_reason.strip():
         errors["pause_reason"] = "A pause needs its reason."
     elif len(schedule.pause_reason) > PAUSE_REASON_MAX_LENGTH:
