@@ -5,12 +5,15 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import triggers
-from django_periodic.models import Schedule
+from django_periodic import clock, triggers
+from django_periodic.engine import planner
+from django_periodic.models import Run, Schedule
 from django_periodic.triggers import CronTrigger, InvalidTrigger, fire_times
+from tests.factories import ScheduleFactory
 
 BERLIN = "Europe/Berlin"  # 2026: 02:00 -> 03:00 on 29 March, 03:00 -> 02:00 on 25 October
 SPRING, FALL = date(2026, 3, 29), date(2026, 10, 25)
@@ -97,3 +100,18 @@ def test_the_schedule_builds_its_trigger_with_its_choice_and_only_a_cron_takes_o
     with pytest.raises(ValidationError) as refused:
         every.full_clean()
     assert list(refused.value.message_dict) == ["dst_gap"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_absurd_choice_stored_past_clean_fails_its_schedule_alone(admin_client):
+    now = clock.now()
+    odd = ScheduleFactory(name="odd", cron="* * * * *", interval=None)
+    fine = ScheduleFactory(name="fine", cron="* * * * *", interval=None)
+    Schedule.objects.filter(pk=odd.pk).update(dst_gap="later", next_fire_at=now)
+    Schedule.objects.filter(pk=fine.pk).update(next_fire_at=now)
+    planner.plan_due(now)
+    assert Run.objects.filter(schedule=fine).exists()
+    assert not Run.objects.filter(schedule=odd).exists()
+    assert "dst_gap must be one of" in Schedule.objects.get(pk=odd.pk).last_error
+    page = admin_client.get(reverse("admin:django_periodic_schedule_changelist"))
+    assert page.status_code == 200 and "odd" in page.text
