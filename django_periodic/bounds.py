@@ -130,6 +130,8 @@ SCHEDULE: dict[str, Range[Any]] = {
     "lease_timeout": Range(_ZERO, timedelta(days=7), low_open=True),
     "keep_runs_for": Range(_ZERO, CENTURY, low_open=True),
     "keep_failed_runs_for": Range(_ZERO, CENTURY, low_open=True),
+    # A run's stagger (stagger.py): a day spreads a daily job over all of it; 0 is none.
+    "jitter": Range(_ZERO, timedelta(days=1)),
     # A thousand attempts: with the backoff capped at a day, years of retrying.
     "max_attempts": Range(1, 1000),
     # Runs waiting behind the active one (0: a fire while one is active is skipped), and

@@ -1,7 +1,8 @@
 """Signals: what happened to runs and schedules, sent once it has committed.
 
 Every run signal is sent with ``sender=Run`` (the model class) and the keyword arguments
-of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at``, ``run_finished`` adds
+of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at`` and ``release_time``,
+``run_finished`` adds
 ``duration``, ``lease_lost`` adds ``reentered``. ``schedule_disabled`` is sent with
 ``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``.
 See docs/signals.md.
@@ -32,7 +33,8 @@ logger = logging.getLogger("django_periodic")
 #: planner for a fire, by ``run_now()`` or a retry from the admin; or by a backfill,
 #: waiting for its release (retrying, attempt 0).
 run_planned = Signal()
-#: A worker claimed the run: it is running, attempt ``attempt``, since ``started_at``.
+#: A worker claimed the run: it is running, attempt ``attempt``, since ``started_at``; it
+#: was due at ``release_time`` (its plan time, or later by its schedule's jitter).
 run_started = Signal()
 #: The run ended ``succeeded``, ``failed`` or ``cancelled`` (``status``), ``reason`` the
 #: error code of a failure ("" for a success); ``duration`` how long its last attempt ran.

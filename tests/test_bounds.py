@@ -69,10 +69,13 @@ OUTSIDE = cases(outside) + FOUND_ON_MAIN
 
 
 def fields_with(name: str, value) -> dict:
-    """A valid schedule's fields, with ``name`` set to ``value`` (a one-shot for run_at)."""
+    """A valid schedule's fields, with ``name`` set to ``value`` (a one-shot for run_at, a
+    daily cron for jitter, which an interval must exceed)."""
     fields = {"name": "s", "job": "tests.jobs.noop", "interval": timedelta(minutes=1)}
     if name == "run_at":
         fields["interval"] = None
+    if name == "jitter":
+        fields.update(interval=None, cron="@daily")
     return {**fields, name: value}
 
 

@@ -29,7 +29,7 @@ INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "
 INTERFACE_MODULES |= {"apps"}
 PURE_CORE = (
     "bounds", "choices", "clock", "conf", "policies", "registry", "scopes", "signals",
-    "taskbackends", "triggers",
+    "stagger", "taskbackends", "triggers",
 )  # fmt: skip
 
 

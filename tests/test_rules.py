@@ -131,6 +131,9 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
     for n, status in enumerate([RunStatus.PENDING, RunStatus.RETRYING, RunStatus.QUEUED]):
         RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=n), status=status,
                    next_retry_at=now + timedelta(seconds=7), exclusive=False)  # fmt: skip
+        # Planned before the others, released after them: the release counts.
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=n + 1), status=status,
+                   release_at=now + timedelta(seconds=3), exclusive=False)  # fmt: skip
         RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=10 + n), status=status,
                    tasks_backend="default", exclusive=False,
                    enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
@@ -138,16 +141,18 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
     by_sql = horizon._look_ahead_sql("default", judge=False)
     by_orm = horizon._look_ahead_orm("default")
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
+    assert by_sql.next_pending == now  # not the plan time of the run released later
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
 
 
 def every_claim_combination(now) -> list[Run]:
-    """One run per status, plan time (past, soon, later) and retry time (none, past,
-    future), for our workers and for a tasks backend's."""
+    """One run per status, plan time (past, soon, later), stagger (none, released soon or
+    later) and retry time (none, past, future), for our workers and for a tasks backend's."""
     schedule = ScheduleFactory()
     times = (now - timedelta(minutes=1), now + timedelta(seconds=1), now + timedelta(hours=1))
+    staggers = (None, timedelta(seconds=62), timedelta(hours=2))
     retries = (None, now - timedelta(seconds=1), now + timedelta(seconds=30))
-    combinations = itertools.product(RunStatus, times, retries, ("", "default"))
+    combinations = itertools.product(RunStatus, times, staggers, retries, ("", "default"))
     return [
         RunFactory(
             schedule=schedule,
@@ -155,9 +160,10 @@ def every_claim_combination(now) -> list[Run]:
             next_retry_at=retry,
             tasks_backend=backend,
             plan_time=plan_time + timedelta(microseconds=n),
+            release_at=stagger and plan_time + stagger,
             exclusive=False,
         )
-        for n, (status, plan_time, retry, backend) in enumerate(combinations)
+        for n, (status, plan_time, stagger, retry, backend) in enumerate(combinations)
     ]
 
 

@@ -64,6 +64,7 @@ def test_a_fire_that_succeeds_is_planned_started_and_finished_after_each_commit(
     assert planned == common | {"attempt": 0, "status": "pending", "reason": ""}
     assert type(planned["status"]) is str
     claimed_at = started.pop("started_at")
+    assert started.pop("release_time") == fire  # no jitter: released at its plan time
     assert started == common | {"attempt": 1, "status": "running", "reason": ""}
     assert fire <= claimed_at <= run.started_at  # claimed, then the job started
     duration = finished.pop("duration")

@@ -149,6 +149,7 @@ class RunAdmin(_RunAdmin):
         "schedule_link",
         "scope_text",
         "plan",
+        "release",
         "trigger",
         "schedule_revision",
         "status_badge",
@@ -167,6 +168,7 @@ class RunAdmin(_RunAdmin):
     actions = ["retry", "cancel"]
     inlines = [LeaseInline]
     plan = display.timestamp(Run, "plan_time")
+    release = display.timestamp(Run, "release_at")
     created = display.timestamp(Run, "created_at")
     started = display.timestamp(Run, "started_at")
     finished = display.timestamp(Run, "finished_at")
@@ -196,6 +198,7 @@ class RunAdmin(_RunAdmin):
                         "trigger",
                         "schedule_revision",
                         "plan",
+                        "release",
                     ]
                 },
             ),
@@ -320,10 +323,11 @@ class RunAdmin(_RunAdmin):
 
     @admin.display(description=gettext_lazy("lag"))
     def lag(self, run: Run) -> str:
-        """How late the run started after its plan time."""
+        """How late the run started after its release (its plan time, or later by a
+        stagger)."""
         if run.started_at is None:
             return display.EMPTY
-        return display.duration(run.started_at - run.plan_time)
+        return display.duration(run.started_at - run.release_time)
 
     @admin.display(description=gettext_lazy("holder"))
     def holder(self, run: "WithAnnotations[Run, RunHolder]") -> str:

@@ -56,12 +56,12 @@ class Claim:
         return at > deadline
 
     def starts_at(self) -> float:
-        """When the run may start (time.monotonic()): at once, or at its plan time if it was
+        """When the run may start (time.monotonic()): at once, or at its release if it was
         claimed ahead of it."""
-        claimed = self._db_claimed
-        if claimed is None or self.run.plan_time <= claimed:
+        claimed, release = self._db_claimed, self.run.release_time
+        if claimed is None or release <= claimed:
             return self.claimed_at
-        return self.claimed_at + (self.run.plan_time - claimed).total_seconds()
+        return self.claimed_at + (release - claimed).total_seconds()
 
 
 @dataclass

@@ -35,7 +35,7 @@ from django_periodic.engine.claimed import (
     ClaimResult,
     announce_ended,
 )
-from django_periodic.models import Lease, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models import RELEASE, Lease, Run, RunQuerySet, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
 
@@ -192,7 +192,10 @@ def fail_unclaimed(run_ids: list[int], code: str, message: str, using: str) -> l
 
 
 def _started(claim: Claim) -> signals.Event:
-    return signals.of_run(signals.run_started, claim.run, started_at=claim.run.started_at)
+    run = claim.run
+    return signals.of_run(
+        signals.run_started, run, started_at=run.started_at, release_time=run.release_time
+    )
 
 
 def _claim_orm(
@@ -221,7 +224,7 @@ def _claim_orm(
         runs_.filter(pk__in=[r.pk for r in runs]).update(
             status=Run.Status.RUNNING,
             attempt=F("attempt") + 1,
-            started_at=Greatest(Value(now), F("plan_time")),
+            started_at=Greatest(Value(now), RELEASE),
             enqueued_at=None,
         )
         leases = [_new_lease(run, wanted, now) for run in runs]
@@ -255,7 +258,7 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
 def _new_lease(run: Run, wanted: ClaimRequest, now: datetime) -> Lease:
     """The lease for the run's next attempt; also mirrors the claim's UPDATE on ``run``."""
     run.attempt += 1
-    run.status, run.started_at = Run.Status.RUNNING, max(now, run.plan_time)
+    run.status, run.started_at = Run.Status.RUNNING, max(now, run.release_time)
     run.enqueued_at = None
     return Lease(
         run=run,

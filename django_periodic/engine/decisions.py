@@ -62,6 +62,7 @@ class Due:
     paused_by: str = ""
     dst_gap: str = ""  # a cron's DST choices (Schedule.dst_gap, dst_repeat)
     dst_repeat: str = ""
+    jitter: timedelta | None = None  # its runs' stagger (stagger.py)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None

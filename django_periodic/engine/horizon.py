@@ -10,12 +10,12 @@ from functools import cache
 from typing import Any
 
 from django.db import connections
-from django.db.models import Min, QuerySet
+from django.db.models import Expression, F, Min, QuerySet
 
 from django_periodic import clock
 from django_periodic.bounds import EARLIEST, LATEST
 from django_periodic.engine import pg_sql, presence
-from django_periodic.models import CLAIMABLE_STATUSES, Lease, Run, Schedule
+from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,8 @@ class Horizon:
     next_fire: datetime | None  # earliest cursor of an enabled schedule
     next_retry: datetime | None  # earliest retry of a run waiting to retry (not enqueued)
     next_expiry: datetime | None  # earliest expiry of a lease still held, by any process
-    next_pending: datetime | None  # earliest plan time of a run our workers may claim
-    next_handoff: datetime | None  # earliest plan time of a handed-off run not enqueued
+    next_pending: datetime | None  # earliest release of a run our workers may claim
+    next_handoff: datetime | None  # earliest release of a handed-off run not enqueued
     next_enqueued: datetime | None  # earliest enqueue of a handed-off run still waiting
     # A lease is held by a process that lost its session lock: it died (presence.py).
     orphaned: bool = False
@@ -61,21 +61,22 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-def _earliest(using: str) -> dict[str, tuple[QuerySet[Any], str]]:
-    """Each time of the horizon: the rows it is the earliest of, and of which column. One
-    home for both paths: the ORM reads these, the statement is built from them."""
+def _earliest(using: str) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
+    """Each time of the horizon: the rows it is the earliest of, and of which column (or
+    expression). One home for both paths: the ORM reads these, the statement is built
+    from them."""
     runs = Run.objects.using(using)
     pending = runs.filter(status=Run.Status.PENDING)
     retrying = runs.filter(status=Run.Status.RETRYING, enqueued_at__isnull=True)
     enqueued = runs.filter(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=False)
     return {
-        "next_fire": (Schedule.objects.using(using).enabled(), "next_fire_at"),
-        "next_retry": (retrying, "next_retry_at"),
-        "next_expiry": (Lease.objects.using(using).held(), "expires_at"),
-        "next_pending": (pending.executed_here(), "plan_time"),
-        "next_handoff": (pending.handed_off().filter(enqueued_at__isnull=True), "plan_time"),
+        "next_fire": (Schedule.objects.using(using).enabled(), F("next_fire_at")),
+        "next_retry": (retrying, F("next_retry_at")),
+        "next_expiry": (Lease.objects.using(using).held(), F("expires_at")),
+        "next_pending": (pending.executed_here(), RELEASE),
+        "next_handoff": (pending.handed_off().filter(enqueued_at__isnull=True), RELEASE),
         # As periodic_run_enqueued indexes them: their first entry is the earliest.
-        "next_enqueued": (enqueued, "enqueued_at"),
+        "next_enqueued": (enqueued, F("enqueued_at")),
     }
 
 
@@ -105,8 +106,9 @@ def _horizon_sql(using: str) -> tuple[str, dict[str, Any]]:
     quote = connections[using].ops.quote_name
     selected, params = [], {}
     earliest = _earliest(using)
-    for name, (rows, column) in earliest.items():
+    for name, (rows, of) in earliest.items():
         condition, condition_params = pg_sql.condition(rows, name)
+        column = pg_sql.expression(rows, of)
         table = quote(rows.model._meta.db_table)
         selected.append(
             EARLIEST_SQL.format(column=column, table=table, condition=condition, name=name)

@@ -33,10 +33,11 @@ from django_periodic.engine.claimed import (
 )
 from django_periodic.models import Lease, Run, Schedule
 
-# The oldest claimable runs, locked; those past their start deadline are skipped, those
-# whose lease cannot be taken (claims.can_lease) fail, the rest run under a new lease each
-# (started at their plan time, if claimed ahead of it). The outer SELECT has one row even
-# when nothing was claimed, so that the schedules of the runs skipped or failed come back.
+# The first claimable runs by release, locked; those past their start deadline are
+# skipped, those whose lease cannot be taken (claims.can_lease) fail, the rest run under a
+# new lease each (started at their release, if claimed ahead of it). The outer SELECT has
+# one row even when nothing was claimed, so that the schedules of the runs skipped or
+# failed come back.
 CLAIM_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
@@ -45,7 +46,7 @@ picked AS (
            AS late
     FROM {run} r CROSS JOIN t
     WHERE {claimable}
-    ORDER BY r.plan_time, r.id
+    ORDER BY {release}, r.id
     LIMIT %(limit)s
     FOR UPDATE OF r {skip_locked}
 ),
@@ -68,7 +69,7 @@ refused AS (
 ),
 claimed AS (
     UPDATE {run} r SET status = 'running', attempt = r.attempt + 1,
-        started_at = GREATEST(t.now, r.plan_time), enqueued_at = NULL
+        started_at = GREATEST(t.now, {release}), enqueued_at = NULL
     FROM judged p CROSS JOIN t WHERE r.id = p.id AND NOT p.late AND NOT p.unleasable
     RETURNING r.*
 ),
@@ -93,20 +94,22 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 # tests/test_rules.py checks they agree): those that may start now, or (ahead) those due
 # soon; those its own workers execute (not handed to a tasks backend), or the one run a
 # task names.
-# Written so that the index on claimable runs' plan times serves every claim, in order,
-# whatever the statistics say (a burst of new runs makes them stale for up to a minute):
+# Written so that the index on claimable runs' release times (models.RELEASE, restated as
+# RELEASE below) serves every claim, in order, whatever the statistics say (a burst of new
+# runs makes them stale for up to a minute):
 # - "(SELECT now FROM t)", not a join on t: a value the index scan starts from. Joined,
 #   the claim ahead read every overdue run to find those after now (16 ms at 20,000).
-# - "plan_time <= now" for retries too (a retry is always after its plan time), outside
+# - "release <= now" for retries too (a retry is always after its release), outside
 #   the OR: with the OR alone, stale statistics chose another index and sorted every
 #   waiting run on each claim (12 ms at 20,000).
+RELEASE = "COALESCE(r.release_at, r.plan_time)"
 CLAIMABLE_NOW = (
-    "r.status IN ('pending', 'retrying') AND r.plan_time <= (SELECT now FROM t)"
+    f"r.status IN ('pending', 'retrying') AND {RELEASE} <= (SELECT now FROM t)"
     " AND (r.status = 'pending' OR r.next_retry_at <= (SELECT now FROM t))"
 )
 CLAIMABLE_AHEAD = (
-    "r.status = 'pending' AND r.plan_time > (SELECT now FROM t)"
-    " AND r.plan_time <= (SELECT now FROM t) + %(ahead)s"
+    f"r.status = 'pending' AND {RELEASE} > (SELECT now FROM t)"
+    f" AND {RELEASE} <= (SELECT now FROM t) + %(ahead)s"
 )
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
@@ -118,6 +121,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     claimable = CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW
     return CLAIM_SQL.format(
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE}",
+        release=RELEASE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
         skip_locked="" if by_id else "SKIP LOCKED",

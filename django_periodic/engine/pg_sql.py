@@ -10,7 +10,7 @@ import itertools
 import re
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Expression, F, QuerySet
 
 from django_periodic.choices import LEDGER_TRIGGERS
 
@@ -32,6 +32,16 @@ def condition(queryset: QuerySet[Any], prefix: str) -> tuple[str, dict[str, Any]
         return f"%({name})s"
 
     return _PLACEHOLDER.sub(name_one, sql), named
+
+
+def expression(queryset: QuerySet[Any], value: Expression | F) -> str:
+    """``value`` (a column or expression without parameters) as SQL, for a statement that
+    reads ``queryset``'s table under its own name."""
+    query = queryset.query
+    compiler = query.get_compiler(using=queryset.db)
+    sql, params = compiler.compile(value.resolve_expression(query))
+    assert not params, f"{value} takes parameters"
+    return str(sql)
 
 
 def ledger_conflict() -> str:

@@ -47,7 +47,7 @@ DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
-    "dst_gap", "dst_repeat",
+    "dst_gap", "dst_repeat", "jitter",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 

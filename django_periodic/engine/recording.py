@@ -16,7 +16,7 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 
-from django_periodic import choices, policies
+from django_periodic import choices, policies, stagger
 from django_periodic.conf import get_settings, tasks_backend_for
 from django_periodic.engine import overlap, pg_arrays, pg_sql
 from django_periodic.engine.decisions import Decision, Due, Fire
@@ -161,10 +161,12 @@ def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> list[R
 
 def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
     # Run.for_schedule, from the columns loaded for it.
+    release = _release(schedule, fire)
     return Run(
         schedule_id=schedule.pk,
         scope=fire.scope,
         plan_time=fire.plan_time,
+        release_at=release,
         **{field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()},
         max_attempts=schedule.max_attempts,
         tasks_backend=tasks_backend_for(schedule.tasks_backend),
@@ -172,16 +174,23 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         status=fire.status,
         error_code=fire.error_code,
         error_message=fire.error_message,
-        start_deadline=_start_deadline(schedule, fire, now),
+        start_deadline=_start_deadline(schedule, fire, release, now),
         finished_at=now if fire.status == Run.Status.SKIPPED else None,
         created_at=now,
     )
 
 
-def _start_deadline(schedule: Due, fire: Fire, now: datetime) -> datetime | None:
+def _release(schedule: Due, fire: Fire) -> datetime | None:
+    return stagger.release_time(schedule.jitter, schedule.pk, fire.scope, fire.plan_time)
+
+
+def _start_deadline(
+    schedule: Due, fire: Fire, release: datetime | None, now: datetime
+) -> datetime | None:
+    """A pending run's deadline, counted from its release (a stagger delays its start)."""
     if fire.status != Run.Status.PENDING:
         return None
-    return policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
+    return policies.start_deadline(schedule.misfire_grace, release or fire.plan_time, now)
 
 
 def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, datetime]]:
@@ -217,11 +226,11 @@ WITH batch AS (
     RETURNING s.id, batch.shape, s.max_attempts, s.tasks_backend, {snapshot_of_schedule}
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, scope, plan_time, trigger, status, attempt, max_attempts, interruptions,
-        exclusive, start_deadline, finished_at, error_code, error_message, traceback,
+        schedule_id, scope, plan_time, release_at, trigger, status, attempt, max_attempts,
+        interruptions, exclusive, start_deadline, finished_at, error_code, error_message, traceback,
         tasks_backend, task_id, created_at, {snapshot}
     )
-    SELECT m.id, f.scope, f.plan_time, 'schedule', f.status, 0, m.max_attempts, 0,
+    SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '',
@@ -230,8 +239,11 @@ WITH batch AS (
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
-        %(start_deadline)s::timestamptz[], %(scope)s::text[]
-    ) AS f (shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope)
+        %(start_deadline)s::timestamptz[], %(scope)s::text[], %(release_at)s::timestamptz[]
+    ) AS f (
+        shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope,
+        release_at
+    )
     USING (shape)
     ON CONFLICT {ledger} DO NOTHING
     {returning}
@@ -297,22 +309,22 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
     shape_of: list[int] = []
     cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": []}
     fires: dict[str, list[Any]] = {name: [] for name in FIRE_COLUMNS}
-    pending = Run.Status.PENDING
     for d in decisions:
         schedule = d.schedule
         exclusive = policies.is_exclusive(schedule.overlap)
+        # A stagger is the schedule's own: a staggered schedule shares its shape with none.
+        staggered = schedule.pk if schedule.jitter else None
         key = (schedule.next_fire_at, d.cursor, d.fires, schedule.misfire_grace, exclusive)
-        shape = shapes.get(key)
+        shape = shapes.get((*key, staggered))
         if shape is None:
-            shape = shapes[key] = len(shapes) + 1  # WITH ORDINALITY counts from 1
+            shape = shapes[(*key, staggered)] = len(shapes) + 1  # ORDINALITY counts from 1
             cursors["old_cursor"].append(schedule.next_fire_at)
             cursors["new_cursor"].append(d.cursor)
             for fire in d.fires:
-                deadline = None
-                if fire.status == pending:
-                    deadline = policies.start_deadline(schedule.misfire_grace, fire.plan_time, now)
+                release = _release(schedule, fire)
+                deadline = _start_deadline(schedule, fire, release, now)
                 row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
-                values = (*row, exclusive, deadline, fire.scope)
+                values = (*row, exclusive, deadline, fire.scope, release)
                 for name, value in zip(FIRE_COLUMNS, values, strict=True):
                     fires[name].append(value)
         ids.append(schedule.pk)
@@ -330,4 +342,5 @@ FIRE_COLUMNS = (
     "exclusive",
     "start_deadline",
     "scope",
+    "release_at",
 )

@@ -18,6 +18,7 @@ POLICY_FIELDS = (
     "max_concurrent",
     "misfire",
     "misfire_grace",
+    "jitter",
     "max_attempts",
     "retry_backoff",
     "timeout",

@@ -4,7 +4,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import choices, clock, policies
@@ -25,6 +26,9 @@ AWAITING_RELEASE_VALUES = {
     "attempt": 0,
 }
 AWAITING_RELEASE = Q(**AWAITING_RELEASE_VALUES)
+# When a run may first start: its plan time, or later by its schedule's stagger
+# (release_at). Claims, the look ahead and lag read it; the claim index holds it.
+RELEASE = Coalesce("release_at", "plan_time")
 
 
 # What a run keeps of its schedule when it is recorded, run field: schedule field. It calls
@@ -68,12 +72,12 @@ class RunQuerySet(models.QuerySet["Run"]):
         return leases.request_cancel(self, now or clock.now(self.db))
 
     def claimable(self, now: datetime) -> "RunQuerySet":
-        """Runs a worker may start now: pending ones due, and retries whose delay has passed
-        (a retry never comes before its plan time). ``pg_claims.CLAIMABLE_NOW`` says the
-        same in SQL."""
-        due = Q(status__in=CLAIMABLE_STATUSES, plan_time__lte=now)
+        """Runs a worker may start now: pending ones released (``RELEASE``), and retries
+        whose delay has passed (a retry never comes before its release).
+        ``pg_claims.CLAIMABLE_NOW`` says the same in SQL."""
+        due = Q(status__in=CLAIMABLE_STATUSES, release__lte=now)
         ready = Q(status=Run.Status.PENDING) | Q(next_retry_at__lte=now)
-        return self.filter(due & ready).order_by("plan_time", "pk")
+        return self.alias(release=RELEASE).filter(due & ready).order_by(RELEASE, "pk")
 
     def executed_here(self) -> "RunQuerySet":
         """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
@@ -84,11 +88,11 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.exclude(tasks_backend="")
 
     def coming(self, now: datetime, ahead: timedelta) -> "RunQuerySet":
-        """Pending runs planned ahead, due within ``ahead`` of ``now`` but not yet
+        """Pending runs planned ahead, released within ``ahead`` of ``now`` but not yet
         (``pg_claims.CLAIMABLE_AHEAD`` in SQL)."""
-        pending = self.filter(status=Run.Status.PENDING)
-        soon = pending.filter(plan_time__gt=now, plan_time__lte=now + ahead)
-        return soon.order_by("plan_time", "pk")
+        pending = self.alias(release=RELEASE).filter(status=Run.Status.PENDING)
+        soon = pending.filter(release__gt=now, release__lte=now + ahead)
+        return soon.order_by(RELEASE, "pk")
 
 
 class Run(models.Model):
@@ -107,6 +111,13 @@ class Run(models.Model):
         Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
     )
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
+    release_at = models.DateTimeField(
+        _("release time"),
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When it may start, staggered by its schedule's jitter; empty: its plan time."),
+    )
     scope = models.CharField(
         max_length=scope_providers.KEY_MAX_LENGTH,
         blank=True,
@@ -190,18 +201,20 @@ class Run(models.Model):
             # Runs our workers may claim, in the claim's order: no sort, and no other index
             # cheaper to the planner when a burst has left its statistics stale.
             models.Index(
-                fields=["plan_time", "id"],
+                RELEASE,
+                F("id"),
                 condition=Q(status__in=CLAIMABLE_STATUSES, tasks_backend=""),
                 name="periodic_run_claimable",
             ),
-            # What each scope has in flight (occupancy) and its oldest queued run (promotion),
-            # without reading the runs of a fanned-out schedule's other scopes.
+            # Handed-off runs without a task yet: the first released, to enqueue.
             models.Index(
-                fields=["plan_time"],
+                RELEASE,
                 condition=Q(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=True)
                 & ~Q(tasks_backend=""),
                 name="periodic_run_to_enqueue",
             ),
+            # What each scope has in flight (occupancy) and its oldest queued run (promotion),
+            # without reading the runs of a fanned-out schedule's other scopes.
             models.Index(
                 fields=["schedule", "scope"],
                 condition=Q(status__in=choices.ACTIVE_STATUSES),
@@ -223,6 +236,11 @@ class Run(models.Model):
         """A backfilled run that has not started: it waits for its release time
         (``next_retry_at``), paced by the backfill's rate (``AWAITING_RELEASE``)."""
         return all(getattr(self, name) == value for name, value in AWAITING_RELEASE_VALUES.items())
+
+    @property
+    def release_time(self) -> datetime:
+        """When it may first start: its plan time, or later by its schedule's stagger."""
+        return self.release_at or self.plan_time
 
     @property
     def snapshot(self) -> dict[str, Any]:

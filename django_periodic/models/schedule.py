@@ -159,6 +159,14 @@ class Schedule(TrackedChanges):
     )
     misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
     misfire_grace = models.DurationField(default=timedelta(minutes=1))
+    jitter = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Stagger: each run starts up to this long after its plan time, at an offset "
+            "fixed by the schedule, scope and plan time; empty: at its plan time."
+        ),
+    )
     max_attempts = models.PositiveIntegerField(default=1)
     retry_backoff = models.DurationField(
         default=timedelta(seconds=10), help_text=_("Delay before the first retry; doubles after.")

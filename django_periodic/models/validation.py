@@ -69,7 +69,20 @@ def _range_errors(schedule: "Schedule") -> list[tuple[str, str]]:
             "or a live process could lose its lease."
         )
         errors.append(("lease_timeout", message))
-    return errors
+    return errors + _jitter_errors(schedule, errors)
+
+
+def _jitter_errors(
+    schedule: "Schedule", range_errors: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
+    interval, jitter = schedule.interval, schedule.jitter
+    if any(field == "jitter" for field, _ in range_errors) or not (interval and jitter):
+        return []
+    if jitter < interval:
+        return []
+    return [
+        ("jitter", "jitter must be shorter than the interval, or a run could start after the next.")
+    ]
 
 
 def _route_errors(schedule: "Schedule") -> list[tuple[str, str]]:

@@ -16,6 +16,7 @@ from django.db.models import Count, F
 
 from django_periodic.conf import get_settings
 from django_periodic.models import (
+    RELEASE,
     Lease,
     Run,
     RunQuerySet,
@@ -146,7 +147,8 @@ def gather(now: datetime, using: str = "default") -> Report:
 
 
 def fire_lag(now: datetime, using: str = "default") -> Lag:
-    """p50 and p99 of ``started_at - plan_time`` over first attempts started in the last
+    """p50 and p99 of the lag, ``started_at`` less the release (``RELEASE``: the plan time,
+    or later by a stagger), over first attempts started in the last
     :data:`LAG_WINDOW` (a retry's start says nothing about the scheduler's promptness, nor
     does a backfilled run's, released long after its plan time on purpose)."""
     if connections[using].vendor == "postgresql":
@@ -154,17 +156,18 @@ def fire_lag(now: datetime, using: str = "default") -> Lag:
     started = Run.objects.using(using).filter(attempt=1, started_at__gte=now - LAG_WINDOW)
     started = started.exclude(trigger=Run.Trigger.BACKFILL)
     # Bounded: on SQLite (one process, development) the latest runs are sample enough.
-    rows = started.order_by("-started_at").values_list("started_at", "plan_time")[:LAG_SAMPLE]
-    lags = sorted(started_at - plan_time for started_at, plan_time in rows if started_at)
+    rows = started.order_by("-started_at").values_list("started_at", RELEASE)[:LAG_SAMPLE]
+    lags = sorted(started_at - release for started_at, release in rows if started_at)
     return Lag(len(lags), _percentile(lags, 0.5), _percentile(lags, 0.99))
 
 
 def _lag_in_sql(since: datetime, using: str) -> Lag:
     table = connections[using].ops.quote_name(Run._meta.db_table)
+    lag = "started_at - COALESCE(release_at, plan_time)"  # RELEASE
     sql = (
         "SELECT count(*),"
-        " percentile_cont(0.5) WITHIN GROUP (ORDER BY started_at - plan_time),"
-        " percentile_cont(0.99) WITHIN GROUP (ORDER BY started_at - plan_time)"
+        f" percentile_cont(0.5) WITHIN GROUP (ORDER BY {lag}),"
+        f" percentile_cont(0.99) WITHIN GROUP (ORDER BY {lag})"
         f" FROM {table} WHERE attempt = 1 AND started_at >= %s AND trigger <> %s"
     )
     with connections[using].cursor() as cursor:

@@ -17,7 +17,7 @@ from django.db import close_old_connections, connections
 from django.db.models import Count, Q
 
 from django_periodic import clock, signals
-from django_periodic.models import Run, SchedulerProcess
+from django_periodic.models import RELEASE, Run, SchedulerProcess
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -89,9 +89,9 @@ class _Metrics:
     def on_planned(self, **kwargs: Any) -> None:
         self.fired.inc()
 
-    def on_started(self, plan_time: Any, started_at: Any, **kwargs: Any) -> None:
+    def on_started(self, release_time: Any, started_at: Any, **kwargs: Any) -> None:
         if started_at is not None:
-            self.lag.observe(max((started_at - plan_time).total_seconds(), 0.0))
+            self.lag.observe(max((started_at - release_time).total_seconds(), 0.0))
 
     def on_finished(
         self, status: str, reason: str, duration: timedelta | None, **kwargs: Any
@@ -144,9 +144,9 @@ class _StateCollector:
 
     def _counts(self) -> tuple[int, int, int]:
         now = clock.now(self.using)
-        due = Q(status=Run.Status.PENDING, plan_time__lte=now)
+        due = Q(status=Run.Status.PENDING, release__lte=now)
         # Only active runs (a partial index), never the whole history.
-        active = Run.objects.using(self.using).active()
+        active = Run.objects.using(self.using).active().alias(release=RELEASE)
         runs = active.aggregate(
             running=Count("pk", filter=Q(status=Run.Status.RUNNING)),
             waiting=Count("pk", filter=due | Q(status=Run.Status.QUEUED)),
