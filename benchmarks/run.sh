@@ -24,6 +24,10 @@ PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
     "$python" benchmarks/fanout.py "$@"
+# Planning and idle cost with 100,000 schedules, plain and with features (stagger) in use.
+PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
+    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
+    "$python" benchmarks/features.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*
 PERIODIC_TEST_DB=sqlite PERIODIC_TEST_DB_NAME=/tmp/periodic-bench.sqlite3 "$python" benchmarks/bench.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*
