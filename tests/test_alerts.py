@@ -99,7 +99,7 @@ def test_failures_in_a_row_need_attention_once_and_a_success_recovers_once(recei
     attention.evaluate(now + timedelta(minutes=1))  # still so: nothing new to announce
     assert state(schedule) == (FAILING, now)
     ((name, arguments),) = received
-    assert name == "needs"
+    assert name == "needs" and type(arguments["reason"]) is str  # not an AttentionReason
     assert arguments == {
         "schedule_id": schedule.pk,
         "schedule": "nightly",

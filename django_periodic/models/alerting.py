@@ -42,13 +42,13 @@ class Facts:
 
 
 def reason(facts: Facts, now: datetime) -> str:
-    """Why the schedule needs attention at ``now`` (an ``AttentionReason``), "" if it
-    does not."""
+    """Why the schedule needs attention at ``now`` (an ``AttentionReason`` value, a plain
+    str), "" if it does not."""
     if facts.alert_failures is not None and facts.failures >= facts.alert_failures:
-        return AttentionReason.FAILING
+        return AttentionReason.FAILING.value
     oldest = facts.oldest_unsucceeded
     if facts.alert_after is not None and oldest is not None and oldest < now - facts.alert_after:
-        return AttentionReason.NO_SUCCESS
+        return AttentionReason.NO_SUCCESS.value
     return ""
 
 
