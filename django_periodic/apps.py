@@ -10,7 +10,7 @@ class PeriodicConfig(AppConfig):
     def ready(self) -> None:
         from django_periodic import checks  # noqa: F401  (the checks
         from django_periodic.engine import stop_signals
-        from django_periodic.operations import runlog
+        from django_periodic.operations import alert_mail, runlog
 
         # A scheduler stopped while it is still starting (loading jobs below, checks, boot
         # recovery) must exit cleanly, not by the signal's default action.
@@ -22,3 +22,5 @@ class PeriodicConfig(AppConfig):
         autodiscover_modules("jobs", "scopes")
         # The run log listens to the signals only where LOGGING enables it.
         runlog.follow()
+        # Mails the ADMINS of each change of a schedule's need for attention, if asked.
+        alert_mail.follow()

@@ -140,4 +140,8 @@ SCHEDULE: dict[str, Range[Any]] = {
     "max_concurrent": Range(1, 1000),
     # Finished runs kept per schedule by count.
     "keep_runs": Range(1, 1_000_000),
+    # Alerts (models/alerting.py): a fire unsucceeded this long, or this many failures in
+    # a row. A century is "never"; a thousand failures in a row is no alert worth having.
+    "alert_after": Range(_ZERO, CENTURY, low_open=True),
+    "alert_failures": Range(1, 1000),
 }

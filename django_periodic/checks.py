@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 
 from django_periodic import bounds, taskbackends
 from django_periodic.conf import (
+    ALERT_INTERVAL_FLOOR,
+    BOOLEAN_KEYS,
     DURATION_KEYS,
     INTEGER_KEYS,
     MAY_BE_NONE,
@@ -72,7 +74,22 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
             errors.append(Error(f"{SETTING_NAME}[{key!r}] {error}", id=_error_id(key)))
         elif key == "MIN_INTERVAL":
             errors += _check_min_interval(get_settings().MIN_INTERVAL)
+        elif key == "ALERT_INTERVAL":
+            errors += _check_alert_interval(get_settings().ALERT_INTERVAL)
     return errors
+
+
+def _check_alert_interval(interval: timedelta) -> list[Error]:
+    """Judging which schedules need attention is one query: not one per tick."""
+    if interval >= ALERT_INTERVAL_FLOOR:
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['ALERT_INTERVAL'] must be at least "
+            f"{bounds.show(ALERT_INTERVAL_FLOOR)}, not {bounds.show(interval)}.",
+            id="django_periodic.E007",
+        )
+    ]
 
 
 def _check_min_interval(minimum: timedelta) -> list[Error]:
@@ -90,7 +107,7 @@ def _check_min_interval(minimum: timedelta) -> list[Error]:
 
 
 def _error_id(key: str) -> str:
-    known = key in DURATION_KEYS or key in INTEGER_KEYS or key in STRING_KEYS
+    known = key in DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS
     return "django_periodic.E003" if known else "django_periodic.E002"
 
 
@@ -113,7 +130,9 @@ def _check_value(key: str, value: object) -> str | None:
         return None if value > 0 else "must be positive."
     if key in STRING_KEYS:
         return None if isinstance(value, str) and value else "must be a non-empty string."
-    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS))
+    if key in BOOLEAN_KEYS:
+        return None if isinstance(value, bool) else "must be True or False."
+    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS))
     return f"is not a known setting. Known settings: {known}."
 
 
@@ -168,5 +187,25 @@ def check_retention(app_configs: Sequence[AppConfig] | None = None, **kwargs: An
             "KEEP_RUNS_FOR: runs are kept forever (unless a schedule sets its own rule).",
             hint="Set KEEP_RUNS_FOR (or KEEP_RUNS) to how long other runs are kept.",
             id="django_periodic.W002",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_alert_mail(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Warning]:
+    """``ALERT_MAIL_ADMINS`` mails the ``ADMINS``: without any, nobody gets the mail."""
+    configured = getattr(settings, SETTING_NAME, None)
+    if not isinstance(configured, dict) or configured.get("ALERT_MAIL_ADMINS") is not True:
+        return []
+    if getattr(settings, "ADMINS", None):
+        return []
+    return [
+        Warning(
+            f"{SETTING_NAME}['ALERT_MAIL_ADMINS'] is on, but the ADMINS setting is empty: "
+            "nobody is mailed when a schedule needs attention.",
+            hint="Set ADMINS, or turn ALERT_MAIL_ADMINS off.",
+            id="django_periodic.W003",
         )
     ]

@@ -59,6 +59,14 @@ class Misfire(models.TextChoices):
     SKIP = "skip", _("fire none of the missed times")
 
 
+class AttentionReason(models.TextChoices):
+    """Why a schedule needs attention (``Schedule.attention_reason``; empty: it is fine).
+    The rules are models/alerting.py's."""
+
+    NO_SUCCESS = "no_success", _("no success in time")
+    FAILING = "failing", _("its last runs failed")
+
+
 class DstGap(models.TextChoices):
     """A cron fire whose wall time a spring-forward change skips (empty: cron(8)'s rule)."""
 

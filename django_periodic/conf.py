@@ -49,12 +49,22 @@ class PeriodicSettings:
     KEEP_FAILED_RUNS_FOR: timedelta | None = None
     PRUNE_INTERVAL: timedelta = timedelta(hours=1)
     PRUNE_BATCH_SIZE: int = 1000
+    # Alerts (engine/attention.py): how often a scheduler judges which schedules need
+    # attention (at least ALERT_INTERVAL_FLOOR, check E007), and whether each change is
+    # also mailed to the ADMINS. Metrics: a per-schedule series of whether each schedule
+    # with alerts needs attention, off by default (one series per schedule).
+    ALERT_INTERVAL: timedelta = timedelta(minutes=1)
+    ALERT_MAIL_ADMINS: bool = False
+    METRICS_SCHEDULE_LABELS: bool = False
 
 
 DURATION_KEYS = frozenset(
     f.name for f in fields(PeriodicSettings) if f.type in (timedelta, timedelta | None)
 )
 INTEGER_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type in (int, int | None))
+BOOLEAN_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is bool)
+# The shortest ALERT_INTERVAL: judging every schedule is one query, but not one per tick.
+ALERT_INTERVAL_FLOOR = timedelta(seconds=1)
 # Text keys, and those of them that may be None.
 STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE"})
 MAY_BE_NONE = frozenset({"TASKS_BACKEND", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"})
@@ -78,7 +88,7 @@ def get_settings() -> PeriodicSettings:
     for key, value in configured.items():
         if key in DURATION_KEYS:
             values[key] = _as_timedelta(value)
-        elif key in INTEGER_KEYS or key in STRING_KEYS:
+        elif key in INTEGER_KEYS or key in STRING_KEYS or key in BOOLEAN_KEYS:
             values[key] = value
     return PeriodicSettings(**values)
 

@@ -4,8 +4,9 @@ Every run signal is sent with ``sender=Run`` (the model class) and the keyword a
 of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at`` and ``release_time``,
 ``run_finished`` adds
 ``duration``, ``lease_lost`` adds ``reentered``. ``schedule_disabled`` is sent with
-``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``.
-See docs/signals.md.
+``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``;
+``schedule_needs_attention`` and ``schedule_recovered`` with ``sender=Schedule`` and the
+keyword arguments of ``ATTENTION_ARGUMENTS``. See docs/signals.md.
 
 A change made in a transaction is announced after it commits (``transaction.on_commit``),
 and never if it rolls back. Receivers run in the thread that made the change (a
@@ -49,6 +50,14 @@ run_skipped = Signal()
 lease_lost = Signal()
 #: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times.
 schedule_disabled = Signal()
+#: A schedule that was fine needs attention now (models/alerting.py): sent once, by the
+#: one scheduler that wrote the change.
+schedule_needs_attention = Signal()
+#: A schedule that needed attention does not any more: it succeeded, or it was disabled,
+#: or its alerts were removed. Sent once, like ``schedule_needs_attention``.
+schedule_recovered = Signal()
+
+SCHEDULE_SIGNALS = (schedule_disabled, schedule_needs_attention, schedule_recovered)
 
 RUN_SIGNALS = (run_planned, run_started, run_finished, run_retried, run_skipped, lease_lost)
 
@@ -62,6 +71,16 @@ RUN_ARGUMENTS = (
     "attempt",  # int: attempts started so far (0 before the first)
     "status",  # str: the run's status after the transition (Run.Status)
     "reason",  # str: why it was skipped or failed (the run's error_code), else ""
+    "using",  # str: the database alias
+)
+
+#: What the attention signals send (besides ``sender`` and ``signal``).
+ATTENTION_ARGUMENTS = (
+    "schedule_id",  # int
+    "schedule",  # str: the schedule's name
+    "reason",  # str: an AttentionReason; for schedule_recovered, the one that ended
+    "message",  # str: the reason in words, with the schedule's threshold
+    "since",  # datetime: when it began to need attention
     "using",  # str: the database alias
 )
 
@@ -137,9 +156,9 @@ def send_on_commit(events: Iterable[Event], using: str) -> None:
 def send(events: list[Event]) -> None:
     """Send events now, each to every receiver; a receiver that raises is logged."""
     # Looked up, not imported: the models send these signals, so they import this module.
-    sender_name = {schedule_disabled: "Schedule"}
     for signal, arguments in events:
-        sender = apps.get_model("django_periodic", sender_name.get(signal, "Run"))
+        name = "Schedule" if signal in SCHEDULE_SIGNALS else "Run"
+        sender = apps.get_model("django_periodic", name)
         for receiver, response in signal.send_robust(sender, **arguments):
             if isinstance(response, Exception):
                 logger.error("Signal receiver %r raised.", receiver, exc_info=response)

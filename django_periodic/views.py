@@ -13,7 +13,7 @@ from django_periodic.operations import health
 @require_GET
 def health_view(request: HttpRequest) -> JsonResponse:
     """``{"ok": ..., "now": ..., "problems": [{"check", "message"}]}``; a constant number of
-    queries (the database's clock and :func:`django_periodic.health.attention`'s four)."""
+    queries (the database's clock and :func:`django_periodic.health.attention`'s five)."""
     now = clock.now()
     problems = health.attention(now)
     body = {

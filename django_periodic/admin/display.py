@@ -250,6 +250,19 @@ def pause(schedule: Schedule) -> SafeString:
     )
 
 
+def attention(schedule: Schedule) -> SafeString:
+    """Why a schedule needs attention, and since when in the tooltip; "—" if it does not."""
+    since = schedule.attention_since
+    if not schedule.attention_reason:
+        return format_html("{}", EMPTY)
+    title = _("since %(time)s") % {"time": absolute(since)} if since else ""
+    return format_html(
+        '<span class="periodic-attention" title="{}">⚠ {}</span>',
+        title,
+        schedule.attention_note,
+    )
+
+
 def duration(value: timedelta | None) -> str:
     """A short duration: "850 ms", "12.3 s", "4 min 5 s", "2 h 3 min"; signed."""
     if value is None:

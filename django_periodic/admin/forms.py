@@ -18,6 +18,7 @@ from django_periodic import registry, taskbackends, triggers
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
 from django_periodic.models import (
+    ALERT_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
@@ -204,6 +205,7 @@ class ScheduleForm(_ScheduleModelForm):
             *TRIGGER_FIELDS,
             *POLICY_FIELDS,
             *RETENTION_FIELDS,
+            *ALERT_FIELDS,
         ]
         widgets = {
             "cron": forms.TextInput(
@@ -221,6 +223,10 @@ class ScheduleForm(_ScheduleModelForm):
                 "or @hourly, @daily, @weekly, @monthly, @yearly."
             ),
             "interval": _("e.g. 00:05:00 for five minutes, or 1 00:00:00 for a day."),
+            "alert_after": _(
+                "Needs attention when a fire goes this long without a success, e.g. 02:00:00 "
+                "for two hours; empty: never."
+            ),
             "run_at": _("In the site's time zone."),
         }
 

@@ -1,5 +1,6 @@
-"""The schedule list's sidebar filters: by trigger kind, by the last run's status, and by
-where the schedule is defined (code or database)."""
+"""The schedule list's sidebar filters: by trigger kind, by the last run's status, by
+whether it needs attention (its alerts), and by where the schedule is defined (code or
+database)."""
 
 from typing import TYPE_CHECKING, Any, cast
 
@@ -67,4 +68,24 @@ class CodeDefinedFilter(admin.SimpleListFilter):
             return queryset.exclude(defined_in="")
         if self.value() == "admin":
             return queryset.filter(defined_in="")
+        return queryset
+
+
+class AttentionFilter(admin.SimpleListFilter):
+    """Schedules needing attention by their alerts, as the scheduler last judged."""
+
+    title = gettext_lazy("attention")
+    parameter_name = "attention"
+
+    def lookups(
+        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
+    ) -> "list[tuple[str, StrOrPromise]]":
+        return [("yes", _("needs attention")), ("no", _("fine"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        # The admin's queryset comes from Schedule.objects.
+        if self.value() == "yes":
+            return cast(ScheduleQuerySet, queryset).needing_attention()
+        if self.value() == "no":
+            return queryset.filter(attention_reason="")
         return queryset

@@ -30,11 +30,13 @@ from django_periodic import clock, triggers
 from django_periodic.admin import deletion, display, history, preview, schedule_actions
 from django_periodic.admin.forms import KIND_LABELS, ScheduleForm
 from django_periodic.admin.schedule_filters import (
+    AttentionFilter,
     CodeDefinedFilter,
     LastStatusFilter,
     TriggerKindFilter,
 )
 from django_periodic.models import (
+    ALERT_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
@@ -61,8 +63,10 @@ CODE_DEFINED_FIELDS = (
     *TRIGGER_FIELDS,
     *POLICY_FIELDS,
     *RETENTION_FIELDS,
+    *ALERT_FIELDS,
 )
 STATE_FIELDS = (
+    "attention",
     "pause_state",
     "scope_status",
     "next_fire",
@@ -109,10 +113,18 @@ class ScheduleAdmin(_ScheduleAdmin):
         "enabled",
         "next_fire",
         "last_status",
+        "attention",
         "recent_runs",
     ]
     list_display_links = ["name_and_error"]
-    list_filter = ["enabled", "job", TriggerKindFilter, LastStatusFilter, CodeDefinedFilter]
+    list_filter = [
+        "enabled",
+        "job",
+        TriggerKindFilter,
+        LastStatusFilter,
+        AttentionFilter,
+        CodeDefinedFilter,
+    ]
     search_fields = ["name", "job"]
     show_full_result_count = False  # a second COUNT(*) of the whole table on every page
     actions = [
@@ -148,6 +160,7 @@ class ScheduleAdmin(_ScheduleAdmin):
             (_("Trigger"), {"fields": list(trigger)}),
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
             (_("History"), {"fields": list(RETENTION_FIELDS)}),
+            (_("Alerts"), {"fields": list(ALERT_FIELDS)}),
         ]
         if obj is not None:
             # The scopes' latest runs only where there are scopes.
@@ -270,6 +283,10 @@ class ScheduleAdmin(_ScheduleAdmin):
         if schedule.is_unplanned:  # stored without save(); the planner plans it first
             return format_html('<span class="periodic-quiet">{}</span>', _("not planned yet"))
         return display.when(schedule.next_fire_at, clock.wall_now())
+
+    @admin.display(description=gettext_lazy("attention"), ordering="attention_since")
+    def attention(self, schedule: Schedule) -> SafeString:
+        return display.attention(schedule)
 
     @admin.display(description=gettext_lazy("pause"))
     def pause_state(self, schedule: Schedule) -> SafeString:

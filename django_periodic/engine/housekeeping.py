@@ -1,5 +1,6 @@
-"""A scheduler process's housekeeping: its heartbeat, the sweep of expired leases, and the
-probe for leases of dead holders; each at its pace, busy while holding leases, idle not.
+"""A scheduler process's housekeeping: its heartbeat, the sweep of expired leases, the
+probe for leases of dead holders, each at its pace, busy while holding leases, idle not;
+and, in planning processes, judging which schedules need attention (attention.py).
 
 The loop (scheduler.py) says when to look; this module says whether each is due, does it,
 and when it is next due. The statements themselves live in leases.py and presence.py.
@@ -12,7 +13,15 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from django_periodic.conf import PeriodicSettings
-from django_periodic.engine import claims, horizon, leases, overlap, presence, wakeups
+from django_periodic.engine import (
+    attention,
+    claims,
+    horizon,
+    leases,
+    overlap,
+    presence,
+    wakeups,
+)
 from django_periodic.engine import workers as workers_
 from django_periodic.engine.recorder import Recorder
 from django_periodic.models import SchedulerProcess
@@ -39,6 +48,10 @@ class Housekeeper:
         self.listener = listener
         self.next_sweep = self.next_heartbeat = datetime.min.replace(tzinfo=UTC)
         self._next_probe = 0.0  # time.monotonic() of the next look for dead holders
+        self.next_attention = datetime.min.replace(tzinfo=UTC)
+        # Whether the last evaluation found schedules with alerts: only then does a sleep
+        # end for the next one (an app without alerts pays nothing while idle).
+        self._alerts_watched = False
 
     def keep_house(
         self, process: SchedulerProcess | None, now: datetime, ahead: horizon.Horizon
@@ -64,6 +77,22 @@ class Housekeeper:
         if sweep:
             with transaction.atomic(using=self.using, savepoint=False):
                 self.sweep(now)
+
+    def attend(self, now: datetime) -> attention.Evaluation | None:
+        """Judge which schedules need attention, at most once an ``ALERT_INTERVAL``.
+
+        Any error is logged and waits for the next evaluation: alerts must never stop the
+        scheduling (a database gone away fails the tick's next statement anyway)."""
+        if now < self.next_attention:
+            return None
+        self.next_attention = now + self.settings.ALERT_INTERVAL
+        try:
+            found = attention.evaluate(now, self.using)
+        except Exception:
+            logger.exception("Could not judge which schedules need attention.")
+            return None
+        self._alerts_watched = bool(found.watched)
+        return found
 
     def probing(self) -> bool:
         """Whether this tick's look ahead also looks for leases of dead holders: at most once
@@ -124,6 +153,8 @@ class Housekeeper:
         """When housekeeping is next due: sweep, heartbeat, lease expiry, and while a lease
         is held anywhere, the probe for dead holders (presence.py)."""
         times = [self.next_sweep, self.next_heartbeat, ahead.next_expiry]
+        if self._alerts_watched:
+            times.append(self.next_attention)
         if ahead.next_expiry is not None and self.listener.may_judge():
             times.append(now + presence.PROBE_INTERVAL)
         return times

@@ -172,6 +172,8 @@ class Scheduler:
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
+        if self.plan:
+            self.housekeeper.attend(now)
         if self.pool:
             self.watcher.watch(self.process, now)
             self._claim_due(ahead, planned.fired)

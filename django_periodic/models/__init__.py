@@ -6,6 +6,8 @@ name below is importable from ``django_periodic.models``.
 """
 
 from django_periodic.models.field_groups import (
+    ALERT_FIELDS,
+    ATTENTION_FIELDS,
     CURSOR_FIELDS,
     JOB_FIELDS,
     POLICY_FIELDS,
@@ -42,7 +44,9 @@ from django_periodic.models.trigger_rows import (
 )
 
 __all__ = [
+    "ALERT_FIELDS",
     "ANCHORED_AT_CREATION",
+    "ATTENTION_FIELDS",
     "AWAITING_RELEASE",
     "BACKFILLED",
     "CLAIMABLE_STATUSES",

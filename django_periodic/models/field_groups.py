@@ -28,8 +28,12 @@ POLICY_FIELDS = (
 )
 # How long a schedule's finished runs are kept (retention.py); empty: the global settings.
 RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
+# When a schedule needs attention (alerting.py); empty: never for that reason.
+ALERT_FIELDS = ("alert_after", "alert_failures")
 # What @job(...) may define besides its name: every field above.
-SCHEDULE_OPTIONS = frozenset(JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS)
+SCHEDULE_OPTIONS = frozenset(
+    JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS + ALERT_FIELDS
+)
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved.
 CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled", "paused_until")
 # Fields whose change makes a new revision of a schedule (Schedule.revision): what its
@@ -37,3 +41,7 @@ CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled", "paused_until")
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
 # A schedule's pause (Schedule.pause()): until when, why, by whom.
 PAUSE_FIELDS = ("paused_until", "pause_reason", "paused_by")
+# Whether it needs attention, as the scheduler last found (engine/attention.py): written
+# by the scheduler alone, never by a full save() (Schedule.save), so that an edit saved
+# from a stale form cannot undo a transition and have it announced twice.
+ATTENTION_FIELDS = ("attention_reason", "attention_since")

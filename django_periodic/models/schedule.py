@@ -11,9 +11,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import bounds, choices, clock, triggers
 from django_periodic import scopes as scope_providers
-from django_periodic.choices import ScheduleKind
-from django_periodic.models import pausing, validation
+from django_periodic.choices import AttentionReason, ScheduleKind
+from django_periodic.models import alerting, pausing, validation
 from django_periodic.models.field_groups import (
+    ATTENTION_FIELDS,
     CURSOR_FIELDS,
     PAUSE_FIELDS,
     REVISION_FIELDS,
@@ -66,6 +67,14 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def enabled(self) -> "ScheduleQuerySet":
         """Schedules the planner looks at (not paused or disabled)."""
         return self.filter(enabled=True)
+
+    def with_alerts(self) -> "ScheduleQuerySet":
+        """Schedules whose alerts the scheduler judges: enabled, with at least one set."""
+        return self.filter(alerting.WITH_ALERTS)
+
+    def needing_attention(self) -> "ScheduleQuerySet":
+        """Schedules the scheduler last found needing attention (models/alerting.py)."""
+        return self.exclude(attention_reason="")
 
     def of_kind(self, kind: str) -> "ScheduleQuerySet":
         """Schedules whose trigger is of this ``Schedule.Kind``."""
@@ -204,6 +213,27 @@ class Schedule(TrackedChanges):
         ),
     )
 
+    alert_after = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Needs attention when a fire goes this long without a success; empty: never."),
+    )
+    alert_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Needs attention after this many failed runs in a row; empty: never."),
+    )
+    # Whether it needs attention, as the scheduler last found (engine/attention.py); only the
+    # scheduler writes them.
+    attention_reason = models.CharField(
+        max_length=32,
+        choices=AttentionReason,
+        blank=True,
+        editable=False,
+        help_text=_("Why it needs attention; empty: it does not."),
+    )
+    attention_since = models.DateTimeField(null=True, blank=True, editable=False)
+
     revision = models.PositiveIntegerField(
         default=1,
         editable=False,
@@ -260,6 +290,8 @@ class Schedule(TrackedChanges):
             self.revision = F("revision") + 1
             if update_fields is not None:
                 kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
+        if update_fields is None and not args and self._writes_every_field(kwargs):
+            kwargs["update_fields"] = self._edited_fields()
         super().save(*args, **kwargs)
         if revised:
             saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
@@ -268,6 +300,23 @@ class Schedule(TrackedChanges):
         if moved:
             # Sleeping schedulers look at the new cursor.
             wake_schedulers(self._state.db or "default")
+
+    def _writes_every_field(self, kwargs: dict[str, Any]) -> bool:
+        """Whether this save would UPDATE every field of the existing row."""
+        same_database = kwargs.get("using") in (None, self._state.db)
+        return not self._state.adding and same_database and not kwargs.get("force_insert")
+
+    def _edited_fields(self) -> list[str]:
+        """Every loaded field but ``ATTENTION_FIELDS``, which only the scheduler writes: an
+        edit saved from a form loaded before a transition must not undo it."""
+        deferred = self.get_deferred_fields()
+        return [
+            field.name
+            for field in self._meta.concrete_fields
+            if not field.primary_key
+            and field.name not in ATTENTION_FIELDS
+            and field.attname not in deferred
+        ]
 
     def _move_cursor(self, using: str) -> bool:
         """Set ``next_fire_at`` after a change that affects it; return whether it moved.
@@ -333,6 +382,13 @@ class Schedule(TrackedChanges):
         """End a pause now: the schedule goes on from its first fire after now."""
         self.paused_until, self.pause_reason, self.paused_by = None, "", ""
         self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+
+    @property
+    def attention_note(self) -> str:
+        """Why it needs attention, in words ("" if it does not)."""
+        if not self.attention_reason:
+            return ""
+        return alerting.note(self.attention_reason, self.alert_after, self.alert_failures)
 
     def is_paused(self, now: datetime) -> bool:
         """Whether a pause holds its fires at ``now``."""

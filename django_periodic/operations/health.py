@@ -32,6 +32,7 @@ Row = Mapping[str, Any]
 NO_LIVE_SCHEDULER = "no_live_scheduler"
 UNSWEPT_LEASES = "unswept_leases"
 DISABLED_BY_ERRORS = "disabled_by_errors"
+SCHEDULES_NEED_ATTENTION = "schedules_need_attention"
 
 # How far ahead "due soon" looks, and the windows of the failures and of the fire lag.
 DUE_AHEAD = timedelta(hours=1)
@@ -71,6 +72,7 @@ class Report:
     running: list[Row]
     expired_leases: list[Row]
     schedule_errors: list[Row]
+    needing_attention: list[Row]
     paused: list[Row]
     failures: int
     latest_failures: list[Row]
@@ -83,7 +85,8 @@ def attention(now: datetime, using: str = "default") -> list[Problem]:
     """The signs of a broken setup, one :class:`Problem` each; empty when all is well.
 
     Each allows the slack a healthy setup needs (a heartbeat or a sweep a little late),
-    so that a live scheduler between two ticks is not reported. Four queries.
+    so that a live scheduler between two ticks is not reported. Schedules needing
+    attention (by their alerts, as the scheduler last judged) are named. Five queries.
     """
     stale_after = SchedulerProcess.stale_after()
     sweep_interval = get_settings().SWEEP_INTERVAL
@@ -109,6 +112,13 @@ def attention(now: datetime, using: str = "default") -> list[Problem]:
     disabled = schedules.filter(enabled=False).exclude(last_error="").count()
     if disabled:
         found.append(Problem(DISABLED_BY_ERRORS, f"{disabled} schedule(s) disabled by errors"))
+    needing = schedules.needing_attention().order_by("name").values_list("name", flat=True)
+    if names := list(needing[: LISTED + 1]):
+        more = ", and more" if len(names) > LISTED else ""
+        listed = ", ".join(names[:LISTED])
+        found.append(
+            Problem(SCHEDULES_NEED_ATTENTION, f"schedule(s) need attention: {listed}{more}")
+        )
     return found
 
 
@@ -128,6 +138,7 @@ def gather(now: datetime, using: str = "default") -> Report:
         schedule_errors=list(
             errors.values("name", "enabled", "planning_failures", "last_error")[:LISTED]
         ),
+        needing_attention=needing_attention(using),
         paused=_paused(now, using),
         failures=failed.count(),
         latest_failures=list(
@@ -202,6 +213,24 @@ def _schedulers(now: datetime, using: str) -> list[Row]:
             "alive": process.alive_at(now),
         }
         for process in processes[:LISTED]
+    ]
+
+
+def needing_attention(using: str = "default") -> list[Row]:
+    """The schedules needing attention, those needing it longest first: name, reason (an
+    ``AttentionReason``), since and the reason in words (``message``)."""
+    needing = Schedule.objects.using(using).needing_attention()
+    listed = needing.order_by("attention_since", "name")[:LISTED]
+    return [
+        {
+            "name": schedule.name,
+            "reason": schedule.attention_reason,
+            "since": schedule.attention_since,
+            "message": schedule.attention_note,
+        }
+        for schedule in listed.only(
+            "name", "attention_reason", "attention_since", "alert_after", "alert_failures"
+        )
     ]
 
 

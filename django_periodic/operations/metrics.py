@@ -4,7 +4,8 @@ the ``metrics`` extra). See docs/metrics.md.
 Counters and histograms count what this process saw happen, fed by the signals
 (``signals.py``) and connected only once ``serve()`` is called: without it, or without
 prometheus-client, nothing listens and nothing is imported. Gauges are the database's
-view, shared by every scheduler, read when Prometheus scrapes (two aggregate queries).
+view, shared by every scheduler, read when Prometheus scrapes (three aggregate queries; a
+fourth for the per-schedule series of ``METRICS_SCHEDULE_LABELS``).
 The metrics live in their own registry (``registry()``), not prometheus-client's global
 one: only what is ours is served.
 """
@@ -17,7 +18,8 @@ from django.db import close_old_connections, connections
 from django.db.models import Count, Q
 
 from django_periodic import clock, signals
-from django_periodic.models import RELEASE, Run, SchedulerProcess
+from django_periodic.conf import get_settings
+from django_periodic.models import RELEASE, Run, Schedule, SchedulerProcess
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -114,9 +116,10 @@ class _Metrics:
 
 
 class _StateCollector:
-    """Gauges read from the database at each scrape: runs running and waiting to start, and
-    live schedulers. A scrape runs on the exporter's own thread: its connection is closed
-    after each, as a request's would be."""
+    """Gauges read from the database at each scrape: runs running and waiting to start, live
+    schedulers, schedules needing attention (and, with ``METRICS_SCHEDULE_LABELS``, one
+    series per schedule with alerts). A scrape runs on the exporter's own thread: its
+    connection is closed after each, as a request's would be."""
 
     def __init__(self, using: str) -> None:
         self.using = using
@@ -130,6 +133,8 @@ class _StateCollector:
         try:
             close_old_connections()
             running, waiting, live = self._counts()
+            needing = Schedule.objects.using(self.using).needing_attention().count()
+            per_schedule = self._per_schedule() if get_settings().METRICS_SCHEDULE_LABELS else None
         finally:
             connections[self.using].close()
         yield GaugeMetricFamily(f"{PREFIX}runs_running", "Runs running now.", value=running)
@@ -141,6 +146,26 @@ class _StateCollector:
         yield GaugeMetricFamily(
             f"{PREFIX}schedulers_live", "Scheduler processes heartbeating.", value=live
         )
+        yield GaugeMetricFamily(
+            f"{PREFIX}schedules_needing_attention",
+            "Schedules that need attention by their alerts.",
+            value=needing,
+        )
+        if per_schedule is not None:
+            family = GaugeMetricFamily(
+                f"{PREFIX}schedule_needs_attention",
+                "1 while the schedule needs attention by its alerts, else 0.",
+                labels=["schedule"],
+            )
+            for name, reason in per_schedule:
+                family.add_metric([name], 1 if reason else 0)
+            yield family
+
+    def _per_schedule(self) -> list[tuple[str, str]]:
+        """(name, attention_reason) of every schedule with alerts or needing attention."""
+        schedules = Schedule.objects.using(self.using)
+        shown = schedules.with_alerts() | schedules.needing_attention()
+        return list(shown.order_by("name").values_list("name", "attention_reason"))
 
     def _counts(self) -> tuple[int, int, int]:
         now = clock.now(self.using)

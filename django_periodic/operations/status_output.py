@@ -39,6 +39,7 @@ def as_json(report: health.Report) -> str:
         "running": report.running,
         "expired_leases": report.expired_leases,
         "schedule_errors": report.schedule_errors,
+        "needing_attention": report.needing_attention,
         "paused": report.paused,
         "failures": {
             "window_seconds": health.FAILURES_WINDOW.total_seconds(),
@@ -149,6 +150,14 @@ def sections(report: health.Report) -> list[Section]:
                     s["last_error"],
                 )
                 for s in report.schedule_errors
+            ],
+        ),
+        Section(
+            "Needing attention (alerts)",
+            ("schedule", "since", "why"),
+            [
+                (s["name"], f"since {_at(s['since'])}", s["message"])
+                for s in report.needing_attention
             ],
         ),
         Section(

@@ -107,6 +107,9 @@ def _environment(workdir: Path) -> dict[str, str]:
         DATABASE_URL=f"sqlite:///{workdir / 'example.sqlite3'}",
         PYTHONUNBUFFERED="1",
         DJANGO_RUNSERVER_HIDE_WARNING="true",
+        # The package of this checkout, even where the virtualenv installed another one
+        # (a second work tree sharing the first's virtualenv), as tests.processes does.
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])),
     )
     return env
 

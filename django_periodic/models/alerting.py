@@ -1,0 +1,64 @@
+"""A schedule's alerts: when it needs attention, and how that reads.
+
+Two rules, each off while its field is empty, both judged from a schedule's runs *since its
+last success*, that is with a plan time after the latest plan time of its succeeded runs
+(of any trigger: a manual run that succeeds shows the job works again):
+
+- **no success in time** (``alert_after``): its oldest scheduled fire since its last
+  success has a plan time before ``now - alert_after``. A fire counts whatever became of it
+  (still waiting or running, failed, skipped as missed or for an overlap) but one skipped
+  by a pause, which nobody expected to run.
+- **failing** (``alert_failures``): at least that many of its runs failed since its last
+  success; so its last ``alert_failures`` runs that ended succeeded or failed, by plan
+  time, all failed. Cancelled and skipped runs neither count nor end a streak.
+
+Failing is the reason given when both hold. The scheduler judges every schedule at once
+(engine/attention.py) and stores the verdict on it (``attention_reason``,
+``attention_since``); a schedule disabled, or with neither field set, needs no attention.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+
+from django_periodic import bounds
+from django_periodic.choices import AttentionReason
+
+# The schedules whose alerts are judged: enabled, with at least one alert set.
+WITH_ALERTS = Q(enabled=True) & (Q(alert_after__isnull=False) | Q(alert_failures__isnull=False))
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the rules read of one schedule, gathered for all of them in one query."""
+
+    alert_after: timedelta | None
+    alert_failures: int | None
+    # The plan time of its oldest scheduled fire since its last success (None: none).
+    oldest_unsucceeded: datetime | None
+    # Its runs failed since its last success.
+    failures: int
+
+
+def reason(facts: Facts, now: datetime) -> str:
+    """Why the schedule needs attention at ``now`` (an ``AttentionReason`` value, a plain
+    str), "" if it does not."""
+    if facts.alert_failures is not None and facts.failures >= facts.alert_failures:
+        return AttentionReason.FAILING.value
+    oldest = facts.oldest_unsucceeded
+    if facts.alert_after is not None and oldest is not None and oldest < now - facts.alert_after:
+        return AttentionReason.NO_SUCCESS.value
+    return ""
+
+
+def note(reason: str, alert_after: timedelta | None, alert_failures: int | None) -> str:
+    """A reason in words, with the schedule's threshold: "no success for 2 hours"."""
+    if reason == AttentionReason.FAILING and alert_failures is not None:
+        return f"its last {alert_failures} run(s) failed"
+    if reason == AttentionReason.NO_SUCCESS and alert_after is not None:
+        return f"a fire has gone without a success for over {bounds.show(alert_after)}"
+    try:
+        return str(AttentionReason(reason).label)
+    except ValueError:  # written by hand or by something newer
+        return reason
