@@ -5,7 +5,9 @@ Models only: fields, constraints, the queryset vocabulary (``due``, ``claimable`
 name below is importable from ``django_periodic.models``.
 """
 
+from django_periodic.models.calendars import Calendar, closures_from, closures_of
 from django_periodic.models.field_groups import (
+    CALENDAR_FIELDS,
     CURSOR_FIELDS,
     JOB_FIELDS,
     POLICY_FIELDS,
@@ -36,6 +38,8 @@ from django_periodic.models.trigger_rows import (
     TriggerRow,
     first_fire_time_of,
     kind_of,
+    open_trigger_of,
+    planning_trigger_of,
     trigger_field_errors,
     trigger_of,
 )
@@ -44,6 +48,7 @@ __all__ = [
     "ANCHORED_AT_CREATION",
     "AWAITING_RELEASE",
     "BACKFILLED",
+    "CALENDAR_FIELDS",
     "CLAIMABLE_STATUSES",
     "CURSOR_FIELDS",
     "JOB_FIELDS",
@@ -55,6 +60,7 @@ __all__ = [
     "SCHEDULE_OPTIONS",
     "SNAPSHOT_FIELDS",
     "TRIGGER_FIELDS",
+    "Calendar",
     "Lease",
     "LeaseQuerySet",
     "Run",
@@ -64,9 +70,13 @@ __all__ = [
     "SchedulerProcess",
     "SchedulerProcessQuerySet",
     "TriggerRow",
+    "closures_from",
+    "closures_of",
     "default_timezone",
     "first_fire_time_of",
     "kind_of",
+    "open_trigger_of",
+    "planning_trigger_of",
     "trigger_field_errors",
     "trigger_of",
 ]
