@@ -18,6 +18,7 @@ from django_periodic import registry, taskbackends, triggers
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
 from django_periodic.models import (
+    CALENDAR_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
@@ -202,10 +203,12 @@ class ScheduleForm(_ScheduleModelForm):
             *JOB_FIELDS,
             "enabled",
             *TRIGGER_FIELDS,
+            *CALENDAR_FIELDS,
             *POLICY_FIELDS,
             *RETENTION_FIELDS,
         ]
         widgets = {
+            "calendars": forms.CheckboxSelectMultiple,
             "cron": forms.TextInput(
                 attrs={
                     "class": "vTextField periodic-cron",
