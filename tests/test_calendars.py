@@ -352,3 +352,18 @@ def test_saving_a_calendar_plans_its_schedules_again():
     schedule.refresh_from_db()
     assert schedule.next_fire_at.astimezone(BERLIN).weekday() in (5, 6)  # Saturday's closed
     # span start, or Sunday
+
+
+@pytest.mark.django_db
+def test_the_check_names_each_calendar_with_a_country_when_holidays_is_missing(monkeypatch):
+    from django_periodic import checks
+
+    weekend_calendar(holidays_country="DE")
+    monkeypatch.setitem(sys.modules, "holidays", None)  # what an absent package imports as
+    business_days._supported_countries.cache_clear()
+    try:
+        errors = checks.check_holidays_installed(databases=["default"])
+    finally:
+        business_days._supported_countries.cache_clear()
+    assert [error.id for error in errors] == ["django_periodic.E007"]
+    assert "'weekends' names a country" in errors[0].msg
