@@ -124,19 +124,23 @@ class CalendarRules:
             return holiday_name(self.holidays_country, self.holidays_subdivision, day)
         return None
 
-    def closure(self, moment: datetime) -> Closure | None:
-        """Why this calendar closes ``moment``: its day, else a blackout; None if open."""
+    def day_closure(self, moment: datetime) -> Closure | None:
+        """Why this calendar closes the day of ``moment`` (on its wall clock), or None."""
         zone = triggers.parse_timezone(self.timezone)
         day = moment.astimezone(zone).date()
         reason = self.day_reason(day)
-        if reason is not None:
-            start = _instant(datetime.combine(day, time()), zone)
-            end = _instant(datetime.combine(day + _DAY, time()), zone)
-            return Closure(self.name, reason, self.timezone, start, max(end, moment + _MICROSECOND))
+        if reason is None:
+            return None
+        start = _instant(datetime.combine(day, time()), zone)
+        end = max(_instant(datetime.combine(day + _DAY, time()), zone), moment + _MICROSECOND)
+        return Closure(self.name, reason, self.timezone, start, end)
+
+    def blackout_closure(self, moment: datetime) -> Closure | None:
+        """The blackout of this calendar that ``moment`` is in, or None."""
         for blackout in self.blackouts:
             if blackout.start <= moment < blackout.end:
                 why = f"blackout until {blackout.end:%Y-%m-%d %H:%M} UTC"
-                reason = f"{why} ({blackout.reason})" if blackout.reason else why
+                reason = f"{why}: {blackout.reason}" if blackout.reason else why
                 return Closure(
                     self.name, reason, self.timezone, blackout.start, blackout.end, blackout=True
                 )
@@ -150,10 +154,14 @@ class Closures:
     calendars: tuple[CalendarRules, ...]
 
     def closure(self, moment: datetime) -> Closure | None:
-        """The first calendar's reason to close ``moment``, or None if every one is open."""
+        """Why ``moment`` is closed, or None if every calendar is open then. A blackout
+        comes first (nothing in it runs, whatever ``on_closed_day`` says), then the first
+        calendar (by name) that closes its day."""
         for calendar in self.calendars:
-            found = calendar.closure(moment)
-            if found is not None:
+            if found := calendar.blackout_closure(moment):
+                return found
+        for calendar in self.calendars:
+            if found := calendar.day_closure(moment):
                 return found
         return None
 

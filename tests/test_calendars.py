@@ -91,6 +91,17 @@ def test_a_fire_in_a_blackout_is_not_run_even_when_shifting():
     assert fires == [berlin(2026, 3, 6, 9), berlin(2026, 3, 11, 9)]
 
 
+def test_a_closed_day_in_a_blackout_is_not_shifted_out_of_it():
+    freeze = business_days.Blackout(berlin(2026, 3, 7), berlin(2026, 3, 8), "freeze")
+    closures = weekends(blackouts=(freeze,))
+    fires = open_fires("0 9 * * *", "next_open_day", FRIDAY, FRIDAY + timedelta(days=4), closures)
+    # Saturday is closed twice, the blackout first: not run. Sunday's fire moves to Monday.
+    assert fires == [berlin(2026, 3, 6, 9), berlin(2026, 3, 9, 9)]
+    closure = closures.closure(berlin(2026, 3, 7, 9))
+    assert closure is not None and closure.blackout
+    assert closure.reason == "blackout until 2026-03-07 23:00 UTC: freeze"
+
+
 def test_skipping_a_per_second_weekend_jumps_over_it():
     every_second = triggers.IntervalTrigger(SECOND, berlin(2026, 1, 1))
     trigger = OpenTrigger(every_second, weekends(), "skip")
@@ -155,7 +166,7 @@ def test_open_fires_are_the_shifted_fires_in_order_and_found_both_ways(
         assert trigger.latest_at_or_before(fire) == fire
         if before is not None:
             assert trigger.latest_at_or_before(fire - timedelta(microseconds=1)) == before
-    walk, at = [], start
+    walk, at = [], start - timedelta(microseconds=1)
     planning = PlanningTrigger(trigger)
     while (at := planning.next_after(at)) is not None and at < end:
         walk.append(at)
