@@ -378,3 +378,15 @@ def test_the_check_names_each_calendar_with_a_country_when_holidays_is_missing(m
         business_days._supported_countries.cache_clear()
     assert [error.id for error in errors] == ["django_periodic.E007"]
     assert "'weekends' names a country" in errors[0].msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_backfill_records_the_fires_that_would_have_run():
+    schedule = ScheduleFactory(
+        cron="0 9 * * *", timezone="Europe/Berlin", interval=None, on_closed_day="next_open_day"
+    )
+    schedule.calendars.add(weekend_calendar())
+    result = schedule.backfill(berlin(2026, 3, 6), berlin(2026, 3, 10), rate=1000)
+    assert result.recorded == 2
+    plan_times = Run.objects.filter(schedule=schedule).values_list("plan_time", flat=True)
+    assert sorted(plan_times) == [berlin(2026, 3, 6, 9), berlin(2026, 3, 9, 9)]
