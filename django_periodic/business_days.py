@@ -436,10 +436,9 @@ class PlanningTrigger(Trigger):
         if self.open.closures.closure(after) is not None:
             return following
         fire = self.open.trigger.next_after(after)
-        closed = fire is not None and self.open.closures.closure(fire) is not None
-        if closed and (following is None or fire < following):  # type: ignore[operator]
-            return fire
-        return following
+        if fire is None or self.open.closures.closure(fire) is None:
+            return following
+        return fire if following is None or fire < following else following
 
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
         latest = self.open.latest_at_or_before(moment)

@@ -181,20 +181,22 @@ def _closed_fires(
     while fire is not None and (last is None or fire <= last) and len(closed) < CLOSED_FIRES:
         closure = trigger.closures.closure(fire)
         if closure is not None:
-            closed.append((fire, _fate(trigger, fire, str(closure))))
+            closed.append((fire, _fate(trigger, fire, closure)))
         elif last is None:
             break  # open, yet not among the fires: past the end of what is listed
         fire = trigger.trigger.next_after(fire)
     return closed
 
 
-def _fate(trigger: business_days.OpenTrigger, fire: datetime, why: str) -> str:
+def _fate(
+    trigger: business_days.OpenTrigger, fire: datetime, closure: business_days.Closure
+) -> str:
     moved = trigger.shifted(fire)
     if moved is None:
-        return _("closed (%(why)s): not run") % {"why": why}
-    zone = triggers.parse_timezone(trigger.closures.closure(fire).timezone)  # type: ignore[union-attr]
+        return _("closed (%(why)s): not run") % {"why": closure}
+    zone = triggers.parse_timezone(closure.timezone)
     when = moved.astimezone(zone).strftime("%a %Y-%m-%d %H:%M %Z")
-    return _("closed (%(why)s): runs %(when)s") % {"why": why, "when": when}
+    return _("closed (%(why)s): runs %(when)s") % {"why": closure, "when": when}
 
 
 def render(result: Preview) -> str:
