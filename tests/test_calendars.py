@@ -278,7 +278,7 @@ def test_previous_open_day_fires_each_shifted_fire_once_walking_day_by_day():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_calendars_load_in_one_query_per_batch():
+def test_calendars_cost_as_many_queries_for_one_schedule_as_for_many():
     calendar = weekend_calendar()
 
     def plan(count: int) -> int:

@@ -42,6 +42,7 @@ from django_periodic.engine.decisions import (
 )
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
+    Calendar,
     Run,
     Schedule,
     ScheduleQuerySet,
@@ -152,27 +153,28 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
 
 
 def _load_calendars(schedules: list[Due], using: str) -> None:
-    """Give these schedules their calendars, all in one query; each distinct calendar's
-    rules are built once. A calendar that cannot be used fails the schedules using it
-    (``Due.calendar_error``), never the batch."""
+    """Give these schedules their calendars, in two queries (which calendars, then each of
+    them once); each distinct set's rules are built once. A calendar that cannot be used
+    fails the schedules using it (``Due.calendar_error``), never the batch."""
     if not schedules:
         return
     links = Schedule.calendars.through.objects.using(using)
-    links = links.filter(schedule_id__in=[s.pk for s in schedules]).order_by("calendar__name")
-    columns = ("schedule_id", "calendar_id", *(f"calendar__{name}" for name in RULE_FIELDS))
+    links = links.filter(schedule_id__in=[s.pk for s in schedules])
     try:
-        rows = list(links.values_list(*columns))
+        pairs = list(links.values_list("schedule_id", "calendar_id"))
+        # Each calendar once, however many schedules use it (its JSON parsed once).
+        calendars = Calendar.objects.using(using).filter(pk__in={c for _, c in pairs})
+        values = {row[0]: row[1:] for row in calendars.values_list("pk", *RULE_FIELDS)}
     except policies.CONNECTION_ERRORS:
         raise
     except Exception as exc:
         for schedule in schedules:
             schedule.calendar_error = f"Its calendars cannot be loaded ({exc})."
         return
+    pairs = [pair for pair in pairs if pair[1] in values]  # not deleted in between
     calendar_ids: dict[int, list[int]] = {}
-    values: dict[int, tuple[object, ...]] = {}
-    for schedule_id, calendar_id, *rule in rows:
-        calendar_ids.setdefault(schedule_id, []).append(calendar_id)
-        values[calendar_id] = tuple(rule)
+    for schedule_id, calendar_id in sorted(pairs, key=lambda pair: str(values[pair[1]][0])):
+        calendar_ids.setdefault(schedule_id, []).append(calendar_id)  # by calendar name
     built: dict[tuple[int, ...], Closures | str | None] = {}
     for schedule in schedules:
         ids = tuple(calendar_ids.get(schedule.pk, ()))
