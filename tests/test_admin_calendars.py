@@ -88,3 +88,20 @@ def test_the_schedule_page_counts_its_closed_spans(admin_client):
     html = page.content.decode()
     assert "closed fires" in html.lower()
     assert "2026-03-06 23:00:00 UTC" in html and "Closed by calendar" in html
+
+
+@pytest.mark.django_db
+def test_a_calendar_stored_bad_is_refused_on_the_schedule_form_and_does_not_break_saving(
+    admin_client,
+):
+    calendar = weekend_calendar()
+    schedule = ScheduleFactory(cron="0 9 * * *", interval=None)
+    schedule.calendars.add(calendar)
+    Calendar.objects.filter(pk=calendar.pk).update(timezone="Mars/Olympus")
+    url = reverse("admin:django_periodic_schedule_change", args=[schedule.pk])
+    form = schedule_form_data(name=schedule.name, cron="0 9 * * *", calendars=[calendar.pk])
+    response = admin_client.post(url, form)
+    assert "Mars/Olympus" in response.context["adminform"].form.errors["calendars"][0]
+    # Unticking it saves, and plans the schedule again without it.
+    assert admin_client.post(url, schedule_form_data(name=schedule.name)).status_code == 302
+    assert not Schedule.objects.get().calendars.exists()

@@ -390,3 +390,16 @@ def test_a_backfill_records_the_fires_that_would_have_run():
     assert result.recorded == 2
     plan_times = Run.objects.filter(schedule=schedule).values_list("plan_time", flat=True)
     assert sorted(plan_times) == [berlin(2026, 3, 6, 9), berlin(2026, 3, 9, 9)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_unknown_on_closed_day_stored_through_update_fails_only_its_schedule():
+    with_it = ScheduleFactory(name="with", cron="0 9 * * *", interval=None)
+    with_it.calendars.add(weekend_calendar())
+    ScheduleFactory(name="without", cron="0 9 * * *", interval=None)
+    Schedule.objects.filter(pk=with_it.pk).update(on_closed_day="tomorrow")
+    Schedule.objects.update(next_fire_at=berlin(2026, 3, 6, 9))
+    result = planner.plan_due(berlin(2026, 3, 6, 9))
+    assert result.failed == ["with"]
+    with_it.refresh_from_db()
+    assert "Unknown on_closed_day 'tomorrow'" in with_it.last_error

@@ -25,6 +25,7 @@ from django_periodic.models import (
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
+    closures_from,
 )
 
 if TYPE_CHECKING:
@@ -256,6 +257,11 @@ class ScheduleForm(_ScheduleModelForm):
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)
+        if cleaned.get("calendars"):
+            try:
+                closures_from(cleaned["calendars"])
+            except triggers.InvalidTrigger as exc:  # one stored past its validation
+                self.add_error("calendars", str(exc))
         return cleaned
 
     def _keep_one_trigger(self, kind: str, cleaned: dict[str, Any]) -> None:

@@ -320,8 +320,16 @@ class Schedule(TrackedChanges):
 
     def first_fire_time(self, now: datetime) -> datetime | None:
         """The cursor of a new or re-triggered schedule: the first fire after ``now``
-        (``first_fire_time_of``), under its calendars."""
-        return first_fire_time_of(self, now, closures_of(self))
+        (``first_fire_time_of``), under its calendars.
+
+        A calendar that cannot be used is left out here, so that saving this schedule (or
+        a calendar it shares) still works; the planner fails the schedule with the
+        calendar's error when it is due."""
+        try:
+            closures = closures_of(self)
+        except triggers.InvalidTrigger:
+            closures = None
+        return first_fire_time_of(self, now, closures)
 
     def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
         """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC: the
