@@ -9,8 +9,9 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
+from django.db import DatabaseError
 
-from django_periodic import bounds, taskbackends
+from django_periodic import bounds, business_days, taskbackends
 from django_periodic.conf import (
     ALERT_INTERVAL_FLOOR,
     BOOLEAN_KEYS,
@@ -23,7 +24,7 @@ from django_periodic.conf import (
     get_settings,
 )
 from django_periodic.engine import code_schedules
-from django_periodic.models import Schedule
+from django_periodic.models import Calendar, Schedule
 
 
 # Untagged, so every command that runs checks shows it (runserver, run_scheduler, check);
@@ -209,3 +210,38 @@ def check_alert_mail(
             id="django_periodic.W003",
         )
     ]
+
+
+@register(Tags.database)
+def check_holidays_installed(
+    app_configs: Sequence[AppConfig] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[Error]:
+    """A calendar that names a country needs the optional ``holidays`` package (run by
+    ``check --database`` and ``migrate``, since it reads the calendars)."""
+    if business_days.holidays_installed():
+        return []
+    return holidays_errors(databases or [])
+
+
+def holidays_errors(databases: Sequence[str]) -> list[Error]:
+    errors = []
+    for alias in databases:
+        try:
+            names = list(
+                Calendar.objects.using(alias)
+                .exclude(holidays_country="")
+                .values_list("name", flat=True)
+            )
+        except DatabaseError:
+            continue  # not migrated yet: no calendar to check
+        errors += [
+            Error(
+                f"Calendar {name!r} names a country, but {business_days.HOLIDAYS_MISSING}.",
+                hint="Install the extra, or clear the calendar's country.",
+                id="django_periodic.E008",
+            )
+            for name in names
+        ]
+    return errors

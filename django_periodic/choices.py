@@ -81,6 +81,17 @@ class DstRepeat(models.TextChoices):
     BOTH = "both", _("run both occurrences")
 
 
+class OnClosedDay(models.TextChoices):
+    """A fire on a day its schedule's calendars close (``Schedule.on_closed_day``)."""
+
+    SKIP = "skip", _("skip it")
+    NEXT_OPEN_DAY = "next_open_day", _("run it on the next open day, at its time of day")
+    PREVIOUS_OPEN_DAY = (
+        "previous_open_day",
+        _("run it on the previous open day, at its time of day"),
+    )
+
+
 class LeaseOutcome(models.TextChoices):
     """How an execution attempt ended (empty while it holds the run)."""
 
@@ -104,6 +115,7 @@ class ErrorCode(models.TextChoices):
     QUEUE_FULL = "queue_full", _("skipped: its schedule's queue was full")
     START_DEADLINE = "start_deadline", _("skipped: no worker could start it in time")
     PAUSED = "paused", _("skipped: its schedule was paused")
+    CLOSED = "closed", _("skipped: a calendar closed its day")
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
     # Its lease cannot be taken: the database refused the claim, or its schedule's

@@ -98,7 +98,7 @@ setup_envs() {
     for spec in "${MATRIX[@]}"; do
         read -r name pyver django _ <<<"$spec"
         selected "$name" "$SELECTED_ENVS" || continue
-        venv_ensure "$name" "$pyver" -e '.[postgres]' --group test ruff "$django"
+        venv_ensure "$name" "$pyver" -e '.[postgres,holidays]' --group test ruff "$django"
     done
 }
 

@@ -76,5 +76,6 @@ def schedule_form_data(**overrides) -> dict:
         "max_attempts": "1",
         "retry_backoff": "00:00:10",
         "lease_timeout": "00:00:30",
+        "on_closed_day": "skip",
         **overrides,
     }

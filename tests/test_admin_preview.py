@@ -49,16 +49,16 @@ def test_the_preview_lists_ten_fires_in_the_zone_and_in_utc():
     schedule = Schedule(cron="0 12 * * *", timezone="America/New_York")
     result = preview.preview(schedule, datetime(2030, 1, 1, tzinfo=UTC))
     assert len(result.fires) == 10
-    local, utc, change = result.rows()[0]
+    local, utc, change, closed = result.rows()[0]
     assert local == "Tue 2030-01-01 12:00 EST (UTC-05:00)"
     assert utc == "2030-01-01 17:00"
-    assert change == ""
+    assert change == closed == ""
 
 
 def test_the_fire_after_a_dst_change_is_flagged():
     schedule = Schedule(cron="30 2 * * *", timezone="Europe/Berlin")
     rows = preview.preview(schedule, BEFORE_SPRING).rows()
-    flagged = [(local, change) for local, _, change in rows if change]
+    flagged = [(local, change) for local, _, change, _ in rows if change]
     # 02:30 does not exist on 2030-03-31: Debian cron fires right after the change.
     assert flagged == [
         (

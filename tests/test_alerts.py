@@ -131,12 +131,14 @@ def test_a_fire_without_a_success_for_alert_after_needs_attention(received):
     now = clock.now()
     schedule = ScheduleFactory(alert_after=HOUR)
     runs(schedule, "succeeded", start=now - 3 * HOUR)
-    # Still running since 61 minutes ago; a manual run or a fire skipped by a pause, older
-    # still, is no expected fire.
+    # Still running since 61 minutes ago; a manual run, or a fire skipped by a pause or on a
+    # closed day, older still, is no expected fire.
     runs(schedule, "running", start=now - HOUR - timedelta(minutes=1))
     runs(schedule, "failed", start=now - 2 * HOUR, trigger=RunTrigger.MANUAL)
     runs(schedule, "skipped", start=now - 2 * HOUR + timedelta(seconds=1))
     Run.objects.filter(status="skipped").update(error_code=ErrorCode.PAUSED)
+    runs(schedule, "skipped", start=now - 2 * HOUR + timedelta(seconds=2))
+    Run.objects.filter(status="skipped", error_code="").update(error_code=ErrorCode.CLOSED)
     attention.evaluate(now - timedelta(minutes=2))
     assert state(schedule)[0] == ""
     attention.evaluate(now)

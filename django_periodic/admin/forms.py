@@ -19,12 +19,14 @@ from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
 from django_periodic.models import (
     ALERT_FIELDS,
+    CALENDAR_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
+    closures_from,
 )
 
 if TYPE_CHECKING:
@@ -203,11 +205,13 @@ class ScheduleForm(_ScheduleModelForm):
             *JOB_FIELDS,
             "enabled",
             *TRIGGER_FIELDS,
+            *CALENDAR_FIELDS,
             *POLICY_FIELDS,
             *RETENTION_FIELDS,
             *ALERT_FIELDS,
         ]
         widgets = {
+            "calendars": forms.CheckboxSelectMultiple,
             "cron": forms.TextInput(
                 attrs={
                     "class": "vTextField periodic-cron",
@@ -259,6 +263,11 @@ class ScheduleForm(_ScheduleModelForm):
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)
+        if cleaned.get("calendars"):
+            try:
+                closures_from(cleaned["calendars"])
+            except triggers.InvalidTrigger as exc:  # one stored past its validation
+                self.add_error("calendars", str(exc))
         return cleaned
 
     def _keep_one_trigger(self, kind: str, cleaned: dict[str, Any]) -> None:

@@ -11,11 +11,15 @@ from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_periodic import triggers
+from django_periodic import business_days, triggers
 from django_periodic.admin import display
-from django_periodic.models import Schedule
+from django_periodic.business_days import Closures
+from django_periodic.models import Schedule, open_trigger_of
 
 FIRE_TIMES = 10
+# The closed fires listed at most among the next fires (a per-second schedule has 172,800
+# on a weekend).
+CLOSED_FIRES = 10
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class FireTime:
     utc: datetime
     local: datetime
     offset_change: str = ""
+    closed: str = ""  # a closed fire: which calendar closed it, why, and what became of it
 
 
 @dataclass
@@ -37,8 +42,9 @@ class Preview:
     errors: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def rows(self) -> list[tuple[str, str, str]]:
-        """(wall time, UTC time, offset change) as text; seconds only where a fire has some."""
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(wall time, UTC time, offset change, closed) as text; seconds only where a fire
+        has some."""
         seconds = any(fire.utc.second or fire.utc.microsecond for fire in self.fires)
         clock = "%H:%M:%S" if seconds else "%H:%M"
         return [
@@ -46,6 +52,7 @@ class Preview:
                 f"{fire.local.strftime(f'%a %Y-%m-%d {clock} %Z')} ({_utc_offset(fire.local)})",
                 fire.utc.strftime(f"%Y-%m-%d {clock}"),
                 fire.offset_change,
+                fire.closed,
             )
             for fire in self.fires
         ]
@@ -59,6 +66,7 @@ class Preview:
                     "utc": fire.utc.isoformat(),
                     "local": fire.local.isoformat(),
                     "offset_change": fire.offset_change,
+                    "closed": fire.closed,
                 }
                 for fire in self.fires
             ],
@@ -126,29 +134,69 @@ def describe(schedule: Schedule, *, bounds: bool = True) -> str:
 
 
 def preview(
-    schedule: Schedule, now: datetime, errors: dict[str, list[str]] | None = None
+    schedule: Schedule,
+    now: datetime,
+    errors: dict[str, list[str]] | None = None,
+    closures: Closures | None = None,
 ) -> Preview:
-    """The next fire times of ``schedule`` after ``now``; none while its trigger has errors."""
+    """The next fire times of ``schedule`` after ``now`` under its calendars' ``closures``,
+    with the closed fires among them; none while its trigger has errors."""
     result = Preview(timezone=schedule.timezone or "UTC", errors=dict(errors or {}))
     if result.errors or not schedule.trigger_kind:
         return result
     try:
         zone = triggers.parse_timezone(schedule.timezone)
-        times = schedule.next_fire_times(FIRE_TIMES, after=now)
+        trigger = open_trigger_of(schedule, closures)
+        times = triggers.fire_times(trigger, FIRE_TIMES, now)
+        closed = _closed_fires(trigger, now, times[-1] if times else None)
         result.description = describe(schedule)
     except display.UNRENDERABLE as exc:  # an InvalidTrigger, or a row stored past validation
         result.errors["__all__"] = [str(exc)]
         return result
     previous = now.astimezone(zone)
-    for utc in times:
+    for utc, note in sorted([*((t, "") for t in times), *closed]):
         local = utc.astimezone(zone)
-        result.fires.append(FireTime(utc, local, _offset_change(previous, local)))
+        result.fires.append(FireTime(utc, local, _offset_change(previous, local), note))
         previous = local
+    if len(closed) == CLOSED_FIRES:
+        result.notes.append(
+            _("More closed fires follow; the first %(n)d are listed.") % {"n": CLOSED_FIRES}
+        )
     if not times:
         result.notes.append(_("It has no fire after now."))
     if not schedule.enabled:
         result.notes.append(_("It is paused: these times fire only if it is resumed."))
     return result
+
+
+def _closed_fires(
+    trigger: triggers.Trigger, now: datetime, last: datetime | None
+) -> list[tuple[datetime, str]]:
+    """The trigger's closed fires after ``now`` up to ``last`` (the last open one listed),
+    each with its calendar, reason and fate; at most CLOSED_FIRES."""
+    if not isinstance(trigger, business_days.OpenTrigger):
+        return []
+    closed: list[tuple[datetime, str]] = []
+    fire = trigger.trigger.next_after(now)
+    while fire is not None and (last is None or fire <= last) and len(closed) < CLOSED_FIRES:
+        closure = trigger.closures.closure(fire)
+        if closure is not None:
+            closed.append((fire, _fate(trigger, fire, closure)))
+        elif last is None:
+            break  # open, yet not among the fires: past the end of what is listed
+        fire = trigger.trigger.next_after(fire)
+    return closed
+
+
+def _fate(
+    trigger: business_days.OpenTrigger, fire: datetime, closure: business_days.Closure
+) -> str:
+    moved = trigger.shifted(fire)
+    if moved is None:
+        return _("closed (%(why)s): not run") % {"why": closure}
+    zone = triggers.parse_timezone(closure.timezone)
+    when = moved.astimezone(zone).strftime("%a %Y-%m-%d %H:%M %Z")
+    return _("closed (%(why)s): runs %(when)s") % {"why": closure, "when": when}
 
 
 def render(result: Preview) -> str:

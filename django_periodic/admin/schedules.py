@@ -1,7 +1,7 @@
 """The schedules in the admin: a trigger editor with a live preview, a list with run history."""
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin, messages
@@ -35,14 +35,20 @@ from django_periodic.admin.schedule_filters import (
     LastStatusFilter,
     TriggerKindFilter,
 )
+from django_periodic.business_days import Closures
+from django_periodic.choices import ErrorCode
 from django_periodic.models import (
     ALERT_FIELDS,
+    CALENDAR_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
+    Run,
     Schedule,
+    closures_from,
+    closures_of,
 )
 
 if TYPE_CHECKING:
@@ -68,6 +74,7 @@ CODE_DEFINED_FIELDS = (
 STATE_FIELDS = (
     "attention",
     "pause_state",
+    "closed_fires",
     "scope_status",
     "next_fire",
     "revision",
@@ -158,6 +165,7 @@ class ScheduleAdmin(_ScheduleAdmin):
         fieldsets: list[tuple[StrOrPromise | None, _FieldOpts]] = [
             (None, {"fields": ["name", "job", *JOB_FIELDS, "enabled"]}),
             (_("Trigger"), {"fields": list(trigger)}),
+            (_("Calendars"), {"fields": list(CALENDAR_FIELDS)}),
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
             (_("History"), {"fields": list(RETENTION_FIELDS)}),
             (_("Alerts"), {"fields": list(ALERT_FIELDS)}),
@@ -292,6 +300,23 @@ class ScheduleAdmin(_ScheduleAdmin):
     def pause_state(self, schedule: Schedule) -> SafeString:
         return display.pause(schedule)
 
+    @admin.display(description=gettext_lazy("closed fires"))
+    def closed_fires(self, schedule: Schedule) -> SafeString:
+        """Its closed spans: one skipped run (code ``closed``) each; how many, and the last."""
+        runs = Run.objects.using(schedule._state.db or "default")
+        closed = runs.filter(schedule=schedule.pk, error_code=ErrorCode.CLOSED)
+        count = closed.count()
+        last = closed.order_by("-plan_time").only("plan_time", "error_message").first()
+        if last is None:
+            return format_html('<span class="periodic-quiet">{}</span>', _("none"))
+        return format_html(
+            '{} <span class="periodic-quiet">({}: {} UTC, {})</span>',
+            count,
+            _("last"),
+            f"{last.plan_time:%Y-%m-%d %H:%M:%S}",
+            last.error_message,
+        )
+
     @admin.display(description=gettext_lazy("last run"))
     def last_status(self, schedule: "WithAnnotations[Schedule, RecentRuns]") -> SafeString:
         runs = self._recent(schedule)
@@ -329,7 +354,9 @@ class ScheduleAdmin(_ScheduleAdmin):
     @display.or_invalid
     def trigger_preview(self, schedule: Schedule) -> SafeString:
         now = clock.now(schedule._state.db or "default")
-        result = preview.preview(schedule, now, errors=self._trigger_errors(schedule))
+        errors = self._trigger_errors(schedule)
+        closures = self._closures(lambda: closures_of(schedule), errors)
+        result = preview.preview(schedule, now, errors, closures)
         url = self._url("preview")
         if schedule.pk is not None:
             url += f"?object_id={schedule.pk}"
@@ -339,6 +366,17 @@ class ScheduleAdmin(_ScheduleAdmin):
             url,
             preview.render(result),
         )
+
+    @staticmethod
+    def _closures(
+        load: "Callable[[], Closures | None]", errors: dict[str, list[str]]
+    ) -> Closures | None:
+        """The calendars' rules, or None with why they cannot be used added to ``errors``."""
+        try:
+            return load()
+        except triggers.InvalidTrigger as exc:
+            errors.setdefault("calendars", []).append(str(exc))
+            return None
 
     @staticmethod
     def _trigger_errors(schedule: Schedule) -> dict[str, list[str]]:
@@ -376,8 +414,20 @@ class ScheduleAdmin(_ScheduleAdmin):
             if name in watched
         }
         now = clock.now(form.instance._state.db or "default")
-        result = preview.preview(form.instance, now, errors)
+        if "calendars" in form.fields:
+            chosen = form.cleaned_data.get("calendars") or []
+            closures = self._closures(lambda: closures_from(chosen), errors)
+        else:  # read-only: the stored ones
+            closures = self._closures(lambda: closures_of(form.instance), errors)
+        result = preview.preview(form.instance, now, errors, closures)
         return JsonResponse({**result.as_json(), "html": preview.render(result)})
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        """Save its calendars; a change of them plans it again from now (as an edited
+        trigger does), so that no fire they now close or open is planned by the old ones."""
+        super().save_related(request, form, formsets, change)
+        if change and "calendars" in form.changed_data:
+            Schedule.objects.using(form.instance._state.db).filter(pk=form.instance.pk).reschedule()
 
     # -- the "Run now" button -----------------------------------------------------------------
 

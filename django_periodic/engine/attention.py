@@ -33,7 +33,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from django_periodic import bounds, signals
-from django_periodic.choices import ErrorCode, RunStatus, RunTrigger
+from django_periodic.choices import RunStatus, RunTrigger
 from django_periodic.models import Run, Schedule, alerting
 
 logger = logging.getLogger("django_periodic")
@@ -118,7 +118,7 @@ def _facts(using: str) -> list[Row]:
         )
     )
     fires = runs.filter(since_success, trigger=RunTrigger.SCHEDULE).exclude(
-        status=RunStatus.SKIPPED, error_code=ErrorCode.PAUSED
+        status=RunStatus.SKIPPED, error_code__in=alerting.NOT_EXPECTED
     )
     failures = (
         runs.filter(since_success, status=RunStatus.FAILED)

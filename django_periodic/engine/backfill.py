@@ -22,7 +22,13 @@ from django.db.models import Max
 from django_periodic import clock, signals
 from django_periodic import scopes as scope_providers
 from django_periodic.engine import pg_sql, wakeups
-from django_periodic.models import AWAITING_RELEASE, Run, Schedule
+from django_periodic.models import (
+    AWAITING_RELEASE,
+    Run,
+    Schedule,
+    closures_of,
+    open_trigger_of,
+)
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
@@ -176,8 +182,9 @@ def _in_range(schedule: Schedule, start: datetime, end: datetime, now: datetime)
 
 
 def _plan_times(schedule: Schedule, start: datetime, end: datetime, most: int) -> list[datetime]:
-    """The trigger's plan times in ``[start, end)``, at most ``most + 1`` of them."""
-    trigger = schedule.trigger
+    """The plan times in ``[start, end)`` of the fires that run (its calendars' closed fires
+    left out or shifted, as the planner would have), at most ``most + 1`` of them."""
+    trigger = open_trigger_of(schedule, closures_of(schedule))
     times: list[datetime] = []
     after = start - timedelta(microseconds=1)
     while len(times) <= most and (fire := trigger.next_after(after)) is not None and fire < end:

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_periodic import policies, registry, triggers
+from django_periodic import business_days, policies, registry, triggers
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine import storable
-from django_periodic.models import first_fire_time_of, trigger_of
+from django_periodic.models import first_fire_time_of, planning_trigger_of
 from django_periodic.models.pausing import pause_note
 from django_periodic.policies import Occupancy
 
@@ -62,6 +62,8 @@ class Due:
     paused_by: str = ""
     dst_gap: str = ""  # a cron's DST choices (Schedule.dst_gap, dst_repeat)
     dst_repeat: str = ""
+    on_closed_day: str = ""  # under calendars (Schedule.on_closed_day)
+    has_calendars: bool = False
     jitter: timedelta | None = None  # its runs' stagger (stagger.py)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
@@ -69,6 +71,9 @@ class Due:
     max_attempts: int = 1
     tasks_backend: str = ""
     revision: int = 1
+    # Its calendars, loaded once per batch (planner), or why they cannot be used.
+    closures: business_days.Closures | None = None
+    calendar_error: str = ""
 
     def trigger_key(self) -> tuple[Any, ...]:
         """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
@@ -85,11 +90,21 @@ class Due:
             self.start_at,
             self.end_at,
             anchor,
+            self.on_closed_day if self.has_calendars else "",
+            self.closures,
+            self.calendar_error,
         )
 
     def trigger(self) -> triggers.Trigger:
-        """The schedule's trigger, built by the model's own rules (``models.trigger_of``)."""
-        return trigger_of(self)
+        """What its cursor walks, built by the model's own rules (``models.trigger_of``),
+        under its calendars (``models.planning_trigger_of``)."""
+        return planning_trigger_of(self, self.calendars())
+
+    def calendars(self) -> business_days.Closures | None:
+        """Its calendars' rules; raises InvalidTrigger if they could not be loaded."""
+        if self.calendar_error:
+            raise triggers.InvalidTrigger(self.calendar_error)
+        return self.closures
 
 
 @dataclass(slots=True)
@@ -225,7 +240,7 @@ class Memo:
         """``Schedule.first_fire_time`` of the schedule's trigger; raises for a bad row."""
         key = (schedule.trigger_key(), now)
         if key not in self.first:
-            self.first[key] = first_fire_time_of(schedule, now)
+            self.first[key] = first_fire_time_of(schedule, now, schedule.calendars())
         return self.first[key]
 
     def trigger(self, schedule: Due) -> triggers.Trigger:
@@ -305,23 +320,43 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") ->
     if _in_pause(schedule):
         return _paused(schedule, memo)
     due = memo.due_times(schedule, now)
-    fires = []
+    times, fires = _open_and_closed(schedule, due.times, memo)
     status: str
     reason: str
-    for plan_time, missed in policies.misfire_marks(schedule, due.times, now, memo.limit):
+    for plan_time, missed in policies.misfire_marks(schedule, times, now, memo.limit):
         if missed:
             status, reason = RunStatus.SKIPPED, ErrorCode.MISSED
         else:
             status, reason = policies.overlap_status(schedule, occupancy)
         fires.append(Fire(plan_time, status, reason))
-    if due.unlisted:
-        latest = due.times[-1]
+    if due.unlisted and times:
+        latest = times[-1]
         message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
         reason = ErrorCode.MISSED
         fires.append(Fire(due.unlisted, RunStatus.SKIPPED, reason, message))
     superseding = policies.supersedes_retry(occupancy, (fire.status for fire in fires))
     supersedes = ("",) if superseding else ()
     return Decision(schedule, due.cursor, tuple(fires), supersedes)
+
+
+def _open_and_closed(
+    schedule: Due, times: list[datetime], memo: "Memo"
+) -> tuple[list[datetime], list[Fire]]:
+    """The due times that run, and a skipped run (code ``closed``) for each that starts a
+    span its calendars close (``business_days.PlanningTrigger``)."""
+    trigger = memo.trigger(schedule)
+    if not isinstance(trigger, business_days.PlanningTrigger):
+        return times, []  # no calendars: nothing to look at
+    open_times, closed = [], []
+    for plan_time in times:
+        closure = trigger.closure(plan_time)
+        if closure is None:
+            open_times.append(plan_time)
+            continue
+        note = business_days.closed_note(closure, schedule.on_closed_day)
+        message = storable.storable_text(note, get_settings().ERROR_MAX_CHARS)
+        closed.append(Fire(plan_time, RunStatus.SKIPPED, ErrorCode.CLOSED, message))
+    return open_times, closed
 
 
 def _due_times(

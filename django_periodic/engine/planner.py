@@ -21,13 +21,15 @@ batch that finds it sets its first fire time, as save() would have, and records 
 """
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connections, transaction
-from django.db.models import Case, F, When
+from django.db.models import Case, Exists, F, OuterRef, When
 
 from django_periodic import bounds, policies, scopes, signals
+from django_periodic.business_days import Closures
 from django_periodic.conf import get_settings
 from django_periodic.engine import overlap, pg_timestamps, recording
 from django_periodic.engine.decisions import (
@@ -38,7 +40,15 @@ from django_periodic.engine.decisions import (
     decide_fanned_out,
     first_planned,
 )
-from django_periodic.models import ANCHORED_AT_CREATION, Run, Schedule, ScheduleQuerySet
+from django_periodic.models import (
+    ANCHORED_AT_CREATION,
+    Calendar,
+    Run,
+    Schedule,
+    ScheduleQuerySet,
+    closures_from,
+)
+from django_periodic.models.calendars import RULE_FIELDS
 from django_periodic.policies import Occupancy
 
 logger = logging.getLogger("django_periodic")
@@ -47,7 +57,7 @@ DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
-    "dst_gap", "dst_repeat", "jitter",
+    "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 
@@ -126,14 +136,62 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
     due = due.select_for_update(skip_locked=True)
     # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
     due = due.annotate(anchor=Case(When(ANCHORED_AT_CREATION, then=F("created_at"))))
+    # Whether it has calendars: an index probe per row, so that those without cost nothing.
+    calendars = Schedule.calendars.through.objects.filter(schedule_id=OuterRef("pk"))
+    due = due.annotate(has_calendars=Exists(calendars))
     try:
         with pg_timestamps.timestamps_parsed_once(using):
-            return [Due(*row) for row in due.values_list(*fields)[:limit]], []
+            loaded = [Due(*row) for row in due.values_list(*fields)[:limit]]
+        failed: list[Decision] = []
     except policies.CONNECTION_ERRORS:
         raise  # the database's failure, not a row's
     except Exception:
         logger.exception("Could not load a batch of due schedules; loading them one at a time.")
-    return _load_one_by_one(due, limit, fields)
+        loaded, failed = _load_one_by_one(due, limit, fields)
+    _load_calendars([s for s in loaded if s.has_calendars], using)
+    return loaded, failed
+
+
+def _load_calendars(schedules: list[Due], using: str) -> None:
+    """Give these schedules their calendars, in two queries (which calendars, then each of
+    them once); each distinct set's rules are built once. A calendar that cannot be used
+    fails the schedules using it (``Due.calendar_error``), never the batch."""
+    if not schedules:
+        return
+    links = Schedule.calendars.through.objects.using(using)
+    links = links.filter(schedule_id__in=[s.pk for s in schedules])
+    try:
+        pairs = list(links.values_list("schedule_id", "calendar_id"))
+        # Each calendar once, however many schedules use it (its JSON parsed once).
+        calendars = Calendar.objects.using(using).filter(pk__in={c for _, c in pairs})
+        values = {row[0]: row[1:] for row in calendars.values_list("pk", *RULE_FIELDS)}
+    except policies.CONNECTION_ERRORS:
+        raise
+    except Exception as exc:
+        for schedule in schedules:
+            schedule.calendar_error = f"Its calendars cannot be loaded ({exc})."
+        return
+    pairs = [pair for pair in pairs if pair[1] in values]  # not deleted in between
+    calendar_ids: dict[int, list[int]] = {}
+    for schedule_id, calendar_id in sorted(pairs, key=lambda pair: str(values[pair[1]][0])):
+        calendar_ids.setdefault(schedule_id, []).append(calendar_id)  # by calendar name
+    built: dict[tuple[int, ...], Closures | str | None] = {}
+    for schedule in schedules:
+        ids = tuple(calendar_ids.get(schedule.pk, ()))
+        if ids not in built:
+            built[ids] = _closures(values[i] for i in ids)
+        closures = built[ids]
+        if isinstance(closures, str):
+            schedule.calendar_error = closures
+        else:
+            schedule.closures = closures
+
+
+def _closures(calendars: Iterable[tuple[object, ...]]) -> Closures | str | None:
+    try:
+        return closures_from(calendars)
+    except Exception as exc:
+        return str(exc)
 
 
 def _load_one_by_one(

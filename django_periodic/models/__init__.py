@@ -5,9 +5,11 @@ Models only: fields, constraints, the queryset vocabulary (``due``, ``claimable`
 name below is importable from ``django_periodic.models``.
 """
 
+from django_periodic.models.calendars import Calendar, closures_from, closures_of
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
+    CALENDAR_FIELDS,
     CURSOR_FIELDS,
     JOB_FIELDS,
     POLICY_FIELDS,
@@ -39,6 +41,8 @@ from django_periodic.models.trigger_rows import (
     TriggerRow,
     first_fire_time_of,
     kind_of,
+    open_trigger_of,
+    planning_trigger_of,
     trigger_field_errors,
     trigger_of,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "ATTENTION_FIELDS",
     "AWAITING_RELEASE",
     "BACKFILLED",
+    "CALENDAR_FIELDS",
     "CLAIMABLE_STATUSES",
     "CURSOR_FIELDS",
     "JOB_FIELDS",
@@ -61,6 +66,7 @@ __all__ = [
     "SCHEDULE_OPTIONS",
     "SNAPSHOT_FIELDS",
     "TRIGGER_FIELDS",
+    "Calendar",
     "Lease",
     "LeaseQuerySet",
     "Run",
@@ -70,9 +76,13 @@ __all__ = [
     "SchedulerProcess",
     "SchedulerProcessQuerySet",
     "TriggerRow",
+    "closures_from",
+    "closures_of",
     "default_timezone",
     "first_fire_time_of",
     "kind_of",
+    "open_trigger_of",
+    "planning_trigger_of",
     "trigger_field_errors",
     "trigger_of",
 ]

@@ -7,7 +7,7 @@ last success*, that is with a plan time after the latest plan time of its succee
 - **no success in time** (``alert_after``): its oldest scheduled fire since its last
   success has a plan time before ``now - alert_after``. A fire counts whatever became of it
   (still waiting or running, failed, skipped as missed or for an overlap) but one skipped
-  by a pause, which nobody expected to run.
+  by a pause or on a day its calendars close, which nobody expected to run.
 - **failing** (``alert_failures``): at least that many of its runs failed since its last
   success; so its last ``alert_failures`` runs that ended succeeded or failed, by plan
   time, all failed. Cancelled and skipped runs neither count nor end a streak.
@@ -23,7 +23,10 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 
 from django_periodic import bounds
-from django_periodic.choices import AttentionReason
+from django_periodic.choices import AttentionReason, ErrorCode
+
+# Why a fire was skipped when nobody expected it to run: it does not count as unsucceeded.
+NOT_EXPECTED = (ErrorCode.PAUSED, ErrorCode.CLOSED)
 
 # The schedules whose alerts are judged: enabled, with at least one alert set.
 WITH_ALERTS = Q(enabled=True) & (Q(alert_after__isnull=False) | Q(alert_failures__isnull=False))

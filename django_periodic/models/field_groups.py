@@ -34,8 +34,12 @@ ALERT_FIELDS = ("alert_after", "alert_failures")
 SCHEDULE_OPTIONS = frozenset(
     JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS + ALERT_FIELDS
 )
-# Fields whose change moves a schedule's cursor (next_fire_at) when saved.
-CURSOR_FIELDS = (*TRIGGER_FIELDS, "enabled", "paused_until")
+# The days it does not fire on (models/calendars.py), and what becomes of such a fire. Not
+# options of @job: calendars are rows, edited in the admin.
+CALENDAR_FIELDS = ("calendars", "on_closed_day")
+# Fields whose change moves a schedule's cursor (next_fire_at) when saved (a change of its
+# calendars moves it where they are saved: Calendar.save(), the admin's save_related()).
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "on_closed_day", "enabled", "paused_until")
 # Fields whose change makes a new revision of a schedule (Schedule.revision): what its
 # runs call, and when.
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)

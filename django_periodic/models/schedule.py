@@ -13,6 +13,7 @@ from django_periodic import bounds, choices, clock, triggers
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.models import alerting, pausing, validation
+from django_periodic.models.calendars import closures_of
 from django_periodic.models.field_groups import (
     ATTENTION_FIELDS,
     CURSOR_FIELDS,
@@ -25,6 +26,7 @@ from django_periodic.models.trigger_rows import (
     KIND_FILTERS,
     first_fire_time_of,
     kind_of,
+    open_trigger_of,
     trigger_of,
 )
 
@@ -98,7 +100,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
         now = now or clock.now(self.db)
         changed = []
-        for schedule in self.iterator():
+        for schedule in self.prefetch_related("calendars").iterator(chunk_size=2000):
             if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
                 continue  # a fired one-shot stays fired
             schedule.next_fire_at = schedule.first_fire_time(now)
@@ -145,6 +147,19 @@ class Schedule(TrackedChanges):
     run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
+
+    calendars = models.ManyToManyField(
+        "django_periodic.Calendar",
+        blank=True,
+        related_name="schedules",
+        help_text=_("Its fires on the days these close, or in their blackouts, do not run."),
+    )
+    on_closed_day = models.CharField(
+        max_length=20,
+        choices=choices.OnClosedDay,
+        default=choices.OnClosedDay.SKIP,
+        help_text=_("A fire on a closed day: skipped, or run on the next or previous open day."),
+    )
 
     enabled = models.BooleanField(default=True)
     # A pause (pause()): its fires before paused_until are not run. Set by the admin's
@@ -362,12 +377,22 @@ class Schedule(TrackedChanges):
 
     def first_fire_time(self, now: datetime) -> datetime | None:
         """The cursor of a new or re-triggered schedule: the first fire after ``now``
-        (``first_fire_time_of``)."""
-        return first_fire_time_of(self, now)
+        (``first_fire_time_of``), under its calendars.
+
+        A calendar that cannot be used is left out here, so that saving this schedule (or
+        a calendar it shares) still works; the planner fails the schedule with the
+        calendar's error when it is due."""
+        try:
+            closures = closures_of(self)
+        except triggers.InvalidTrigger:
+            closures = None
+        return first_fire_time_of(self, now, closures)
 
     def next_fire_times(self, n: int, after: datetime | None = None) -> list[datetime]:
-        """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC."""
-        return triggers.fire_times(self.trigger, n, after or clock.wall_now())
+        """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC: the
+        fires that run, its calendars' closed fires left out or shifted (docs/calendars.md)."""
+        trigger = open_trigger_of(self, closures_of(self))
+        return triggers.fire_times(trigger, n, after or clock.wall_now())
 
     def pause(self, until: datetime, reason: str, *, by: str = "") -> None:
         """Pause until ``until``: its fires before then are not run (one skipped run, code

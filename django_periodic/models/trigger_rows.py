@@ -11,7 +11,7 @@ from typing import Protocol
 
 from django.db.models import Q
 
-from django_periodic import bounds, triggers
+from django_periodic import bounds, business_days, triggers
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 
@@ -55,6 +55,8 @@ class TriggerRow(Protocol):
     def end_at(self) -> datetime | None: ...
     @property
     def created_at(self) -> datetime | None: ...
+    @property
+    def on_closed_day(self) -> str: ...
 
 
 def kind_of(row: TriggerRow) -> str:
@@ -95,13 +97,35 @@ def trigger_of(row: TriggerRow) -> triggers.Trigger:
     return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
 
 
-def first_fire_time_of(row: TriggerRow, now: datetime) -> datetime | None:
+def open_trigger_of(row: TriggerRow, closures: business_days.Closures | None) -> triggers.Trigger:
+    """The fires that run: the row's trigger under its calendars' ``closures`` (closed
+    fires left out or shifted, by ``on_closed_day``); without calendars, its trigger."""
+    trigger = trigger_of(row)
+    if closures is None:
+        return trigger
+    return business_days.OpenTrigger(trigger, closures, row.on_closed_day)
+
+
+def planning_trigger_of(
+    row: TriggerRow, closures: business_days.Closures | None
+) -> triggers.Trigger:
+    """What the planner's cursor walks: the fires that run and, under calendars, the first
+    closed fire of each closed span (``business_days.PlanningTrigger``)."""
+    trigger = open_trigger_of(row, closures)
+    if isinstance(trigger, business_days.OpenTrigger):
+        return business_days.PlanningTrigger(trigger)
+    return trigger
+
+
+def first_fire_time_of(
+    row: TriggerRow, now: datetime, closures: business_days.Closures | None = None
+) -> datetime | None:
     """The cursor of a new or re-triggered schedule: the first fire after ``now``.
 
     A one-shot keeps its ``run_at`` even when it has passed: firing late or not
     is the misfire policy's decision, and it must not vanish silently.
     """
-    trigger = trigger_of(row)
+    trigger = planning_trigger_of(row, closures)
     if kind_of(row) == ScheduleKind.ONCE:
         assert row.run_at is not None  # what makes the kind ONCE
         return trigger.next_after(row.run_at - timedelta(microseconds=1))

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django_periodic import triggers
-from django_periodic.models import Schedule
+from django_periodic.models import Schedule, closures_of, open_trigger_of
 
 # More fires than this in one range is a mistake (a minute cron over years), not a test.
 MAX_FIRES = 10_000
@@ -20,7 +20,8 @@ def fire_times(
     """The fire times of ``spec`` from ``start`` (included) to ``end`` (excluded), aware UTC.
 
     ``spec`` is a schedule (saved or not: ``Schedule(cron="30 2 * * *", timezone=...)``), a
-    trigger, or a cron expression evaluated in ``timezone``. ``start`` and ``end`` are
+    trigger, or a cron expression evaluated in ``timezone``. A saved schedule's fires are
+    those that run: its calendars' closed fires are left out or shifted. ``start`` and ``end`` are
     aware datetimes in any zone.
     """
     trigger = _trigger(spec, timezone)
@@ -62,7 +63,7 @@ def assert_fire_times(
 
 def _trigger(spec: Spec, timezone: str) -> triggers.Trigger:
     if isinstance(spec, Schedule):
-        return spec.trigger
+        return open_trigger_of(spec, closures_of(spec))
     if isinstance(spec, str):
         return triggers.cron(spec, timezone)
     return spec
