@@ -4,7 +4,8 @@
         python benchmarks/features.py [--schedules N] [--quick]
 
 Each mix is the same N interval schedules; in "features", every tenth has a jitter (a
-10-minute stagger), so that the cost of the features shows beside the plain figures:
+10-minute stagger) and another tenth a calendar (closed on weekends and on two dates), so
+that the cost of the features shows beside the plain figures:
 
 - **plan**: ``planner.plan_due`` turning N due fires into runs, in batches of
   ``PLAN_BATCH_SIZE``; fires per second and queries per batch.
@@ -40,7 +41,13 @@ from django_periodic import clock, scopes  # noqa: E402
 from django_periodic.conf import get_settings  # noqa: E402
 from django_periodic.engine import planner  # noqa: E402
 from django_periodic.engine.scheduler import Scheduler  # noqa: E402
-from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
+from django_periodic.models import (  # noqa: E402
+    Calendar,
+    Lease,
+    Run,
+    Schedule,
+    SchedulerProcess,
+)
 
 EVERY = timedelta(hours=1)
 JITTER = timedelta(minutes=10)
@@ -63,7 +70,8 @@ class QueryCounter:
 
 
 def reset() -> None:
-    names = ", ".join(model._meta.db_table for model in (Lease, Run, Schedule, SchedulerProcess))
+    models = (Lease, Run, Schedule, SchedulerProcess, Calendar)
+    names = ", ".join(model._meta.db_table for model in models)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
 
@@ -73,8 +81,10 @@ def plain(n: int) -> dict:
 
 
 def features(n: int) -> dict:
-    """Every tenth schedule staggered."""
-    return {"jitter": JITTER} if n % 10 == 0 else {}
+    """Every tenth schedule staggered, another tenth under a calendar."""
+    if n % 10 == 0:
+        return {"jitter": JITTER}
+    return {"calendars": True} if n % 10 == 1 else {}
 
 
 MIXES: dict[str, Callable[[int], dict]] = {"plain": plain, "features": features}
@@ -84,7 +94,8 @@ def make_schedules(count: int, mix: Callable[[int], dict], due: bool) -> None:
     reset()
     now = clock.now()
     cursor = now - timedelta(seconds=30) if due else now + EVERY
-    Schedule.objects.bulk_create(
+    fields = [mix(n) for n in range(count)]
+    created = Schedule.objects.bulk_create(
         (
             Schedule(
                 name=f"bench-{n}",
@@ -92,9 +103,23 @@ def make_schedules(count: int, mix: Callable[[int], dict], due: bool) -> None:
                 interval=EVERY,
                 start_at=now - timedelta(seconds=30),
                 next_fire_at=cursor,
-                **mix(n),
+                **{name: value for name, value in fields[n].items() if name != "calendars"},
             )
             for n in range(count)
+        ),
+        batch_size=5_000,
+    )
+    # Open today, whatever day it is, so that every due fire runs as in the plain mix.
+    closed = [day for day in range(7) if day != now.weekday()][:2]
+    calendar = Calendar.objects.create(
+        name="bench", timezone="UTC", closed_weekdays=closed, closed_dates=["2030-12-24"]
+    )
+    Through = Schedule.calendars.through
+    Through.objects.bulk_create(
+        (
+            Through(schedule_id=schedule.pk, calendar_id=calendar.pk)
+            for schedule, chosen in zip(created, fields, strict=True)
+            if chosen.get("calendars")
         ),
         batch_size=5_000,
     )
