@@ -16,10 +16,11 @@ from django_periodic import clock
 from django_periodic.choices import ErrorCode
 from django_periodic.engine import decisions, planner
 from django_periodic.engine.decisions import Due
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
 from tests.factories import ScheduleFactory
 from tests.helpers import set_cursor
+from tests.processes import wait_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -194,3 +195,29 @@ def test_periodic_status_lists_paused_schedules_with_who_why_and_until():
     rows = [line for line in itertools.takewhile(lambda line: line.startswith("  "), after)]
     assert len(rows) == 1
     assert "quiet" in rows[0] and "ops" in rows[0] and "freeze" in rows[0]
+
+
+@pytest.mark.processes
+def test_a_running_scheduler_skips_the_pause_once_and_goes_on_after_it(children):
+    """A real run_scheduler: a schedule every second, paused for five seconds while it
+    runs. A fire already planned ahead may still run (docs/semantics.md), then one skipped
+    run stands for the pause, then it runs again from the pause's end: no catch-up."""
+    child = children.start("--workers", "2")
+    wait_for(SchedulerProcess.objects.exists, 30, "the scheduler to register")
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=2)
+    schedule = ScheduleFactory(interval=timedelta(seconds=1), start_at=start)
+    runs = Run.objects.filter(schedule=schedule)
+    wait_for(lambda: runs.filter(status="succeeded").exists(), 30, "a run before the pause")
+    paused_at = clock.now()
+    until = paused_at.replace(microsecond=0) + timedelta(seconds=5)
+    schedule.pause(until, "maintenance", by="tests")
+    after = runs.filter(status="succeeded", plan_time__gte=until)
+    wait_for(lambda: after.count() >= 2, 30, "runs after the pause")
+    assert child.terminate() == 0
+    (skipped,) = runs.filter(error_code=ErrorCode.PAUSED)
+    assert skipped.status == "skipped" and paused_at < skipped.plan_time < until
+    planned_ahead = paused_at + timedelta(seconds=2)  # PLAN_AHEAD is 1 s
+    during = runs.filter(plan_time__gte=planned_ahead, plan_time__lt=until).exclude(pk=skipped.pk)
+    assert list(during) == []
+    first_after = runs.filter(plan_time__gte=until).order_by("plan_time").first()
+    assert first_after.plan_time == until  # its next fire, not the ones it missed
