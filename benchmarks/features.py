@@ -9,8 +9,8 @@ that the cost of the features shows beside the plain figures:
 
 - **plan**: ``planner.plan_due`` turning N due fires into runs, in batches of
   ``PLAN_BATCH_SIZE``; fires per second and queries per batch.
-- **idle**: a scheduler's tick when nothing is due: its queries, and its median time over
-  repeated ticks.
+- **idle**: a scheduler's tick when nothing is due: its queries, its median time over
+  repeated ticks, and how long it then sleeps.
 
 Then one fire of one schedule fanned out to 10,000 scopes with a 10-minute jitter: how many
 runs each minute of the ten releases (evenly: about 1,000). Prints Markdown rows (the
@@ -153,7 +153,7 @@ def idle(count: int, mix: str, ticks: int) -> dict:
     scheduler.tick()  # the first tick sweeps and heartbeats; measure steady ones
     counter = QueryCounter()
     with connection.execute_wrapper(counter):
-        scheduler.tick()
+        now, wake_at = scheduler.tick()
     took = []
     for _ in range(ticks):
         started = time.perf_counter()
@@ -163,7 +163,8 @@ def idle(count: int, mix: str, ticks: int) -> dict:
     return {
         "what": f"idle tick, {count:,} schedules none due, {mix}",
         "result": f"{counter.count} queries per tick",
-        "detail": f"median {statistics.median(took) * 1000:.2f} ms over {ticks} ticks",
+        "detail": f"median {statistics.median(took) * 1000:.2f} ms over {ticks} ticks, then"
+        f" sleeps {(wake_at - now).total_seconds():.1f} s",
     }
 
 
