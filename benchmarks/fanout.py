@@ -26,6 +26,7 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from measure import QueryCounter  # noqa: E402
 
 from django_periodic import clock, scopes  # noqa: E402
 from django_periodic.engine import planner  # noqa: E402
@@ -38,15 +39,6 @@ KEYS: list[str] = []
 def accounts() -> list[str]:
     """The benchmark's accounts."""
     return KEYS
-
-
-class QueryCounter:
-    def __init__(self):
-        self.count = 0
-
-    def __call__(self, execute, sql, params, many, context):
-        self.count += 1
-        return execute(sql, params, many, context)
 
 
 def reset() -> None:

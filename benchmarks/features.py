@@ -36,9 +36,9 @@ django.setup()
 
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
+from measure import QueryCounter, plan_everything_due  # noqa: E402
 
 from django_periodic import clock, scopes  # noqa: E402
-from django_periodic.conf import get_settings  # noqa: E402
 from django_periodic.engine import planner  # noqa: E402
 from django_periodic.engine.scheduler import Scheduler  # noqa: E402
 from django_periodic.models import (  # noqa: E402
@@ -58,15 +58,6 @@ TENANTS = [f"tenant-{n}" for n in range(10_000)]
 def tenants() -> list[str]:
     """The benchmark's tenants."""
     return TENANTS
-
-
-class QueryCounter:
-    def __init__(self):
-        self.count = 0
-
-    def __call__(self, execute, sql, params, many, context):
-        self.count += 1
-        return execute(sql, params, many, context)
 
 
 def reset() -> None:
@@ -129,20 +120,12 @@ def make_schedules(count: int, mix: Callable[[int], dict], due: bool) -> None:
 
 def plan(count: int, mix: str) -> dict:
     make_schedules(count, MIXES[mix], due=True)
-    now = clock.now()
-    counter = QueryCounter()
-    batch = get_settings().PLAN_BATCH_SIZE
-    batches = 0
-    started = time.perf_counter()
-    with connection.execute_wrapper(counter):
-        while planner.plan_due(now, batch_size=batch).schedules:
-            batches += 1
-    elapsed = time.perf_counter() - started
+    elapsed, per_batch, _batch = plan_everything_due(clock.now())
     assert Run.objects.count() == count
     return {
         "what": f"plan {count:,} due schedules, {mix}",
         "result": f"{count / elapsed:,.0f} fires/s",
-        "detail": f"{elapsed:.2f} s, {counter.count / max(batches, 1):.1f} queries per batch",
+        "detail": f"{elapsed:.2f} s, {per_batch:.1f} queries per batch",
     }
 
 
