@@ -18,6 +18,7 @@ from django_periodic import clock, signals
 from django_periodic.checks import check_alert_mail, check_settings
 from django_periodic.choices import AttentionReason, ErrorCode, RunTrigger
 from django_periodic.engine import attention
+from django_periodic.engine.scheduler import Scheduler
 from django_periodic.models import Run, Schedule
 from django_periodic.models.alerting import Facts, reason
 from django_periodic.operations import health
@@ -206,6 +207,36 @@ def test_an_evaluation_costs_the_same_queries_however_many_schedules_change():
     assert queries_of_evaluate(now) == baseline
     assert Schedule.objects.needing_attention().count() == 21
     assert queries_of_evaluate(now) == 1  # nothing changed: the one query that judges
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_scheduler_judges_at_most_once_an_alert_interval(received):
+    """The loop ticks far more often than ALERT_INTERVAL: its housekeeping judges at the
+    ``now`` it is given, then neither queries nor judges again until the interval has
+    passed, so a change in between waits for the next evaluation."""
+    housekeeper = Scheduler(workers=0).housekeeper
+    interval = housekeeper.settings.ALERT_INTERVAL
+    now = clock.now()
+    schedule = ScheduleFactory(alert_failures=1)
+
+    def attend(at: datetime) -> tuple[attention.Evaluation | None, int]:
+        with CaptureQueriesContext(connection) as captured:
+            found = housekeeper.attend(at)
+        return found, len(captured.captured_queries)
+
+    found, queries = attend(now)
+    assert found is not None and (found.watched, found.changes, queries) == (1, [], 1)
+    runs(schedule, "failed", start=now - HOUR)  # it needs attention from now on
+    for at in (now, now + interval / 2, now + interval - timedelta(microseconds=1)):
+        assert attend(at) == (None, 0)  # too soon: not judged, not one query
+    assert state(schedule) == ("", None) and received == []
+
+    found, _ = attend(now + interval)
+    assert found is not None and [change.reason for change in found.changes] == [FAILING]
+    assert state(schedule) == (FAILING, now + interval)
+    assert [name for name, _ in received] == ["needs"]
+    assert attend(now + interval + timedelta(seconds=1)) == (None, 0)
+    assert housekeeper.next_attention == now + 2 * interval
 
 
 @pytest.mark.django_db(transaction=True)
