@@ -295,17 +295,30 @@ class CronTrigger(Trigger):
         except (CroniterError, OverflowError):
             return  # no further matches within croniter's search horizon or datetime's range
 
+    @property
+    def gap_rule(self) -> str:
+        """The rule applied to a fire whose wall time a spring-forward skips: its ``dst_gap``,
+        else cron(8)'s (a fixed-time job runs at the change, a wildcard job skips it)."""
+        fixed = self._spec.fixed_time
+        return self.dst_gap or (DstGap.FIRST_VALID.value if fixed else DstGap.SKIP.value)
+
+    @property
+    def repeat_rule(self) -> str:
+        """The rule applied to a fire whose wall time a fall-back repeats: its ``dst_repeat``,
+        else cron(8)'s (a fixed-time job runs once, a wildcard job in both occurrences)."""
+        fixed = self._spec.fixed_time
+        return self.dst_repeat or (DstRepeat.ONCE.value if fixed else DstRepeat.BOTH.value)
+
     def _instants(self, wall: datetime) -> tuple[datetime, ...]:
         """Naive UTC instants at which a matching wall time fires, per Debian's DST rule."""
         before, after = self._offsets(wall)
         if before == after:
             return (wall - before,)
-        fixed = self._spec.fixed_time
         if before > after:  # repeated by a fall-back: first occurrence, or both in real time
-            both = self.dst_repeat == "both" if self.dst_repeat else not fixed
+            both = self.repeat_rule == DstRepeat.BOTH
             return (wall - before, wall - after) if both else (wall - before,)
         # Skipped by a spring-forward: at the change instant, or not at all.
-        run = self.dst_gap == "first_valid" if self.dst_gap else fixed
+        run = self.gap_rule == DstGap.FIRST_VALID
         return (self._transition(wall - after, wall - before),) if run else ()
 
     def _transition(self, low: datetime, high: datetime) -> datetime:

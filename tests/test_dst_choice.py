@@ -2,6 +2,7 @@
 first valid instant; for the fall-back repeat, run once or both. Empty: cron(8)'s rule."""
 
 from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -9,11 +10,12 @@ from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import clock, triggers
+from django_periodic import clock, dst, triggers
 from django_periodic.engine import planner
 from django_periodic.models import Run, Schedule
 from django_periodic.triggers import CronTrigger, InvalidTrigger, fire_times
 from tests.factories import ScheduleFactory
+from tests.helpers import set_cursor
 
 BERLIN = "Europe/Berlin"  # 2026: 02:00 -> 03:00 on 29 March, 03:00 -> 02:00 on 25 October
 SPRING, FALL = date(2026, 3, 29), date(2026, 10, 25)
@@ -115,3 +117,215 @@ def test_an_absurd_choice_stored_past_clean_fails_its_schedule_alone(admin_clien
     assert "dst_gap must be one of" in Schedule.objects.get(pk=odd.pk).last_error
     page = admin_client.get(reverse("admin:django_periodic_schedule_changelist"))
     assert page.status_code == 200 and "odd" in page.text
+
+
+# -- the 30- and 45-minute zones, on their actual change days --------------------------------
+
+LORD_HOWE = "Australia/Lord_Howe"  # +10:30 / +11:00: a 30-minute change at 02:00 local
+CHATHAM = "Pacific/Chatham"  # +12:45 / +13:45: a one-hour change at 02:45 local
+
+
+def sunday(year: int, month: int, last: bool = False) -> date:
+    """The first (or last) Sunday of a month."""
+    day = date(year, month, 1) if not last else date(year, month + 1, 1) - timedelta(days=1)
+    step = timedelta(days=-1 if last else 1)
+    while day.weekday() != 6:
+        day += step
+    return day
+
+
+# By the zones' current rules, for a year: the day of the gap, its first skipped wall time
+# and length; the day of the repeat, its first repeated wall time and length.
+CHANGES = {
+    LORD_HOWE: lambda y: ((sunday(y, 10), time(2, 0), 30), (sunday(y, 4), time(1, 30), 30)),
+    CHATHAM: lambda y: (
+        (sunday(y, 9, last=True), time(2, 45), 60),
+        (sunday(y, 4), time(2, 45), 60),
+    ),
+}
+WINDOW = timedelta(hours=3)
+
+
+def expected_fires(zone: str, matches, change: datetime, once: bool) -> set[datetime]:
+    """The oracle, minute by minute: every instant near ``change`` whose wall time matches
+    (a skipped wall time is never one: the gap's instants are not run), keeping only the
+    first pass of a repeat when ``once``."""
+    tz, found = ZoneInfo(zone), set()
+    instant = change - WINDOW
+    while instant < change + WINDOW:
+        wall = instant.astimezone(tz)
+        if matches(wall) and not (once and wall.fold):
+            found.add(instant)
+        instant += timedelta(minutes=1)
+    return found
+
+
+def fires_near(trigger: CronTrigger, change: datetime) -> list[datetime]:
+    start = change - WINDOW - timedelta(microseconds=1)
+    return [f for f in fire_times(trigger, 30, start) if f < change + WINDOW]
+
+
+def shape(wall: datetime, hourly: bool):
+    """A fixed-time daily job at ``wall``, or an hourly (wildcard) one at its minute, and
+    how to tell a wall time it matches."""
+    if hourly:
+        return f"{wall.minute} * * * *", lambda w: w.minute == wall.minute
+    return (
+        f"{wall.minute} {wall.hour} * * *",
+        lambda w: (w.hour, w.minute) == (wall.hour, wall.minute),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    zone=st.sampled_from([LORD_HOWE, CHATHAM]),
+    year=st.integers(2026, 2040),
+    minutes=st.integers(0, 59),
+    hourly=st.booleans(),
+    gap=st.sampled_from(["", "skip", "first_valid"]),
+)
+def test_in_the_gap_of_a_30_or_45_minute_zone_each_choice_is_applied(
+    zone, year, minutes, hourly, gap
+):
+    (day, first, length), _ = CHANGES[zone](year)
+    wall = datetime.combine(day, first) + timedelta(minutes=minutes % length)
+    tz = ZoneInfo(zone)
+    before, after = (wall.replace(tzinfo=tz, fold=f).utcoffset() for f in (0, 1))
+    assert after - before == timedelta(minutes=length)  # the wall time is in the gap
+    change = (datetime.combine(day, first) - before).replace(tzinfo=UTC)  # first valid instant
+    expression, matches = shape(wall, hourly)
+    trigger = CronTrigger(expression, zone, dst_gap=gap)
+    fires = fires_near(trigger, change)
+    rule = gap or ("skip" if hourly else "first_valid")  # cron(8): by the job's shape
+    expected = expected_fires(zone, matches, change, once=False)
+    if rule == "skip":
+        assert set(fires) == expected  # nothing in the wall time's place
+        if not hourly:
+            assert not [f for f in fires if f.astimezone(tz).date() == day]
+    else:
+        assert change in fires  # at the first instant after the gap
+        assert set(fires) == expected | {change}
+    assert fires == sorted(set(fires))
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    zone=st.sampled_from([LORD_HOWE, CHATHAM]),
+    year=st.integers(2026, 2040),
+    minutes=st.integers(0, 59),
+    hourly=st.booleans(),
+    repeat=st.sampled_from(["", "once", "both"]),
+)
+def test_in_the_repeat_of_a_30_or_45_minute_zone_each_choice_is_applied(
+    zone, year, minutes, hourly, repeat
+):
+    _, (day, first, length) = CHANGES[zone](year)
+    wall = datetime.combine(day, first) + timedelta(minutes=minutes % length)
+    tz = ZoneInfo(zone)
+    before, after = (wall.replace(tzinfo=tz, fold=f).utcoffset() for f in (0, 1))
+    assert before - after == timedelta(minutes=length)  # the wall time is repeated
+    change = (datetime.combine(day, first) - after).replace(tzinfo=UTC)  # the clock goes back
+    expression, matches = shape(wall, hourly)
+    trigger = CronTrigger(expression, zone, dst_repeat=repeat)
+    fires = fires_near(trigger, change)
+    rule = repeat or ("both" if hourly else "once")  # cron(8): by the job's shape
+    passes = [f for f in fires if f.astimezone(tz).replace(tzinfo=None) == wall]
+    first_pass, second_pass = (
+        (wall - before).replace(tzinfo=UTC),
+        (wall - after).replace(tzinfo=UTC),
+    )
+    if rule == "once":
+        assert passes == [first_pass]  # one fire for the repeated wall time: the first
+    else:
+        assert passes == [first_pass, second_pass]  # two, in real time
+    assert set(fires) == expected_fires(zone, matches, change, once=rule == "once")
+    assert fires == sorted(set(fires))
+
+
+def test_the_changes_of_the_30_and_45_minute_zones_are_found_with_their_rule_applied():
+    howe = CronTrigger("15 2 * * *", LORD_HOWE, dst_gap="skip")
+    (change,) = dst.affected_changes(howe, utc(2026, 9, 1), utc(2026, 12, 1))
+    assert change.change.at == utc(2026, 10, 3, 15, 30)  # 02:00 +10:30 becomes 02:30 +11
+    assert (change.walls, change.rule, change.declared) == (
+        (datetime(2026, 10, 4, 2, 15),),
+        "skip",
+        True,
+    )
+    assert change.fires == ()
+    chatham = CronTrigger("50 2 * * *", CHATHAM, dst_repeat="both")
+    fall, spring = dst.affected_changes(chatham, utc(2026, 1, 1), utc(2027, 1, 1))
+    assert fall.change.at == utc(2026, 4, 4, 14, 0)  # 03:45 +13:45 becomes 02:45 +12:45
+    assert fall.fires == (utc(2026, 4, 4, 13, 5), utc(2026, 4, 4, 14, 5))  # 02:50 twice
+    assert (spring.rule, spring.declared) == ("first_valid", False)  # cron(8)'s, for a fixed time
+    assert spring.fires == (utc(2026, 9, 26, 14, 0),)  # 03:45 +13:45, right after the gap
+
+
+def test_a_fire_of_its_own_at_the_change_is_not_taken_for_the_gaps():
+    # 02:00 does not exist on 29 March; 03:00, right after the change, is a fire of its own.
+    hourly = CronTrigger("0 * * * *", BERLIN)  # a wildcard job: cron(8) skips the gap
+    (spring,) = dst.affected_changes(hourly, utc(2026, 3, 1), utc(2026, 4, 1))
+    assert (spring.walls, spring.rule, spring.fires) == ((datetime(2026, 3, 29, 2, 0),), "skip", ())
+    assert utc(2026, 3, 29, 1, 0) in fire_times(hourly, 5, utc(2026, 3, 28, 23, 30))
+    moved = CronTrigger("0 * * * *", BERLIN, dst_gap="first_valid")
+    (spring,) = dst.affected_changes(moved, utc(2026, 3, 1), utc(2026, 4, 1))
+    assert spring.fires == (utc(2026, 3, 29, 1, 0),)  # one fire: 02:00's and 03:00's
+
+
+def test_a_zone_without_changes_has_none_and_the_scan_finds_each_of_berlins():
+    assert (
+        dst.affected_changes(CronTrigger("30 2 * * *", "UTC"), utc(2026, 1, 1), utc(2028, 1, 1))
+        == []
+    )
+    changes = dst.offset_changes(ZoneInfo(BERLIN), utc(2026, 1, 1), utc(2028, 1, 1))
+    assert [c.at for c in changes] == [
+        utc(2026, 3, 29, 1),
+        utc(2026, 10, 25, 1),
+        utc(2027, 3, 28, 1),
+        utc(2027, 10, 31, 1),
+    ]
+
+
+# -- planning across Berlin's changes, on the database ---------------------------------------
+
+
+def plan_each_fire(schedule: Schedule, cursor: datetime, fires: int) -> list[datetime]:
+    """Plan the schedule at each of its next ``fires`` fire times from ``cursor``, as a
+    scheduler awake at each would; the plan times of its runs."""
+    set_cursor(schedule, cursor)
+    for _ in range(fires):
+        schedule.refresh_from_db()
+        planner.plan_due(schedule.next_fire_at)
+    return list(
+        Run.objects.filter(schedule=schedule)
+        .order_by("plan_time")
+        .values_list("plan_time", flat=True)
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("gap", "planned"),
+    [
+        ("skip", [utc(2026, 3, 28, 1, 30), utc(2026, 3, 30, 0, 30)]),  # none on the 29th
+        ("first_valid", [utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1, 0), utc(2026, 3, 30, 0, 30)]),
+    ],
+)
+def test_the_planner_applies_the_gap_choice_across_berlins_spring_forward(gap, planned):
+    schedule = ScheduleFactory(cron="30 2 * * *", interval=None, timezone=BERLIN, dst_gap=gap,
+                               overlap="concurrent")  # fmt: skip
+    assert plan_each_fire(schedule, utc(2026, 3, 28, 1, 30), len(planned)) == planned
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("repeat", "on_the_day"),
+    [
+        ("both", [utc(2026, 10, 25, 0, 30), utc(2026, 10, 25, 1, 30)]),
+        ("once", [utc(2026, 10, 25, 0, 30)]),
+    ],
+)
+def test_the_planner_applies_the_repeat_choice_across_berlins_fall_back(repeat, on_the_day):
+    schedule = ScheduleFactory(cron="30 2 * * *", interval=None, timezone=BERLIN,
+                               dst_repeat=repeat, overlap="concurrent")  # fmt: skip
+    planned = plan_each_fire(schedule, utc(2026, 10, 24, 0, 30), len(on_the_day) + 2)
+    assert planned == [utc(2026, 10, 24, 0, 30), *on_the_day, utc(2026, 10, 26, 1, 30)]

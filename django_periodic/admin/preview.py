@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from django_periodic import business_days, triggers
-from django_periodic.admin import display
+from django_periodic.admin import display, dst_preview
 from django_periodic.business_days import Closures
 from django_periodic.models import Schedule, open_trigger_of
 
@@ -41,6 +41,8 @@ class Preview:
     fires: list[FireTime] = field(default_factory=list)
     errors: dict[str, list[str]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # A cron's DST changes in the next two years, with its rule applied (dst_preview.py).
+    dst: dst_preview.DstChanges = field(default_factory=dst_preview.DstChanges)
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(wall time, UTC time, offset change, closed) as text; seconds only where a fire
@@ -72,6 +74,7 @@ class Preview:
             ],
             "errors": self.errors,
             "notes": self.notes,
+            "dst_changes": [change.as_json() for change in self.dst.changes],
         }
 
 
@@ -149,6 +152,7 @@ def preview(
         trigger = open_trigger_of(schedule, closures)
         times = triggers.fire_times(trigger, FIRE_TIMES, now)
         closed = _closed_fires(trigger, now, times[-1] if times else None)
+        result.dst = dst_preview.dst_changes(schedule.trigger, now)
         result.description = describe(schedule)
     except display.UNRENDERABLE as exc:  # an InvalidTrigger, or a row stored past validation
         result.errors["__all__"] = [str(exc)]
@@ -164,6 +168,10 @@ def preview(
         )
     if not times:
         result.notes.append(_("It has no fire after now."))
+    if result.dst.in_zone and not result.dst.changes:
+        result.notes.append(
+            _("No daylight saving time change in the next two years skips or repeats its fires.")
+        )
     if not schedule.enabled:
         result.notes.append(_("It is paused: these times fire only if it is resumed."))
     return result
@@ -218,10 +226,7 @@ def _offset_change(before: datetime, after: datetime) -> str:
 
 def _utc_offset(value: datetime) -> str:
     """The UTC offset of an aware datetime, e.g. "UTC+02:00"."""
-    offset = value.utcoffset() or timedelta(0)
-    sign = "-" if offset < timedelta(0) else "+"
-    minutes = abs(int(offset.total_seconds())) // 60
-    return f"UTC{sign}{minutes // 60:02d}:{minutes % 60:02d}"
+    return dst_preview.utc_offset(value.utcoffset() or timedelta(0))
 
 
 def _format(value: datetime, zone_name: str) -> str:
