@@ -12,7 +12,7 @@ from django.db import connection
 
 from django_periodic import clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
-from django_periodic.engine import horizon, pg_claims, pg_sql, planner
+from django_periodic.engine import horizon, overlap, pg_claims, pg_sql, planner
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -25,6 +25,7 @@ from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 
 START = clock.wall_now().replace(microsecond=0)
+SECOND = timedelta(seconds=1)
 
 
 def every_trigger_combination() -> list[Schedule]:
@@ -188,3 +189,25 @@ def test_the_claim_statement_takes_the_runs_the_queryset_calls_claimable(postgre
     assert claimable and coming
     assert claimed_by_sql(pg_claims.CLAIMABLE_NOW, now, ahead) == claimable
     assert claimed_by_sql(pg_claims.CLAIMABLE_AHEAD, now, ahead) == coming
+
+
+@pytest.mark.django_db
+def test_the_planners_filter_leaves_out_the_schedules_its_rule_says_wait_for_their_due_time():
+    """``planner._split_waiting`` restates ``_waits_for_due_time``: a fire within the lead
+    waits while a run of the schedule, of any status in flight, is."""
+    now = clock.now()
+    statuses = [None, *RunStatus]
+    rows = []
+    for n, (cursor, status) in enumerate(itertools.product((now, now + SECOND), statuses)):
+        schedule = ScheduleFactory(name=f"in-flight-{n}", interval=timedelta(minutes=1))
+        set_cursor(schedule, cursor)
+        if status is not None:
+            RunFactory(schedule=schedule, plan_time=now - timedelta(minutes=1), status=status)
+        rows.append(schedule)
+    due = Schedule.objects.due(now + SECOND)
+    plannable, waiting = planner._split_waiting(due, now)
+    loaded = {s.pk: s for s in planner._locked(due, len(rows), connection.alias)[0]}
+    occupancy = overlap.occupancy(Run.objects.all(), list(loaded))
+    judged = {pk for pk, s in loaded.items() if planner._waits_for_due_time(s, now, occupancy)}
+    assert judged and set(waiting.values_list("pk", flat=True)) == judged
+    assert set(plannable.values_list("pk", flat=True)) == set(loaded) - judged

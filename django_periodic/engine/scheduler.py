@@ -8,6 +8,7 @@ fails alone where it is handled (planning, claiming, hand-off, watching); an err
 still reaches the loop is a bug, and must not stop the process either.
 """
 
+import gc
 import logging
 import os
 import socket
@@ -119,6 +120,11 @@ class Scheduler:
             return
         if not once and not self.listener.start(self._take_lock):
             logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
+        # What boot loaded (Django, the apps, the jobs) lives as long as the process. Out of
+        # the collector's sight, a full collection walks only what the loop made since: a
+        # millisecond, not the 30-55 ms that stalled a burst of runs whenever one fell in it.
+        gc.collect()
+        gc.freeze()
         try:
             self._run_once() if once else self._run_forever()
         finally:
