@@ -9,6 +9,8 @@ from django.db import connections
 from django_periodic import clock
 from django_periodic.engine import claims, leases, starts
 from django_periodic.engine.claimed import Claim
+from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.workers import WorkerPool
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
@@ -128,3 +130,66 @@ def test_a_killed_process_s_unstarted_runs_run_again_and_its_started_ones_follow
     assert Execution.objects.filter(schedule=ahead.name).count() == 1
     assert (running_run.status, running_run.error_code) == ("failed", "lease_expired")
     assert job_running.count() == 1
+
+
+@pytest.mark.django_db
+def test_claims_marked_ahead_find_their_mark_done_and_a_lost_one_is_refused(
+    process, now, monkeypatch
+):
+    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
+    for i in range(3):
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
+    kept, other, lost = claims.claim(process, now, 3)
+    Lease.objects.filter(token=lost.token).update(released_at=now)  # lost meanwhile
+    written: list[int] = []
+    real_mark_started = leases.mark_started
+
+    def mark_started(tokens, using="default"):
+        written.append(len(tokens))
+        return real_mark_started(tokens, using)
+
+    monkeypatch.setattr(leases, "mark_started", mark_started)
+    marks = starts.StartMarks()
+    marks.mark_ahead([kept, other, lost])
+    assert [marks.mark(claim) for claim in (kept, other, lost)] == [True, True, False]
+    assert written == [3]  # one statement for all, none when their threads came
+    assert set(Lease.objects.filter(started_at__isnull=False).values_list("token", flat=True)) == {
+        kept.token,
+        other.token,
+    }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_held_burst_is_marked_in_one_statement_before_its_jobs_are_called(
+    process, now, monkeypatch
+):
+    schedule = ScheduleFactory(job="tests.jobs.record", overlap=Schedule.Overlap.CONCURRENT)
+    plan_time = clock.now() + timedelta(seconds=1)
+    for i in range(3):
+        RunFactory(schedule=schedule, plan_time=plan_time, exclusive=False, scope=f"k{i}")
+    claimed = claims.claim(process, None, 3, ahead=timedelta(minutes=1))
+    written: list[int] = []
+    real_mark_started = leases.mark_started
+
+    def mark_started(tokens, using="default"):
+        written.append(len(tokens))
+        return real_mark_started(tokens, using)
+
+    monkeypatch.setattr(leases, "mark_started", mark_started)
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(3, on_done=done.release, recorder=recorder)
+    try:
+        for claim in claimed:
+            pool.submit(claim)
+        for _ in claimed:
+            assert done.acquire(timeout=30)
+        assert recorder.flush(timeout=10)
+    finally:
+        pool.stop()
+        recorder.stop()
+    assert written == [3]  # by the holder, before the release; no thread wrote one
+    (marked_at,) = set(Lease.objects.values_list("started_at", flat=True))  # one statement
+    executed_at = Execution.objects.values_list("executed_at", flat=True)
+    assert len(executed_at) == 3
+    assert marked_at is not None and all(marked_at <= executed for executed in executed_at)

@@ -1,4 +1,5 @@
 import threading
+import time
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -9,7 +10,7 @@ from django.db import connections, transaction
 from django_periodic.engine import claims, outcomes
 from django_periodic.engine.claimed import Claim
 from django_periodic.engine.context import StopRequest
-from django_periodic.engine.holding import STALE_DEADLINES, Deadlines
+from django_periodic.engine.holding import STALE_DEADLINES, Deadlines, Holder
 from django_periodic.engine.recorder import Recorder
 from django_periodic.engine.scheduler import Scheduler
 from django_periodic.engine.workers import WorkerPool
@@ -185,3 +186,36 @@ def test_the_recorder_holds_an_outcome_until_it_is_recorded(postgres, process, n
         locker.join()
         recorder.stop()
     assert Run.objects.get().status == "succeeded"
+
+
+def test_the_holder_prepares_claims_a_lead_before_their_release_and_releases_them_once():
+    """``prepare`` (the start marks) gets the claims coming within ``lead`` first, never
+    before then; each is released once, at its time or after, never before it is prepared."""
+    events: list[tuple[str, float, list[Claim]]] = []
+    released = threading.Semaphore(0)
+    lead = 0.2
+
+    def note(kind: str):
+        def noted(claims: list[Claim]) -> None:
+            events.append((kind, time.monotonic(), claims))
+            if kind == "release":
+                for _ in claims:
+                    released.release()
+
+        return noted
+
+    holder = Holder(note("release"), note("prepare"), lambda: lead)
+    start = time.monotonic()
+    held = {Claim(Run(), uuid.uuid4()): start + offset for offset in (0.3, 0.3, 0.6)}
+    try:
+        for claim, starts_at in held.items():
+            holder.hold(claim, starts_at)
+        for _ in held:
+            assert released.acquire(timeout=30)
+    finally:
+        holder.stop()
+    at = {(kind, claim): when for kind, when, claims in events for claim in claims}
+    assert sum(len(claims) for _, _, claims in events) == 2 * len(held)  # each once of each
+    for claim, starts_at in held.items():
+        assert starts_at - lead <= at["prepare", claim] <= at["release", claim]
+        assert at["release", claim] >= starts_at

@@ -8,6 +8,8 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
+from django.db import connections
+
 from django_periodic.engine.claimed import Claim
 
 # Start deadlines of claims no longer waiting kept, beyond twice the claims in flight.
@@ -18,12 +20,23 @@ class Holder:
     """Claims made ahead of their plan time, each handed on (``release``) when it comes.
 
     One thread waits for the earliest; a run therefore starts on time to the millisecond,
-    however many were claimed for the same moment.
+    however many were claimed for the same moment. ``lead()`` seconds before that (about a
+    start mark's round trip), the claims coming then are handed to ``prepare`` first, on
+    the same thread: so a burst's start marks are written by the time it is released, not
+    after (starts.py).
     """
 
-    def __init__(self, release: Callable[[list[Claim]], None]) -> None:
+    def __init__(
+        self,
+        release: Callable[[list[Claim]], None],
+        prepare: Callable[[list[Claim]], None] = lambda claims: None,
+        lead: Callable[[], float] = lambda: 0.0,
+    ) -> None:
         self._release = release
-        self._heap: list[tuple[float, int, Claim]] = []
+        self._prepare = prepare
+        self._lead = lead
+        self._heap: list[tuple[float, int, Claim]] = []  # to release, by time
+        self._unprepared: list[tuple[float, int, Claim]] = []  # to prepare, by time
         self._order = itertools.count()  # ties in time keep the claim order
         self._changed = threading.Condition()
         self._stopped = False
@@ -32,8 +45,10 @@ class Holder:
 
     def hold(self, claim: Claim, starts_at: float) -> None:
         with self._changed:
-            heapq.heappush(self._heap, (starts_at, next(self._order), claim))
-            if self._heap[0][2] is claim:
+            entry = (starts_at, next(self._order), claim)
+            heapq.heappush(self._heap, entry)
+            heapq.heappush(self._unprepared, entry)
+            if self._unprepared[0][2] is claim:
                 self._changed.notify()
 
     def stop(self) -> None:
@@ -44,14 +59,34 @@ class Holder:
     def _run(self) -> None:
         with self._changed:
             while not self._stopped:
-                wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                if wait is None or wait > 0:
-                    self._changed.wait(wait)
-                    continue
-                due = []
-                while self._heap and self._heap[0][0] <= time.monotonic():
-                    due.append(heapq.heappop(self._heap)[2])
-                self._release(due)
+                lead = self._lead()
+                now = time.monotonic()
+                if self._unprepared and self._unprepared[0][0] - lead <= now:
+                    coming = _pop_until(self._unprepared, now + lead)
+                    self._changed.release()  # a database write: hold() must not wait for it
+                    try:
+                        self._prepare(coming)
+                    finally:
+                        self._changed.acquire()
+                elif self._heap and self._heap[0][0] <= now:
+                    self._release(_pop_until(self._heap, now))
+                else:
+                    self._changed.wait(self._wait(lead, now))
+        connections.close_all()  # this thread's own (prepare's)
+
+    def _wait(self, lead: float, now: float) -> float | None:
+        """Seconds until the next claim to prepare or release (None: none held)."""
+        times = [self._unprepared[0][0] - lead] if self._unprepared else []
+        times += [self._heap[0][0]] if self._heap else []
+        return min(times) - now if times else None
+
+
+def _pop_until(heap: list[tuple[float, int, Claim]], until: float) -> list[Claim]:
+    """Take out of ``heap`` the claims whose time is ``until`` or before, earliest first."""
+    popped = []
+    while heap and heap[0][0] <= until:
+        popped.append(heapq.heappop(heap)[2])
+    return popped
 
 
 class Deadlines:

@@ -12,6 +12,10 @@ than a statement's round trip, the writer also marks the claims that threads wil
 within about that round trip (``upcoming``): a burst of short jobs then costs a statement
 per round trip, not one per thread each time. Such a claim is marked a moment (about one
 round trip) before its thread calls the job, as every claim is marked a moment before.
+
+Claims held for their plan time are marked by the thread that holds them, all those due at
+one moment in one statement, about a round trip before it releases them (``mark_ahead``,
+holding.py): a burst's marks are then written by the time it is due, not after.
 """
 
 import threading
@@ -67,6 +71,18 @@ class StartMarks:
                     if other is not claim:
                         self._done[other.token] = other.token in marked
         return claim.token in marked
+
+    def mark_ahead(self, claims: list[Claim]) -> None:
+        """Mark claims that no thread has taken yet (held for their release, about to come),
+        in one statement: their threads then find them marked. A database error is raised,
+        and the claims are left for their threads to mark."""
+        if not claims:
+            return
+        with self._writing:
+            marked = self._write(claims)
+            with self._state:
+                for claim in claims:
+                    self._done[claim.token] = claim.token in marked
 
     def _ahead(self, batch: list[Claim], waiting: list[Claim], soon: int) -> list[Claim]:
         """The first ``soon`` claims waiting that are not marked and not in ``batch``."""

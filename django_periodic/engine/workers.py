@@ -35,6 +35,11 @@ MAX_AWAITING = 100
 DURATION_WEIGHT = 0.1
 # At most this many claims waiting for a thread marked started with another's (starts.py).
 MARK_AHEAD_LIMIT = 1000
+# Held claims are marked started this many marks' round trips before their release, and
+# at most this many seconds before (a slow database must not stretch the time between a
+# run's mark and its job's call).
+MARK_LEAD = 1.5
+MAX_MARK_LEAD = 0.05
 
 
 class WorkerPool:
@@ -80,7 +85,7 @@ class WorkerPool:
         self._threads = 0
         for _ in range(size):
             self._start_thread()
-        self._holder = Holder(self._release)
+        self._holder = Holder(self._release, self._mark_coming, self._mark_lead)
 
     def _start_thread(self) -> None:
         self._threads += 1
@@ -138,6 +143,21 @@ class WorkerPool:
                 self._enqueue(claim)
         if held:
             self._holder.hold(claim, starts_at)
+
+    def _mark_lead(self) -> float:
+        """How long before their release held claims are marked started: about a mark's
+        round trip, so that the marks are written as the claims come due."""
+        return min(MARK_LEAD * self._start_marks.round_trip, MAX_MARK_LEAD)
+
+    def _mark_coming(self, claims: list[Claim]) -> None:
+        """Mark the held claims about to be released started (starts.py), on the holder's
+        thread; if that fails, each thread marks its own when it takes it, as it would."""
+        with self._lock:
+            held = [claim for claim in claims if claim in self._held]
+        try:
+            self._start_marks.mark_ahead(held)
+        except Exception:
+            logger.exception("Could not mark %d runs started ahead of them.", len(held))
 
     def _release(self, claims: list[Claim]) -> None:
         with self._lock:
