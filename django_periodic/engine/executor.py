@@ -127,7 +127,7 @@ def _outcome_of(
     if stop.reason in _STOP_OUTCOMES:
         return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
     if error is None:
-        return outcomes.succeeded(claim, result).started(started_at)
+        return outcomes.succeeded(claim, result, started_at)
     if isinstance(error, asyncio.CancelledError) and stop.is_set():
         return None
     return outcomes.failed(claim, _failure_of(error)).started(started_at)

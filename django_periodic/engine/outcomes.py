@@ -8,6 +8,7 @@ batch the database refuses is recorded one outcome at a time, so that one bad ou
 fails its own run and no other.
 """
 
+import json
 import logging
 import random
 import time
@@ -54,7 +55,7 @@ class AttemptOutcome:
     claim: Claim
     lease_outcome: str
     status: str
-    result: Any = None
+    result_json: str | None = None  # the result as stored, in JSON (one encoding per run)
     error_code: str = ""
     error_message: str = ""
     traceback: str = ""
@@ -62,17 +63,24 @@ class AttemptOutcome:
     interrupted: bool = False  # cut short by its process stopping (counts as no attempt)
     started_at: datetime | None = None  # when the job really started, if after the claim
 
+    @property
+    def result(self) -> Any:
+        """The result as stored (``storable.storable_result``)."""
+        return None if self.result_json is None else json.loads(self.result_json)
+
     def started(self, at: datetime | None) -> "AttemptOutcome":
         return replace(self, started_at=at)
 
 
-def succeeded(claim: Claim, result: Any) -> AttemptOutcome:
-    """A job that returned ``result``: stored as ``storable_result`` makes it."""
+def succeeded(claim: Claim, result: Any, started_at: datetime | None = None) -> AttemptOutcome:
+    """A job, started at ``started_at``, that returned ``result``: stored as
+    ``storable_result`` makes it."""
     return AttemptOutcome(
         claim,
         Lease.Outcome.SUCCEEDED,
         Run.Status.SUCCEEDED,
-        result=storable.storable_result(result),
+        result_json=storable.storable_json(result),
+        started_at=started_at,
     )
 
 
@@ -170,7 +178,7 @@ def not_storable(outcome: AttemptOutcome, error: Exception) -> AttemptOutcome:
         outcome,
         lease_outcome=Lease.Outcome.FAILED,
         status=Run.Status.FAILED,
-        result=None,
+        result_json=None,
         error_code=ErrorCode.OUTCOME_NOT_STORABLE,
         error_message=storable.storable_text(message, get_settings().ERROR_MAX_CHARS),
         traceback="",
@@ -375,7 +383,7 @@ def _record_postgresql(
         "run_id": pg_arrays.integers([o.claim.run.pk for o in outcomes]),
         "lease_outcome": pg_arrays.literal([o.lease_outcome for o in outcomes]),
         "status": pg_arrays.literal([o.status for o in outcomes]),
-        "result": pg_arrays.literal([storable.result_json(o.result) for o in outcomes]),
+        "result": pg_arrays.literal([o.result_json for o in outcomes]),
         "error_code": pg_arrays.literal([o.error_code for o in outcomes]),
         "error_message": pg_arrays.literal([o.error_message for o in outcomes]),
         "traceback": pg_arrays.literal([o.traceback for o in outcomes]),

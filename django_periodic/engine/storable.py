@@ -45,13 +45,20 @@ def storable_result(result: Any) -> Any:
     whose JSON is longer than ``RESULT_MAX_BYTES`` as ``{"preview": <its first
     RESULT_MAX_BYTES bytes>, "note": "result truncated from <N> bytes"}``.
     """
+    text = storable_json(result)
+    return None if text is None else json.loads(text)
+
+
+def storable_json(result: Any) -> str | None:
+    """What ``storable_result`` stores, as JSON text: what a statement sends, encoded once
+    (None for a result of None)."""
     if result is None:
         return None
     limit = get_settings().RESULT_MAX_BYTES
     try:
         text = _json_text(result)
     except Exception:  # a type the encoder does not know, a cycle, a too long int...
-        return {"repr": storable_text(_repr(result), limit), "note": NOT_JSON_NOTE}
+        return _dumps({"repr": storable_text(_repr(result), limit), "note": NOT_JSON_NOTE})
     # Lone surrogates are in the text as they are, NUL escaped (JSON escapes controls).
     text = _UNSTORABLE_CHARACTERS.sub(REPLACEMENT_CHARACTER, text)
     if "\\u0000" in text:
@@ -59,8 +66,8 @@ def storable_result(result: Any) -> Any:
     encoded = text.encode()
     if len(encoded) > limit:
         preview = encoded[:limit].decode(errors="ignore")
-        return {"preview": preview, "note": f"result truncated from {len(encoded)} bytes"}
-    return json.loads(text)
+        return _dumps({"preview": preview, "note": f"result truncated from {len(encoded)} bytes"})
+    return text
 
 
 def _json_text(value: Any) -> str:
@@ -90,8 +97,3 @@ def _repr(value: Any) -> str:
         return repr(value)
     except Exception:
         return f"<{type(value).__name__} object whose repr() failed>"
-
-
-def result_json(value: Any) -> str | None:
-    """A stored result (``storable_result``'s) as JSON text, for a statement's parameter."""
-    return None if value is None else _dumps(value)
