@@ -8,7 +8,7 @@ from django.db.models import Count
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic import clock
-from django_periodic.engine import eventloop, leases
+from django_periodic.engine import claims, eventloop, horizon, leases
 from django_periodic.engine.scheduler import Scheduler
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
@@ -372,6 +372,36 @@ def test_a_tick_with_many_runs_in_flight_asks_for_cancel_requests_only_on_news(p
             asked = [q for q in queries if "cancel_requested_at" in q["sql"]]
             asked_by_tick.append(len(asked))
         assert asked_by_tick == [1, 0, 1]
+    finally:
+        scheduler.request_stop()
+        scheduler.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_due_just_before_a_release_waits_for_it_once():
+    """The heartbeat locks the leases it extends; just before runs held for their plan time
+    are marked started and released, it would hold up their marks, so it comes after the
+    release: once, then whatever is held (a process whose releases never stop still beats)."""
+    scheduler = Scheduler(workers=1)
+    scheduler.boot()
+    try:
+        schedule = ScheduleFactory(job="tests.jobs.noop")
+        RunFactory(schedule=schedule, plan_time=clock.now() + timedelta(minutes=1))
+        (claim,) = claims.claim(scheduler.process, None, 1, ahead=timedelta(minutes=2))
+        scheduler.pool.submit(claim)
+        housekeeper = scheduler.housekeeper
+        housekeeper.release_guard = timedelta(minutes=2)  # "soon", whatever the test's pace
+        now = clock.now()
+        housekeeper.next_heartbeat = housekeeper.next_sweep = now - timedelta(seconds=1)
+        ahead = horizon.look_ahead("default")
+        beats = SchedulerProcess.objects.filter(pk=scheduler.process.pk)
+        beat_before = beats.values_list("heartbeat_at", flat=True).get()
+        housekeeper.keep_house(scheduler.process, now, ahead)  # its release comes soon
+        assert beats.values_list("heartbeat_at", flat=True).get() == beat_before
+        assert housekeeper.next_heartbeat > now and housekeeper.next_sweep > now
+        housekeeper.next_heartbeat = now - timedelta(seconds=1)  # due again: it beats
+        housekeeper.keep_house(scheduler.process, now, ahead)
+        assert beats.values_list("heartbeat_at", flat=True).get() == now
     finally:
         scheduler.request_stop()
         scheduler.shutdown()

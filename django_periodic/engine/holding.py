@@ -51,6 +51,11 @@ class Holder:
             if self._unprepared[0][2] is claim:
                 self._changed.notify()
 
+    def next_release(self) -> float | None:
+        """When the earliest claim held is released (time.monotonic()); None: none held."""
+        with self._changed:
+            return self._heap[0][0] if self._heap else None
+
     def stop(self) -> None:
         with self._changed:
             self._stopped = True

@@ -98,6 +98,10 @@ class WorkerPool:
         short = self._average_duration < SHORT_JOB
         return self.size + (self.prefetch if short else 0)
 
+    def next_release(self) -> float | None:
+        """When the earliest run held for its plan time is released (time.monotonic())."""
+        return self._holder.next_release()
+
     def free(self) -> int:
         """How many more runs due now the pool takes: idle threads plus room in the prefetch
         (async runs awaited on the event loop hold no thread, up to ``MAX_AWAITING``)."""
