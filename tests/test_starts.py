@@ -18,6 +18,20 @@ from tests.processes import wait_for
 from tests.threads import Thread
 
 
+@pytest.fixture
+def written(monkeypatch) -> list[int]:
+    """How many leases each start-mark statement names, in order (the statements still run)."""
+    counts: list[int] = []
+    real_mark_started = leases.mark_started
+
+    def mark_started(tokens, using="default"):
+        counts.append(len(tokens))
+        return real_mark_started(tokens, using)
+
+    monkeypatch.setattr(leases, "mark_started", mark_started)
+    return counts
+
+
 @pytest.mark.django_db(transaction=True)
 def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch):
     """While one thread writes, the claims of the threads that arrive meanwhile wait, and
@@ -64,20 +78,12 @@ def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch)
 
 @pytest.mark.django_db
 def test_claims_a_thread_will_take_soon_are_marked_with_the_writers_and_cost_no_statement(
-    process, now, monkeypatch
+    process, now, written
 ):
     schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
     for i in range(4):
         RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
     first, *upcoming = claims.claim(process, now, 4)
-    written: list[int] = []
-    real_mark_started = leases.mark_started
-
-    def mark_started(tokens, using="default"):
-        written.append(len(tokens))
-        return real_mark_started(tokens, using)
-
-    monkeypatch.setattr(leases, "mark_started", mark_started)
     marks = starts.StartMarks()
     assert marks.mark(first, lambda: (upcoming, 3))
     assert not Lease.objects.filter(started_at__isnull=True).exists()
@@ -133,22 +139,12 @@ def test_a_killed_process_s_unstarted_runs_run_again_and_its_started_ones_follow
 
 
 @pytest.mark.django_db
-def test_claims_marked_ahead_find_their_mark_done_and_a_lost_one_is_refused(
-    process, now, monkeypatch
-):
+def test_claims_marked_ahead_find_their_mark_done_and_a_lost_one_is_refused(process, now, written):
     schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
     for i in range(3):
         RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
     kept, other, lost = claims.claim(process, now, 3)
     Lease.objects.filter(token=lost.token).update(released_at=now)  # lost meanwhile
-    written: list[int] = []
-    real_mark_started = leases.mark_started
-
-    def mark_started(tokens, using="default"):
-        written.append(len(tokens))
-        return real_mark_started(tokens, using)
-
-    monkeypatch.setattr(leases, "mark_started", mark_started)
     marks = starts.StartMarks()
     marks.mark_ahead([kept, other, lost])
     assert [marks.mark(claim) for claim in (kept, other, lost)] == [True, True, False]
@@ -160,22 +156,12 @@ def test_claims_marked_ahead_find_their_mark_done_and_a_lost_one_is_refused(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_held_burst_is_marked_in_one_statement_before_its_jobs_are_called(
-    process, now, monkeypatch
-):
+def test_a_held_burst_is_marked_in_one_statement_before_its_jobs_are_called(process, now, written):
     schedule = ScheduleFactory(job="tests.jobs.record", overlap=Schedule.Overlap.CONCURRENT)
     plan_time = clock.now() + timedelta(seconds=1)
     for i in range(3):
         RunFactory(schedule=schedule, plan_time=plan_time, exclusive=False, scope=f"k{i}")
     claimed = claims.claim(process, None, 3, ahead=timedelta(minutes=1))
-    written: list[int] = []
-    real_mark_started = leases.mark_started
-
-    def mark_started(tokens, using="default"):
-        written.append(len(tokens))
-        return real_mark_started(tokens, using)
-
-    monkeypatch.setattr(leases, "mark_started", mark_started)
     done = threading.Semaphore(0)
     recorder = Recorder()
     pool = WorkerPool(3, on_done=done.release, recorder=recorder)
