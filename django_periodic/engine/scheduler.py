@@ -121,8 +121,8 @@ class Scheduler:
         if not once and not self.listener.start(self._take_lock):
             logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
         # What boot loaded (Django, the apps, the jobs) lives as long as the process. Out of
-        # the collector's sight, a full collection walks only what the loop made since: a
-        # millisecond, not the 30-55 ms that stalled a burst of runs whenever one fell in it.
+        # the collector's sight, a full collection walks only what the loop made since: 4-7
+        # ms measured, not the 30-55 ms that stalled a burst of runs whenever one fell in it.
         gc.collect()
         gc.freeze()
         try:
