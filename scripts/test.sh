@@ -190,11 +190,13 @@ has_marker_arg() {
     return 1
 }
 
-# run_pytest NAME DB MARKERS [pytest args...]: MARKERS is the matrix's marker expression (may be
-# empty), passed as -m unless the arguments have a -m of their own.
+# run_pytest NAME DB MARKERS ONLY_DB [pytest args...]: MARKERS is the matrix's marker expression
+# (may be empty), passed as -m unless the arguments have a -m of their own; ONLY_DB=1 leaves out
+# the tests that never reach the database (tests/conftest.py), which an earlier run of the same
+# environment ran.
 run_pytest() {
-    local name=$1 db=$2 markers=$3 label rc=0 log skip
-    shift 3
+    local name=$1 db=$2 markers=$3 only_db=$4 label rc=0 log skip
+    shift 4
     local -a narrow=()
     label="$(env_label "$name") / $db"
     if [[ -n $markers ]] && ! has_marker_arg "$@"; then
@@ -204,7 +206,7 @@ run_pytest() {
     banner "$label"
     log=$(mktemp)
     skip=$(browser_skip)
-    PERIODIC_BROWSER_SKIP=$skip PERIODIC_TEST_DB=$db in_venv "$name" python -m pytest \
+    PERIODIC_BROWSER_SKIP=$skip PERIODIC_TEST_DB=$db PERIODIC_ONLY_DATABASE_TESTS=$only_db in_venv "$name" python -m pytest \
         -p no:cacheprovider "${narrow[@]}" "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
     [[ -n $BROWSER_RUN ]] || BROWSER_RUN=$label
     count_tests "$log"
@@ -285,14 +287,16 @@ main() {
         run_check "docs (scripts/docs.sh, sphinx -W)" check_docs
     fi
 
-    local spec name _pyver _django markers db
+    local spec name _pyver _django markers db only_db
     for spec in "${MATRIX[@]}"; do
         read -r name _pyver _django markers <<<"$spec"
         selected "$name" "$SELECTED_ENVS" || continue
         run_check "migrations up to date ($name)" check_migrations "$name"
+        only_db=0
         for db in sqlite postgres; do
             selected "$db" "$SELECTED_DBS" || continue
-            run_pytest "$name" "$db" "$markers" "$@"
+            run_pytest "$name" "$db" "$markers" "$only_db" "$@"
+            only_db=1
         done
     done
 

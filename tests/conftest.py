@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from asgiref.sync import SyncToAsync
 from django.db import connection, connections
@@ -12,12 +14,34 @@ from tests.factories import SchedulerProcessFactory
 # its module forgets the explicit mark (which is still written, for the reader).
 PROCESS_FIXTURES = frozenset({"children", "fleet", "example_site"})
 
+# Fixtures through which a test reaches the database (pytest-django's, which the others build on).
+DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether a test can reach the database: pytest-django refuses queries to the others."""
+    if not isinstance(item, pytest.Function):
+        return True  # the docs' examples: each block gets the database
+    return bool(
+        item.get_closest_marker("django_db")
+        or DATABASE_FIXTURES.intersection(item.fixturenames)
+    )
+
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by mark
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.processes)
+    # scripts/test.sh runs each environment on SQLite, then on PostgreSQL: a test that never
+    # reaches the database (a trigger's properties, a form's parsing) gains nothing from the
+    # second run, so that run leaves it out.
+    if os.environ.get("PERIODIC_ONLY_DATABASE_TESTS") == "1":
+        kept = [item for item in items if uses_database(item)]
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
 
 
 @pytest.fixture(scope="session", autouse=True)
