@@ -25,8 +25,7 @@ def uses_database(item: pytest.Item) -> bool:
     if not isinstance(item, pytest.Function):
         return True  # the docs' examples: each block gets the database
     return bool(
-        item.get_closest_marker("django_db")
-        or DATABASE_FIXTURES.intersection(item.fixturenames)
+        item.get_closest_marker("django_db") or DATABASE_FIXTURES.intersection(item.fixturenames)
     )
 
 
