@@ -140,6 +140,27 @@ def test_an_expired_lease_fails_the_run_without_stale_reentry(process, now):
 
 
 @pytest.mark.django_db
+def test_a_released_lease_names_no_process_so_a_process_goes_without_rewriting_history(
+    process, now
+):
+    """Every way a lease is released (an outcome, a release at shutdown, the sweeper) drops
+    its process; the holder still says who it was. Deleting the process, as its stop or the
+    sweeper does, then has only the leases it still holds to update."""
+    done, given_up, expired, held = (
+        claim_one(process, now, lease_timeout=timedelta(seconds=5)) for _ in range(4)
+    )
+    assert ledger.succeed(done, now, "ok")
+    assert ledger.release(given_up, now)
+    Lease.objects.filter(token=held.token).update(expires_at=now + timedelta(hours=1))
+    assert leases.sweep(now + timedelta(seconds=6)).failed == 1
+    released = Lease.objects.filter(token__in=[done.token, given_up.token, expired.token])
+    assert [(lease.process_id, lease.holder) for lease in released] == [(None, "test:1")] * 3
+    assert list(Lease.objects.filter(process=process).values_list("token", flat=True)) == [
+        held.token
+    ]
+
+
+@pytest.mark.django_db
 def test_stale_reentry_is_bounded(process, now, settings):
     settings.DJANGO_PERIODIC = {"STALE_REENTRY_LIMIT": 2}
     claim_one(process, now, allow_stale_reentry=True, lease_timeout=timedelta(seconds=1))

@@ -172,8 +172,8 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
         leases = list(locked[: get_settings().PLAN_BATCH_SIZE])
         if not leases:
             return SweepResult()
-        Lease.objects.using(using).filter(pk__in=[lease.pk for lease in leases]).update(
-            released_at=now, outcome=Lease.Outcome.EXPIRED
+        Lease.objects.using(using).filter(pk__in=[lease.pk for lease in leases]).release(
+            now, Lease.Outcome.EXPIRED
         )
         again = [lease for lease in leases if _reenters(lease, limit)]
         lost = [lease for lease in leases if lease not in again]

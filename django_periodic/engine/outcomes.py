@@ -28,6 +28,7 @@ from django_periodic.conf import get_settings
 from django_periodic.engine import overlap, pg_arrays, storable
 from django_periodic.engine.claimed import LATE_MESSAGE, Claim
 from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models.processes import RELEASE_SQL
 
 logger = logging.getLogger("django_periodic")
 
@@ -307,7 +308,7 @@ def _record_orm(outcomes: Sequence[AttemptOutcome], now: datetime, using: str) -
         held = Lease.objects.using(using).filter(
             token=outcome.claim.token, released_at__isnull=True
         )
-        if held.update(released_at=now, outcome=outcome.lease_outcome):
+        if held.release(now, outcome.lease_outcome):
             run = outcome.claim.run
             Run.objects.using(using).filter(pk=run.pk).update(**_run_fields(outcome, now))
             recorded.add(run.pk)
@@ -346,7 +347,7 @@ v AS (
             traceback, retry_in, interrupted, started_at)
 ),
 released AS (
-    UPDATE {lease} l SET released_at = t.now, outcome = v.lease_outcome
+    UPDATE {lease} l SET {release}
     FROM v CROSS JOIN t
     WHERE l.token = v.token AND l.released_at IS NULL
     RETURNING l.run_id
@@ -370,7 +371,10 @@ RETURNING r.id
 @cache
 def _record_sql(using: str) -> str:
     quote = connections[using].ops.quote_name
-    return OUTCOMES_SQL.format(run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table))
+    release = RELEASE_SQL.format(now="t.now", outcome="v.lease_outcome")
+    return OUTCOMES_SQL.format(
+        run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table), release=release
+    )
 
 
 def _record_postgresql(

@@ -85,6 +85,17 @@ class LeaseQuerySet(models.QuerySet["Lease"]):
     def expired(self, now: datetime) -> "LeaseQuerySet":
         return self.filter(released_at__isnull=True, expires_at__lt=now)
 
+    def release(self, now: datetime, outcome: str) -> int:
+        """Release these leases with ``outcome``; how many. See ``RELEASE_SQL``."""
+        return self.update(released_at=now, outcome=outcome, process=None)
+
+
+# What releasing a lease writes, for statements that release in SQL (LeaseQuerySet.release
+# is the ORM's). A released lease no longer names its process (``holder`` still does): a
+# process's row then goes (at its stop, or forgotten by the sweeper) without rewriting the
+# history of every run it ever executed, and the index on ``process`` holds only held leases.
+RELEASE_SQL = "released_at = {now}, outcome = {outcome}, process_id = NULL"
+
 
 class Lease(models.Model):
     """One execution attempt of a run. Only the holder of ``token`` may change the run."""
@@ -96,8 +107,14 @@ class Lease(models.Model):
     attempt = models.PositiveIntegerField()
     token = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     holder = models.CharField(max_length=300, help_text=_("host:pid of the process."))
+    # Named while held only (LeaseQuerySet.release): indexed by periodic_lease_process.
     process = models.ForeignKey(
-        SchedulerProcess, null=True, blank=True, on_delete=models.SET_NULL, related_name="leases"
+        SchedulerProcess,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="leases",
+        db_index=False,
     )
     acquired_at = models.DateTimeField()
     started_at = models.DateTimeField(
@@ -125,6 +142,12 @@ class Lease(models.Model):
                 fields=["expires_at"],
                 condition=Q(released_at__isnull=True),
                 name="periodic_lease_held",
+            ),
+            # The leases each process holds (a released lease names none).
+            models.Index(
+                fields=["process"],
+                condition=Q(process__isnull=False),
+                name="periodic_lease_process",
             ),
         ]
 
