@@ -20,7 +20,7 @@ from django.db.models.functions import Now
 from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.engine import outcomes, overlap, pg_arrays, presence, wakeups
+from django_periodic.engine import outcomes, overlap, pg_arrays, pg_prepared, presence, wakeups
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
 
@@ -137,7 +137,7 @@ def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     not start. One statement."""
     if connections[using].vendor == "postgresql":
         table = connections[using].ops.quote_name(Lease._meta.db_table)
-        with connections[using].cursor() as cursor:
+        with pg_prepared.cursor(using) as cursor:
             cursor.execute(MARK_STARTED_SQL.format(lease=table), [pg_arrays.uuids(tokens)])
             return {token for (token,) in cursor.fetchall()}
     held = Lease.objects.using(using).filter(token__in=tokens, released_at__isnull=True)

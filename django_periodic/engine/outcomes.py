@@ -25,7 +25,7 @@ from django.dispatch import Signal
 from django_periodic import clock, policies, signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.engine import overlap, pg_arrays, storable
+from django_periodic.engine import overlap, pg_arrays, pg_prepared, storable
 from django_periodic.engine.claimed import LATE_MESSAGE, Claim
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.models.processes import RELEASE_SQL
@@ -395,7 +395,7 @@ def _record_postgresql(
         "interrupted": pg_arrays.integers([int(o.interrupted) for o in outcomes]),
         "started_at": pg_arrays.literal([o.started_at for o in outcomes]),
     }
-    with connections[using].cursor() as cursor:
+    with pg_prepared.cursor(using) as cursor:
         cursor.execute(_record_sql(using), params)
         return {row[0] for row in cursor.fetchall()}
 

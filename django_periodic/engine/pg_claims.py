@@ -22,7 +22,7 @@ from django.db.models import Field, Model
 
 from django_periodic import bounds, clock, signals
 from django_periodic.choices import ErrorCode
-from django_periodic.engine import pg_timestamps
+from django_periodic.engine import pg_prepared, pg_timestamps
 from django_periodic.engine.claimed import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
@@ -162,7 +162,7 @@ def claim_postgresql(
     }
     by_id = wanted.run_id is not None
     # A claim's runs mostly share their plan time, and their schedules a few cursors.
-    with pg_timestamps.timestamps_parsed_once(using), connections[using].cursor() as cursor:
+    with pg_timestamps.timestamps_parsed_once(using), pg_prepared.cursor(using) as cursor:
         cursor.execute(_claim_sql(using, ahead is not None, by_id), params)
         rows = cursor.fetchall()
     answered_at = time.monotonic()  # not when each instance below is built
