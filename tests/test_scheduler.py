@@ -179,8 +179,9 @@ def test_fires_are_planned_and_claimed_ahead_and_start_at_their_plan_time(childr
 
 @pytest.mark.processes
 def test_two_schedulers_fire_every_plan_time_exactly_once(postgres, children):
-    """Two processes, 100 schedules firing every second for 30 s: one run per plan time."""
-    seconds = 30
+    """Two processes, 100 schedules firing every second for 10 s: one run per plan time.
+    (The crash suite and benchmarks/compare's steady workload run longer.)"""
+    seconds = 10
     start = clock.now().replace(microsecond=0) + timedelta(seconds=3)
     end = start + timedelta(seconds=seconds - 1)
     schedules = ScheduleFactory.create_batch(
