@@ -64,6 +64,13 @@ def monotonic_at(at: datetime) -> float:
     return time.monotonic() + (at - clock.now()).total_seconds()
 
 
+def sleep_until_database_clock(at: datetime) -> None:
+    """Sleep until the database clock shows ``at``. Over a minute it drifts a millisecond
+    or so from ``time.monotonic()``, so a deadline from ``monotonic_at`` may end just short."""
+    while (left := (at - clock.now()).total_seconds()) > 0:
+        time.sleep(left)
+
+
 def stop_and_recover(fleet: crash.Fleet) -> datetime:
     """Stop every scheduler gracefully, stop planning, then let one ``--once`` process sweep
     the leases the killed left; return when the graceful stop began."""
@@ -118,6 +125,7 @@ def test_sigkilled_schedulers_lose_nothing_and_run_nothing_twice(fleet):
     crash.wait_until_registered(fleet)
     fleet.churn(until=monotonic_at(start + timedelta(seconds=60)))
     assert len(fleet.pid_set("kill")) >= 12, "the driver killed too few processes"
+    sleep_until_database_clock(start + timedelta(seconds=60))
     stopped_at = stop_and_recover(fleet)
 
     ledger = crash.Ledger.load()
