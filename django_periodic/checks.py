@@ -9,7 +9,7 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from django_periodic import bounds, business_days, taskbackends
 from django_periodic.conf import (
@@ -210,6 +210,51 @@ def check_alert_mail(
             id="django_periodic.W003",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_pooling(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
+    """Through a pooler in transaction mode, wake-ups need a direct connection
+    (``WAKEUP_DATABASE``, engine/pooling.py), and that alias must be one."""
+    configured = getattr(settings, SETTING_NAME, None)
+    wakeup = configured.get("WAKEUP_DATABASE") if isinstance(configured, dict) else None
+    if wakeup is not None and not isinstance(wakeup, str):
+        return []  # reported by check_settings
+    return pooling_warnings(wakeup, settings.DATABASES)
+
+
+def pooling_warnings(wakeup: str | None, databases: dict[str, dict[str, Any]]) -> list[Any]:
+    if wakeup:
+        return wakeup_database_errors(wakeup, databases)
+    if not databases.get(DEFAULT_DB_ALIAS, {}).get("DISABLE_SERVER_SIDE_CURSORS"):
+        return []
+    return [
+        Warning(
+            f"Database {DEFAULT_DB_ALIAS!r} goes through a pooler in transaction mode "
+            f"(DISABLE_SERVER_SIDE_CURSORS), and {SETTING_NAME}['WAKEUP_DATABASE'] is not "
+            "set: schedulers get no wake-ups (run_now() and admin edits wait up to "
+            "POLL_INTERVAL), and a killed scheduler's runs wait for their leases to expire.",
+            hint="Add an alias of a direct connection to the same database and name it in "
+            "WAKEUP_DATABASE.",
+            id="django_periodic.W004",
+        )
+    ]
+
+
+def wakeup_database_errors(alias: str, databases: dict[str, dict[str, Any]]) -> list[Error]:
+    config = databases.get(alias)
+    if config is None:
+        error = f"names no alias of DATABASES ({', '.join(sorted(databases))})."
+    elif not config.get("ENGINE", "").endswith("postgresql"):
+        error = "must be a PostgreSQL database: only PostgreSQL has LISTEN/NOTIFY."
+    elif config.get("DISABLE_SERVER_SIDE_CURSORS"):
+        error = (
+            "goes through a pooler in transaction mode (DISABLE_SERVER_SIDE_CURSORS), where "
+            "LISTEN cannot work: it must be a direct connection."
+        )
+    else:
+        return []
+    return [Error(f"{SETTING_NAME}['WAKEUP_DATABASE'] {error}", id="django_periodic.E009")]
 
 
 @register(Tags.database)

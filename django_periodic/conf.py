@@ -41,6 +41,9 @@ class PeriodicSettings:
     TASKS_BACKEND: str | None = None
     TASKS_QUEUE: str = "default"
     TASKS_PICKUP_TIMEOUT: timedelta = timedelta(minutes=5)
+    # The DATABASES alias of a direct connection (no transaction pooler) to the schedulers'
+    # database, for the wake-up listener and the process's session lock (pooling.py).
+    WAKEUP_DATABASE: str | None = None
     # Retention (retention.py): finished runs kept by count and age, failed ones for longer
     # (None: no such rule; no rule at all keeps everything), and how often and in what
     # batches run_scheduler deletes the others.
@@ -66,8 +69,10 @@ BOOLEAN_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is b
 # The shortest ALERT_INTERVAL: judging every schedule is one query, but not one per tick.
 ALERT_INTERVAL_FLOOR = timedelta(seconds=1)
 # Text keys, and those of them that may be None.
-STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE"})
-MAY_BE_NONE = frozenset({"TASKS_BACKEND", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"})
+STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE", "WAKEUP_DATABASE"})
+MAY_BE_NONE = frozenset(
+    {"TASKS_BACKEND", "WAKEUP_DATABASE", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"}
+)
 # Keys for which 0 is a meaningful value (it turns the feature off).
 MAY_BE_ZERO = frozenset({"PLAN_AHEAD"})
 

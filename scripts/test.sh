@@ -9,7 +9,9 @@
 # Optional environment:
 #   PERIODIC_TEST_ENVS="py311-django52 py312-django6 py313-django6"
 #                                                       which environments to run (default: all)
-#   PERIODIC_TEST_DBS="sqlite postgres"                 which databases to run (default: both)
+#   PERIODIC_TEST_DBS="sqlite postgres pgbouncer"       which databases to run (default: all three;
+#                                                       pgbouncer: PostgreSQL through PgBouncer in
+#                                                       transaction mode, the tests marked pgbouncer)
 #   PERIODIC_SKIP_LINT=1                                skip ruff and mypy (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
@@ -22,6 +24,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source scripts/lib/venv.sh
 # shellcheck source=scripts/lib/postgres.sh
 source scripts/lib/postgres.sh
+# shellcheck source=scripts/lib/pgbouncer.sh
+source scripts/lib/pgbouncer.sh
 # shellcheck source=scripts/lib/package.sh
 source scripts/lib/package.sh
 
@@ -30,10 +34,11 @@ source scripts/lib/package.sh
 # (about 4 minutes a run: it kills and restarts real schedulers and PostgreSQL) runs once, with
 # Django 5.2 LTS; the two supported pairs (3.11 with Django 5.2, 3.12 with Django 6) run
 # everything else on both databases (real scheduler processes included), and Python 3.13 runs
-# on PostgreSQL only, which keeps the whole command near 30 minutes on 2 cores. The browser
-# tests run once per invocation whatever the matrix says (see browser_skip).
+# on PostgreSQL only, which keeps the whole command near 30 minutes on 2 cores. The tests
+# marked pgbouncer run once more through PgBouncer, with Django 5.2. The browser tests run once
+# per invocation whatever the matrix says (see browser_skip).
 MATRIX=(
-    "py311-django52 3.11 django>=5.2,<6 sqlite,postgres"
+    "py311-django52 3.11 django>=5.2,<6 sqlite,postgres,pgbouncer"
     "py312-django6 3.12 django>=6.0,<7 sqlite,postgres not crash"
     "py313-django6 3.13 django>=6.0,<7 postgres not crash"
 )
@@ -44,7 +49,7 @@ TEST_NO_DEPS=("django-celery-beat>=2.9")
 ALL_ENVS=
 for _spec in "${MATRIX[@]}"; do ALL_ENVS+="${_spec%% *} "; done
 SELECTED_ENVS=${PERIODIC_TEST_ENVS:-$ALL_ENVS}
-SELECTED_DBS=${PERIODIC_TEST_DBS:-sqlite postgres}
+SELECTED_DBS=${PERIODIC_TEST_DBS:-sqlite postgres pgbouncer}
 
 # Results, in run order: labels, pytest exit codes, check names/results.
 RUN_LABELS=()
@@ -194,20 +199,28 @@ has_marker_arg() {
 # run_pytest NAME DB MARKERS ONLY_DB [pytest args...]: MARKERS is the matrix's marker expression
 # (may be empty), passed as -m unless the arguments have a -m of their own; ONLY_DB=1 leaves out
 # the tests that never reach the database (tests/conftest.py), which an earlier run of the same
-# environment ran.
+# environment ran. DB pgbouncer runs the tests marked pgbouncer on PostgreSQL through PgBouncer.
 run_pytest() {
-    local name=$1 db=$2 markers=$3 only_db=$4 label rc=0 log skip
+    local name=$1 db=$2 markers=$3 only_db=$4 label rc=0 log skip pgbouncer_url=
     shift 4
     local -a narrow=()
     label="$(env_label "$name") / $db"
+    if [[ $db == pgbouncer ]]; then
+        markers="pgbouncer${markers:+ and ($markers)}"
+        pgbouncer_url="postgres://postgres@127.0.0.1:$PGBOUNCER_PORT/$PG_DB_NAME"
+        # PgBouncer keeps server connections to the test database, so it cannot be dropped.
+        narrow=(--reuse-db)
+        db=postgres
+    fi
     if [[ -n $markers ]] && ! has_marker_arg "$@"; then
-        narrow=(-m "$markers")
+        narrow+=(-m "$markers")
         label+=" ($markers)"
     fi
     banner "$label"
     log=$(mktemp)
     skip=$(browser_skip)
-    PERIODIC_BROWSER_SKIP=$skip PERIODIC_TEST_DB=$db PERIODIC_ONLY_DATABASE_TESTS=$only_db in_venv "$name" python -m pytest \
+    PERIODIC_BROWSER_SKIP=$skip PERIODIC_TEST_DB=$db PERIODIC_ONLY_DATABASE_TESTS=$only_db \
+        PERIODIC_TEST_PGBOUNCER_URL=$pgbouncer_url in_venv "$name" python -m pytest \
         -p no:cacheprovider "${narrow[@]}" "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
     [[ -n $BROWSER_RUN ]] || BROWSER_RUN=$label
     count_tests "$log"
@@ -264,15 +277,18 @@ main() {
     # Ctrl-C: stop after the current step instead of carrying on with the next run.
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    trap pg_stop EXIT
+    trap 'pgbouncer_stop; pg_stop' EXIT
 
     ensure_chromium
 
     setup_envs
 
-    if selected postgres "$SELECTED_DBS"; then
+    if selected postgres "$SELECTED_DBS" || selected pgbouncer "$SELECTED_DBS"; then
         pg_start
         export PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME"
+    fi
+    if selected pgbouncer "$SELECTED_DBS"; then
+        pgbouncer_start
     fi
 
     if [[ ${PERIODIC_SKIP_LINT:-0} != 1 ]] && selected py311-django52 "$SELECTED_ENVS"; then
@@ -294,7 +310,7 @@ main() {
         selected "$name" "$SELECTED_ENVS" || continue
         run_check "migrations up to date ($name)" check_migrations "$name"
         only_db=0
-        for db in sqlite postgres; do
+        for db in sqlite postgres pgbouncer; do
             selected "$db" "$SELECTED_DBS" || continue
             selected "$db" "${databases//,/ }" || continue
             run_pytest "$name" "$db" "$markers" "$only_db" "$@"

@@ -5,6 +5,7 @@ from asgiref.sync import SyncToAsync
 from django.db import connection, connections
 
 from django_periodic import clock, registry
+from django_periodic.engine import pooling
 from tests import processes
 from tests.factories import SchedulerProcessFactory
 
@@ -81,6 +82,14 @@ def postgres(db):
     """Skip unless the test database is PostgreSQL (concurrency and SQL tests)."""
     if connection.vendor != "postgresql":
         pytest.skip("needs PostgreSQL (PERIODIC_TEST_DB=postgres)")
+
+
+@pytest.fixture
+def pgbouncer(postgres):
+    """Skip unless "default" goes through PgBouncer in transaction mode (scripts/test.sh runs
+    the tests marked pgbouncer so, with "direct" its direct connection)."""
+    if not pooling.transaction_pooled("default"):
+        pytest.skip("needs PgBouncer (PERIODIC_TEST_PGBOUNCER_URL)")
 
 
 @pytest.fixture

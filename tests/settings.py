@@ -1,10 +1,12 @@
 """Settings for the test suite: SQLite or PostgreSQL, chosen by PERIODIC_TEST_DB.
 
-PERIODIC_TEST_DB=sqlite (default) or postgres (with PERIODIC_TEST_POSTGRES_URL).
+PERIODIC_TEST_DB=sqlite (default) or postgres (with PERIODIC_TEST_POSTGRES_URL, and
+PERIODIC_TEST_PGBOUNCER_URL to go through PgBouncer).
 Child processes started by tests (real run_scheduler processes) get PERIODIC_TEST_DB_NAME,
 the name of the test database the parent created, so they use the same data.
 """
 
+import copy
 import json
 import os
 import tempfile
@@ -87,14 +89,30 @@ elif ENGINE == "sqlite":
 else:
     raise RuntimeError(f"PERIODIC_TEST_DB must be sqlite or postgres, not {ENGINE!r}")
 
-if CHILD_DB_NAME:
-    default["NAME"] = CHILD_DB_NAME
-    if ENGINE == "postgres":
-        # So the parent waits for its children's sessions only (tests.processes).
-        default.setdefault("OPTIONS", {})["application_name"] = "periodic-test-child"
 DATABASES = {"default": default}
+DJANGO_PERIODIC: dict[str, object] = {"POLL_INTERVAL": 1}
 
-DJANGO_PERIODIC = {"POLL_INTERVAL": 1}
+# PERIODIC_TEST_PGBOUNCER_URL: "default" goes through PgBouncer in transaction mode (marked as
+# Django requires), and "direct", to the same database, serves the schedulers' wake-ups.
+PGBOUNCER_URL = os.environ.get("PERIODIC_TEST_PGBOUNCER_URL")
+if ENGINE == "postgres" and PGBOUNCER_URL:
+    DATABASES["direct"] = {**copy.deepcopy(default), "TEST": {"MIRROR": "default"}}
+    default = DATABASES["default"] = environ.Env.db_url_config(PGBOUNCER_URL)
+    # Its own name: PgBouncer keeps server connections to it, which would stop another
+    # run from dropping it (the PgBouncer run keeps it, --reuse-db).
+    default["TEST"] = {"NAME": f"test_{default['NAME']}_pgbouncer"}
+    default["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DJANGO_PERIODIC["WAKEUP_DATABASE"] = "direct"
+
+if CHILD_DB_NAME:
+    for config in DATABASES.values():
+        config["NAME"] = CHILD_DB_NAME
+        if ENGINE == "postgres":
+            # So the parent waits for its children's sessions only (tests.processes); those
+            # PgBouncer keeps in its pool after a child exits are named apart.
+            pooled = config.get("DISABLE_SERVER_SIDE_CURSORS")
+            name = "periodic-test-child-pooled" if pooled else "periodic-test-child"
+            config.setdefault("OPTIONS", {})["application_name"] = name
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

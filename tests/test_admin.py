@@ -10,6 +10,8 @@ from django_periodic import clock
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 
+pytestmark = pytest.mark.pgbouncer
+
 ADD_URL = reverse("admin:django_periodic_schedule_add")
 LIST_URL = reverse("admin:django_periodic_schedule_changelist")
 

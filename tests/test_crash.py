@@ -116,6 +116,7 @@ def check_promises(
     )
 
 
+@pytest.mark.pgbouncer
 def test_sigkilled_schedulers_lose_nothing_and_run_nothing_twice(fleet):
     """3 schedulers, 200 schedules every second for 60 s, one SIGKILL every 2-4 s."""
     began = time.monotonic()

@@ -16,6 +16,8 @@ from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import fire, set_cursor
 from tests.threads import Thread
 
+pytestmark = pytest.mark.pgbouncer
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 EVERY = timedelta(seconds=10)
 TENANTS = "tests.jobs.tenants"

@@ -29,7 +29,7 @@ from tests.models import Execution
 from tests.processes import wait_for
 from tests.threads import Thread
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.pgbouncer]
 
 
 @pytest.fixture

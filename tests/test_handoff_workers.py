@@ -16,7 +16,7 @@ from tests.factories import ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
 
-pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.pgbouncer]
 
 # Fast enough that a killed worker's lease is swept within about a second of expiring.
 SETTINGS = {

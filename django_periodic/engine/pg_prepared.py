@@ -8,9 +8,9 @@ this cursor psycopg prepares each statement at its first execution on a connecti
 the server plans it once.
 
 Django turns psycopg's preparing off on its connections (``prepare_threshold`` None), which
-jobs share, so the cursor turns it on for its own statement only. A ``prepare_threshold``
-written in the database's ``OPTIONS`` is obeyed instead: ``None`` there keeps our statements
-unprepared too, as PgBouncer before 1.21 needs in transaction pooling.
+jobs share, so the cursor turns it on for its own statement only. Whether our statements
+are prepared at all is ``pooling.prepares``: not with ``prepare_threshold`` None in the
+database's ``OPTIONS``, nor by default through a transaction pooler.
 """
 
 from collections.abc import Iterator
@@ -19,6 +19,8 @@ from functools import cache
 from typing import Any
 
 from django.db import connections
+
+from django_periodic.engine import pooling
 
 # psycopg's threshold while our statement runs: any number; ``prepare=True`` prepares at once.
 _WHILE_OURS = 1
@@ -32,9 +34,8 @@ def cursor(using: str) -> Iterator[Any]:
     connection = connections[using]
     connection.ensure_connection()
     raw = connection.connection
-    options = connection.settings_dict.get("OPTIONS", {})
-    preparing = options.get("prepare_threshold", _WHILE_OURS) is not None
-    if connection.vendor != "postgresql" or not hasattr(raw, "prepare_threshold") or not preparing:
+    preparing = connection.vendor == "postgresql" and hasattr(raw, "prepare_threshold")
+    if not (preparing and pooling.prepares(using)):
         with connection.cursor() as plain:
             yield plain
         return

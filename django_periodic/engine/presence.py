@@ -31,20 +31,26 @@ LOCK_NAMESPACE = 0x4450
 _TWO_KEYS = 2
 
 
-def take(raw_connection: Any, process_id: int) -> bool:
+def take(raw_connection: Any, process: SchedulerProcess) -> bool:
     """Take this process's lock on a psycopg connection in autocommit, and note it on the
-    process's row; False if another session holds it (then this process has none)."""
-    cursor = raw_connection.execute(
-        "SELECT pg_try_advisory_lock(%s, %s)", [LOCK_NAMESPACE, _key(process_id)]
-    )
+    process's row; False if another session holds it, or if the connection does not reach
+    the database that holds the row (a ``WAKEUP_DATABASE`` of another database): then
+    this process holds no lock."""
+    key = [LOCK_NAMESPACE, _key(process.pk)]
+    cursor = raw_connection.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
     row = cursor.fetchone()
     if not (row and row[0]):
         return False
     table = SchedulerProcess._meta.db_table
-    raw_connection.execute(
-        f'UPDATE "{table}" SET locked_at = statement_timestamp() WHERE id = %s', [process_id]
+    noted = raw_connection.execute(
+        f'UPDATE "{table}" SET locked_at = statement_timestamp() '
+        "WHERE id = %s AND host = %s AND pid = %s",
+        [process.pk, process.host, process.pid],
     )
-    return True
+    if noted.rowcount == 1:
+        return True
+    raw_connection.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+    return False
 
 
 def _key(process_id: int) -> int:

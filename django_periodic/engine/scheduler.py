@@ -30,6 +30,7 @@ from django_periodic.engine import (
     housekeeping,
     outcomes,
     planner,
+    pooling,
     presence,
     wakeups,
     watching,
@@ -119,7 +120,7 @@ class Scheduler:
         if self.process is None:
             return
         if not once and not self.listener.start(self._take_lock):
-            logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
+            self._log_no_listener()
         # What boot loaded (Django, the apps, the jobs) lives as long as the process. Out of
         # the collector's sight, a full collection walks only what the loop made since: 4-7
         # ms measured, not the 30-55 ms that stalled a burst of runs whenever one fell in it.
@@ -131,10 +132,22 @@ class Scheduler:
             # With the database away, what shutdown cannot record is left to the leases.
             self._guarded(self.shutdown)
 
+    def _log_no_listener(self) -> None:
+        if pooling.transaction_pooled(self.using):
+            logger.warning(
+                "Database %r goes through a pooler in transaction mode and WAKEUP_DATABASE is "
+                "not set: no wake-ups (polling every %s), and a killed process's runs wait "
+                "for their leases to expire.",
+                self.using,
+                self.poll,
+            )
+        else:
+            logger.info("No LISTEN/NOTIFY on this database: polling every %s.", self.poll)
+
     def _take_lock(self, raw_connection: Any) -> bool:
         """Hold this process's session lock on the listener's connection (presence.py)."""
         assert self.process is not None
-        return presence.take(raw_connection, self.process.pk)
+        return presence.take(raw_connection, self.process)
 
     @property
     def poll(self) -> timedelta:

@@ -17,6 +17,8 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_periodic.engine import pooling
+
 logger = logging.getLogger("django_periodic")
 
 CHANNEL = "django_periodic"
@@ -24,6 +26,12 @@ CHANNEL = "django_periodic"
 WAKE = b"!"
 CAPACITY = b"c"
 MAX_RECONNECT_DELAY = 30.0
+# How long a new listener waits for the notification it sent itself (see Listener._probe).
+PROBE_TIMEOUT = 5.0
+
+
+class NotificationsLost(Exception):
+    """Notifications sent on the schedulers' database do not reach the listener."""
 
 
 def notify(using: str = "default") -> None:
@@ -84,12 +92,17 @@ class Alarm:
 class Listener:
     """A daemon thread on its own connection that sets ``wake`` on every notification.
 
-    It reconnects with backoff when the connection drops, and sets ``wake`` after each
-    reconnect, since notifications sent meanwhile were lost.
+    It listens on the connection of ``pooling.listener_alias(using)``, and before it trusts
+    it, it sends one notification through ``using``, as every NOTIFY goes, and waits for it:
+    a pooler in transaction mode, or an alias of another database, would let the LISTEN
+    succeed and deliver nothing. It reconnects with backoff when the connection drops or
+    that test fails, and sets ``wake`` after each reconnect, since notifications sent
+    meanwhile were lost.
     """
 
     def __init__(self, using: str, wake: "threading.Event | Alarm") -> None:
         self.using = using
+        self.alias: str | None = None  # where it listens, known at start()
         self.wake = wake
         # Takes the process's session lock on the listener's connection (presence.py).
         self._take_lock: Callable[[Any], bool] | None = None
@@ -102,8 +115,8 @@ class Listener:
         self._failures = 0
 
     @staticmethod
-    def supported(using: str) -> bool:
-        if connections[using].vendor != "postgresql":
+    def supported(alias: str | None) -> bool:
+        if alias is None or connections[alias].vendor != "postgresql":
             return False
         from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -124,7 +137,8 @@ class Listener:
         """Start listening, and with ``take_lock`` (given the driver's connection) holding a
         session lock on that connection (presence.py); False where the database cannot
         notify (the loop then polls)."""
-        if not self.supported(self.using):
+        self.alias = pooling.listener_alias(self.using)
+        if not self.supported(self.alias):
             return False
         self._take_lock = take_lock
         self._thread = threading.Thread(target=self._run, name="periodic-listener", daemon=True)
@@ -139,19 +153,43 @@ class Listener:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            wrapper = connections.create_connection(self.using)
+            assert self.alias is not None
+            wrapper = connections.create_connection(self.alias)
             try:
                 self._listen(wrapper)
             except Exception as exc:
                 self._failures += 1
                 delay = min(2.0 ** (self._failures - 1), MAX_RECONNECT_DELAY)
-                logger.warning("Wake-up listener disconnected (%s); retry in %.0f s.", exc, delay)
+                logger.warning("Wake-up listener stopped (%s); retry in %.0f s.", exc, delay)
                 self.wake.set()  # meanwhile the loop polls; let it look now
                 self._stop.wait(delay)
             finally:
                 self._listening.clear()
                 self._judge_from = None
                 wrapper.close()
+
+    def _probe(self, raw: Any) -> None:
+        """Send a notification through ``using`` and wait for it on ``raw``; raise
+        ``NotificationsLost`` if it does not come within ``PROBE_TIMEOUT``."""
+        sender = connections.create_connection(self.using)
+        try:
+            with sender.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+        finally:
+            sender.close()
+        deadline = time.monotonic() + PROBE_TIMEOUT
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([raw.fileno(), self._interrupt.fileno], [], [], left)
+            if raw.fileno() in readable and list(raw.notifies(timeout=0)):
+                return
+            if self._stop.is_set():
+                return
+        raise NotificationsLost(
+            f"a notification sent on database {self.using!r} did not reach the listener on "
+            f"{self.alias!r} within {PROBE_TIMEOUT:.0f} s: if {self.alias!r} goes through a "
+            "pooler in transaction mode, set DISABLE_SERVER_SIDE_CURSORS on it and "
+            "WAKEUP_DATABASE to a direct connection; meanwhile the scheduler polls"
+        )
 
     def _hold_lock(self, raw: Any, take_lock: Callable[[Any], bool]) -> None:
         """Take the lock; judge others at once the first time, but after a reconnect only
@@ -167,9 +205,12 @@ class Listener:
         wrapper.ensure_connection()
         raw = wrapper.connection
         raw.autocommit = True
+        raw.execute(f"LISTEN {CHANNEL}")
+        self._probe(raw)
+        # Only a connection that is a session of its own, on our database, may hold the lock.
         if self._take_lock is not None:
             self._hold_lock(raw, self._take_lock)
-        raw.execute(f"LISTEN {CHANNEL}")  # last, so that pg_stat_activity shows it
+            raw.execute(f"LISTEN {CHANNEL}")  # again, a no-op, so pg_stat_activity shows it
         self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening

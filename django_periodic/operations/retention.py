@@ -33,6 +33,7 @@ from django.db.models import (
 )
 
 from django_periodic.conf import get_settings
+from django_periodic.engine import pooling
 from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Schedule
 
 # Schedules whose cutoffs one statement computes.
@@ -238,9 +239,11 @@ def _count(prunable: RunQuerySet) -> Pruned:
 @contextmanager
 def _one_at_a_time(using: str, wait: bool) -> Iterator[bool]:
     """Hold the pruning lock (PostgreSQL: a session advisory lock, freed with the session if
-    the process dies); yield whether this process got it. SQLite writes one at a time."""
+    the process dies); yield whether this process got it. SQLite writes one at a time.
+    Through a transaction pooler no session lasts to hold it: prunes may overlap, which
+    deletes nothing twice (finished runs never change)."""
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or pooling.transaction_pooled(using):
         yield True
         return
     with connection.cursor() as cursor:
