@@ -17,10 +17,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import connections
+from django.dispatch import receiver
 
 from django_periodic import clock, taskbackends
 from django_periodic.conf import get_settings
@@ -47,6 +50,44 @@ def execute_run(run_id: int, using: str = "default") -> str:
     """Claim run ``run_id`` and execute its job under a lease, once however often the task is
     delivered; returns the run's new status, or why there was nothing to do."""
     return execute(run_id, using)
+
+
+def execute_run_on(alias: str) -> Any:
+    """``execute_run`` bound to backend ``alias``, built by that backend's own ``task_class``
+    as ``@task(backend=alias)`` would build it: a backend may act as its tasks are built (a
+    Celery-backed one registers each with Celery, under its module path)."""
+    built = _built.get(alias)
+    if built is None:
+        task_class = taskbackends.framework().task_backends[alias].task_class
+        if type(execute_run) is task_class:
+            built = execute_run.using(backend=alias)
+        else:
+            values = {f.name: getattr(execute_run, f.name) for f in fields(execute_run) if f.init}
+            built = task_class(**{**values, "backend": alias})
+        _built[alias] = built
+    return built
+
+
+_built: dict[str, Any] = {}
+
+
+@receiver(setting_changed)
+def _forget_built(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKS":
+        _built.clear()
+
+
+def _register_with_every_backend() -> None:
+    """Build the task for every backend of ``TASKS`` whose task class is its own: their
+    workers import this module (Celery's autodiscovery does), and know the task only once it
+    has been built there too."""
+    backends = taskbackends.framework().task_backends
+    for alias in taskbackends.aliases():
+        if backends[alias].task_class is not type(execute_run):
+            execute_run_on(alias)
+
+
+_register_with_every_backend()
 
 
 def execute(run_id: int, using: str = "default") -> str:

@@ -26,6 +26,8 @@ source scripts/lib/venv.sh
 source scripts/lib/postgres.sh
 # shellcheck source=scripts/lib/pgbouncer.sh
 source scripts/lib/pgbouncer.sh
+# shellcheck source=scripts/lib/redis.sh
+source scripts/lib/redis.sh
 # shellcheck source=scripts/lib/package.sh
 source scripts/lib/package.sh
 
@@ -277,7 +279,7 @@ main() {
     # Ctrl-C: stop after the current step instead of carrying on with the next run.
     trap 'exit 130' INT
     trap 'exit 143' TERM
-    trap 'pgbouncer_stop; pg_stop' EXIT
+    trap 'redis_stop; pgbouncer_stop; pg_stop' EXIT
 
     ensure_chromium
 
@@ -289,6 +291,10 @@ main() {
     fi
     if selected pgbouncer "$SELECTED_DBS"; then
         pgbouncer_start
+    fi
+    # Celery's broker and result backend, for the hand-off to Celery workers (PostgreSQL).
+    if [[ -n ${PG_PORT:-} ]] && redis_start; then
+        export PERIODIC_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
     fi
 
     if [[ ${PERIODIC_SKIP_LINT:-0} != 1 ]] && selected py311-django52 "$SELECTED_ENVS"; then

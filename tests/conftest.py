@@ -2,6 +2,7 @@ import os
 
 import pytest
 from asgiref.sync import SyncToAsync
+from django.conf import settings
 from django.db import connection, connections
 
 from django_periodic import clock, registry
@@ -93,6 +94,17 @@ def pgbouncer(postgres):
 
 
 @pytest.fixture
+def celery(postgres):
+    """Skip unless the "celery" tasks backend is configured (Redis from scripts/test.sh and
+    django-tasks-fennel); its Redis database starts empty."""
+    if "celery" not in settings.TASKS:
+        pytest.skip("needs Redis and django-tasks-fennel (PERIODIC_TEST_REDIS_URL)")
+    import redis
+
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
+
+
+@pytest.fixture
 def sqlite(db):
     """Skip unless the test database is SQLite (what other databases do instead)."""
     if connection.vendor != "sqlite":
@@ -110,9 +122,10 @@ def children(transactional_db):
             started.append(child)
             return child
 
-        def start_worker(self, *args, **kwargs) -> processes.TaskWorkerProcess:
-            """A db_worker process executing the "database" tasks backend's tasks."""
-            child = processes.TaskWorkerProcess(*args, **kwargs)
+        def start_worker(self, *args, kind=processes.TaskWorkerProcess, **kwargs):
+            """A db_worker process executing the "database" tasks backend's tasks (or
+            ``kind``'s, such as processes.CeleryWorkerProcess)."""
+            child = kind(*args, **kwargs)
             started.append(child)
             return child
 

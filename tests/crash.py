@@ -66,7 +66,7 @@ class LoggedChild(processes.SchedulerProcess):
             "PERIODIC_TEST_SETTINGS": json.dumps(settings),
             "PYTHONPATH": str(processes.ROOT),
         }
-        argv = [sys.executable, "-m", "django", *command, *args]
+        argv = [sys.executable, "-m", *command, *args]
         with open(log_path, "wb") as log:
             self.popen = subprocess.Popen(
                 argv, env=env, cwd=processes.ROOT, stdout=log, stderr=subprocess.STDOUT
@@ -117,7 +117,9 @@ class Fleet:
         return event
 
     def start_one(self, *args: str, what: str = "start") -> LoggedChild:
-        path = self.log_dir / f"{self.command[0]}-{len(self.started)}.log"
+        module, *rest = self.command
+        label = rest[0] if module == "django" else module  # run_scheduler, db_worker, celery
+        path = self.log_dir / f"{label}-{len(self.started)}.log"
         child = LoggedChild(
             *self.args, *args, settings=self.settings, log_path=path, command=self.command
         )

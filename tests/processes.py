@@ -19,7 +19,8 @@ CHILD_APPLICATION_NAME = "periodic-test-child"
 class SchedulerProcess:
     """A ``manage.py run_scheduler`` child process using the test database."""
 
-    COMMAND: tuple[str, ...] = ("run_scheduler",)
+    # What follows ``python -m``: a module, then its arguments.
+    COMMAND: tuple[str, ...] = ("django", "run_scheduler")
 
     def __init__(self, *args: str, settings: dict | None = None, env: dict | None = None) -> None:
         env = {
@@ -30,7 +31,7 @@ class SchedulerProcess:
             "PYTHONPATH": str(ROOT),
             **(env or {}),
         }
-        command = [sys.executable, "-m", "django", *self.COMMAND, *args]
+        command = [sys.executable, "-m", *self.COMMAND, *args]
         self.popen = subprocess.Popen(
             command, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
@@ -82,9 +83,20 @@ class TaskWorkerProcess(SchedulerProcess):
     (tests.settings.TASKS): the worker fleet runs are handed to."""
 
     COMMAND = (
-        "db_worker",
+        *("django", "db_worker"),
         *("--backend", "database", "--queue-name", "default", "--interval", "0.05"),
         "--no-startup-delay",
+    )
+
+
+class CeleryWorkerProcess(SchedulerProcess):
+    """A ``celery worker`` child executing the tasks of the "celery" backend
+    (tests.settings.TASKS, django-tasks-fennel's Celery app), one at a time."""
+
+    COMMAND = (
+        *("celery", "-A", "django_tasks_fennel.app", "worker", "--pool", "solo"),
+        *("--queues", "default", "--loglevel", "WARNING"),
+        *("--without-heartbeat", "--without-gossip", "--without-mingle"),
     )
 
 

@@ -132,11 +132,22 @@ if find_spec("django.tasks"):
 else:
     TASKS_BACKENDS = "django_tasks.backends"
     INSTALLED_APPS.insert(INSTALLED_APPS.index("django_tasks_db"), "django_tasks")
-TASKS = {
+TASKS: dict[str, dict[str, object]] = {
     "default": {"BACKEND": f"{TASKS_BACKENDS}.immediate.ImmediateBackend"},
     "dummy": {"BACKEND": f"{TASKS_BACKENDS}.dummy.DummyBackend"},
     "database": {"BACKEND": "django_tasks_db.DatabaseBackend"},
 }
+
+# PERIODIC_TEST_REDIS_URL: "celery", a backend whose tasks Celery workers execute
+# (django-tasks-fennel), with Redis as broker and result backend.
+REDIS_URL = os.environ.get("PERIODIC_TEST_REDIS_URL")
+if REDIS_URL and find_spec("django_tasks_fennel"):
+    INSTALLED_APPS.append("django_tasks_fennel")
+    TASKS["celery"] = {"BACKEND": "django_tasks_fennel.CeleryBackend", "QUEUES": ["default"]}
+    CELERY_BROKER_URL = CELERY_RESULT_BACKEND = REDIS_URL
+    CELERY_RESULT_EXTENDED = True
+    # A killed worker strands the tasks it reserved and had not started: reserve only one.
+    CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 
 # Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
 DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))

@@ -235,30 +235,48 @@ def handoff_fleet(postgres, transactional_db, tmp_path, seed):
     processes.wait_for_children_to_disconnect()
 
 
+# The two worker fleets runs are handed to: django-tasks-db's db_worker, and Celery's
+# (django-tasks-fennel, Redis as broker), each running one task at a time.
+WORKER_KINDS = {
+    "database": processes.TaskWorkerProcess,
+    "celery": processes.CeleryWorkerProcess,
+}
+
+
+@pytest.fixture(params=list(WORKER_KINDS))
+def worker_backend(request, postgres) -> str:
+    """The tasks backend (tests.settings.TASKS) whose workers execute the handed-off runs."""
+    if request.param == "celery":
+        request.getfixturevalue("celery")
+    return request.param
+
+
 @pytest.fixture
-def task_workers(postgres, transactional_db, tmp_path, seed):
-    """Three django-tasks-db db_worker children; all are reaped after the test."""
-    fleet = crash.Fleet(
-        3, [], crash.CHILD_SETTINGS, tmp_path, seed, command=processes.TaskWorkerProcess.COMMAND
-    )
+def task_workers(worker_backend, transactional_db, tmp_path, seed):
+    """Three task worker children of that backend; all are reaped after the test."""
+    command = WORKER_KINDS[worker_backend].COMMAND
+    fleet = crash.Fleet(3, [], crash.CHILD_SETTINGS, tmp_path, seed, command=command)
     yield fleet
     fleet.reap()
 
 
-def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(handoff_fleet, task_workers):
-    """Runs handed to django-tasks-db: 3 schedulers plan and enqueue, 3 db_workers execute,
-    one SIGKILLed every 2-4 s; 20 schedules every second for 40 s (a db_worker runs one task
-    at a time: 3 of them keep up with 20 jobs of 0.1 s a second, busy two thirds of it)."""
+def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(
+    handoff_fleet, task_workers, worker_backend
+):
+    """Runs handed to django-tasks-db or to Celery: 3 schedulers plan and enqueue, 3 workers
+    execute, one SIGKILLed every 2-4 s; 20 schedules every second for 40 s (a worker runs one
+    task at a time: 3 of them keep up with 20 jobs of 0.1 s a second, busy two thirds of it)."""
     began = time.monotonic()
     start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
-    crash.create_schedules(20, start, seconds=0.1, tasks_backend="database")
+    crash.create_schedules(20, start, seconds=0.1, tasks_backend=worker_backend)
     handoff_fleet.start()
     task_workers.start()
     crash.wait_until_registered(handoff_fleet)
     task_workers.churn(until=monotonic_at(start + timedelta(seconds=40)))
     assert len(task_workers.pid_set("kill")) >= 8, "the driver killed too few workers"
     # Planning stops here; the schedulers settle what the killed workers left (their
-    # leases expire and are swept, reentered runs are enqueued again) before they stop.
+    # leases expire and are swept, reentered runs are enqueued again, tasks lost in a
+    # killed Celery worker are enqueued again) before they stop.
     Schedule.objects.update(enabled=False)
     stopped_at = clock.now()
     try:
@@ -268,8 +286,8 @@ def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(handoff_fleet
     except AssertionError as exc:
         active = Run.objects.active().values_list("pk", "status", "attempt", "enqueued_at")
         raise AssertionError(f"{exc}\nstill active: {list(active)[:10]}") from None
-    # Every run has settled. How db_worker exits on SIGTERM is django-tasks-db's business
-    # (inside its own COMMIT it exits 1), not a promise of ours: the workers are killed.
+    # Every run has settled. How a worker exits on SIGTERM is its own business (db_worker
+    # exits 1 inside its own COMMIT), not a promise of ours: the workers are killed.
     task_workers.reap()
     codes = handoff_fleet.stop()
     assert set(codes.values()) == {0}, f"graceful stop exit codes {codes}\n{handoff_fleet.logs()}"
@@ -278,5 +296,5 @@ def test_sigkilled_task_workers_lose_nothing_and_run_nothing_twice(handoff_fleet
     seconds = round(time.monotonic() - began)
     counts = ledger.counts()
     print(crash.report("SIGKILL task workers", task_workers, counts, start, seconds=seconds))
-    assert {run.tasks_backend for run in ledger.runs} == {"database"}
+    assert {run.tasks_backend for run in ledger.runs} == {worker_backend}
     check_promises(ledger, stopped_at, dead=task_workers.times("kill"))

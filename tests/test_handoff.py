@@ -142,6 +142,19 @@ def test_a_task_still_queued_past_the_pickup_timeout_is_not_enqueued_twice(now):
     assert handoff.dispatch() == 1
 
 
+def test_a_task_said_to_wait_for_three_pickup_timeouts_is_enqueued_again(now, settings):
+    # Celery says a task it lost (its worker killed after taking it) waits, for ever: the
+    # backend's word is good for three pickup timeouts from when it took the task.
+    run = handed_off(now, backend="database")
+    handoff.dispatch()
+    timeout = timedelta(seconds=settings.DJANGO_PERIODIC.get("TASKS_PICKUP_TIMEOUT", 300))
+    long_ago = now - 3 * timeout
+    DBTaskResult.objects.update(enqueued_at=long_ago)
+    Run.objects.filter(pk=run.pk).update(enqueued_at=long_ago)
+    assert handoff.dispatch() == 1
+    assert DBTaskResult.objects.count() == 2  # the first, if it ever comes, claims nothing
+
+
 def test_a_run_routed_to_an_unknown_alias_fails_and_the_others_are_enqueued(now, dummy):
     # clean() refuses the alias; update() and raw SQL store it all the same.
     lost = handed_off(now, backend="no-such-alias")

@@ -8,7 +8,8 @@ one task for it. The worker that picks the task up claims the run's lease first
 (``claims.claim_run``) and executes it as our own workers would: heartbeat, cancel,
 timeout, token-guarded outcome, retries. A task delivered twice finds its run claimed
 and does nothing. A task that nobody claimed within ``TASKS_PICKUP_TIMEOUT`` is presumed
-lost and enqueued again, unless its backend says it is still waiting in the queue.
+lost and enqueued again, unless its backend says it is still waiting in the queue (for
+at most three pickup timeouts).
 
 A run fails alone: one routed to an alias the ``TASKS`` setting lacks ends ``failed``
 (``unknown_tasks_backend``), and one whose task cannot be enqueued (the backend is down)
@@ -32,6 +33,8 @@ logger = logging.getLogger("django_periodic")
 
 # Runs marked and enqueued per transaction.
 DISPATCH_BATCH = 500
+# How many pickup timeouts a backend may say a task still waits before it is sent again.
+STILL_QUEUED_PICKUP_TIMEOUTS = 3
 
 
 def dispatch(using: str = "default") -> int:
@@ -61,12 +64,17 @@ def _take_batch(now: datetime, using: str) -> list[Run]:
     if not batch:
         return []
     runs.filter(pk__in=[run.pk for run in batch]).update(enqueued_at=now)
-    return [run for run in batch if not _still_queued(run)]
+    return [run for run in batch if not _still_queued(run, now)]
 
 
-def _still_queued(run: Run) -> bool:
+def _still_queued(run: Run, now: datetime) -> bool:
     """Whether the run's last task waits in its backend's queue, not picked up yet: the
-    backend is busy, not lost. Without a result to ask for, presume it lost."""
+    backend is busy, not lost. Without a result to ask for, presume it lost.
+
+    A backend's word is taken for ``STILL_QUEUED_PICKUP_TIMEOUTS`` pickup timeouts after
+    it took the task, no longer: Celery reports a task it lost (its worker killed after
+    taking it) as waiting, for ever. Enqueued again, a task still waiting after all is only
+    a second delivery, which claims nothing."""
     if not run.task_id:
         return False
     try:
@@ -77,7 +85,10 @@ def _still_queued(run: Run) -> bool:
         result = backend.get_result(run.task_id)
     except Exception:  # TaskResultDoesNotExist, a backend that lost it, one removed
         return False
-    return bool(result.status == tasks.TaskResultStatus.READY)
+    if result.status != tasks.TaskResultStatus.READY or result.enqueued_at is None:
+        return False
+    trusted = STILL_QUEUED_PICKUP_TIMEOUTS * get_settings().TASKS_PICKUP_TIMEOUT
+    return bool(now - result.enqueued_at < trusted)
 
 
 def _enqueue(batch: list[Run], using: str) -> int:
@@ -125,9 +136,9 @@ def _note_task_ids(sent: list[Run], using: str) -> None:
 
 def _task(alias: str, queue: str) -> Any:
     """The task that executes a run, sent to backend ``alias``."""
-    from django_periodic.tasks import execute_run  # imports the framework: only when used
+    from django_periodic.tasks import execute_run_on  # imports the framework: only when used
 
-    return execute_run.using(backend=alias, queue_name=queue)
+    return execute_run_on(alias).using(queue_name=queue)
 
 
 def _fail_unknown_backends(batch: list[Run], using: str) -> set[str]:
