@@ -2,13 +2,15 @@
 
     bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,...]
 
-run.sh builds the venvs and starts PostgreSQL, then runs this with BENCH_PG_PORT set.
+run.sh builds the venvs and starts PostgreSQL and PgBouncer, then runs this with
+BENCH_PG_PORT and BENCH_PGBOUNCER_PORT set.
 Workloads: planning, lag, execution, handoff, due, idle, rss, each with a no-op job; the same
 with the writing job (one INSERT, CONN_MAX_AGE 0): lag-writing, steady, execution-writing,
 handoff-writing, due-writing; and floor, that job's INSERT in a loop on one connection (run
-with any writing throughput workload). Each figure is the median of 3 repetitions (1 with
---quick, which also uses smaller sizes). Results are kept in
-benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
+with any writing throughput workload); lag-pgbouncer, the lag workload with our schedulers
+through PgBouncer in transaction mode (not run when PgBouncer did not start). Each figure
+is the median of 3 repetitions (1 with --quick, which also uses smaller sizes). Results are
+kept in benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
 reruns one workload; the table, docs/performance.md and docs/images/performance.png are
 made from that file (the docs by a full run, or by any run given --docs).
 """
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKLOADS = (
     "planning",
     "lag",
+    "lag-pgbouncer",
     "lag-writing",
     "steady",
     "floor",  # before the workloads whose figures are fractions of it
@@ -50,7 +53,15 @@ WORKLOADS = (
 )
 # Their throughputs are given as fractions of the floor measured in the same run.
 NEEDS_FLOOR = ("execution-writing", "handoff-writing")
-OURS_ONLY = ("execution", "handoff", "handoff-writing", "due", "due-writing", "steady")
+OURS_ONLY = (
+    "lag-pgbouncer",
+    "execution",
+    "handoff",
+    "handoff-writing",
+    "due",
+    "due-writing",
+    "steady",
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -108,6 +119,7 @@ def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list
     runners = {
         "planning": lambda: workloads.planning(ctx, plan, peers),
         "lag": lambda: workloads.fire_lag(ctx, plan, peers),
+        "lag-pgbouncer": lambda: workloads.fire_lag_pgbouncer(ctx, plan, ours),
         "lag-writing": lambda: workloads.fire_lag(ctx, plan, peers, writing=True),
         "steady": lambda: workloads.steady(ctx, plan, ours),
         "floor": lambda: workloads.floor(ctx, plan),
@@ -254,6 +266,7 @@ def measure_all(args: argparse.Namespace, plan: Plan, results: dict, path: Path)
         work=ROOT / "benchmarks" / "results" / "compare",
         python=sys.executable,
         dpt_python=os.environ.get("BENCH_DPT_PYTHON") or None,
+        pgbouncer_port=int(os.environ.get("BENCH_PGBOUNCER_PORT") or 0) or None,
     )
     peers = make_peers(ctx, args.peers)
     say(f"Comparison, {'quick' if plan.quick else 'full'} run: {', '.join(args.only)}")

@@ -25,10 +25,12 @@ bash benchmarks/compare/run.sh --only execution-writing,lag-writing --peers ours
 `run.sh` builds two virtualenvs (`.venv/bench`, Python 3.11, with this project, Django 5.2,
 django-celery-beat, Celery, APScheduler 3, SQLAlchemy and matplotlib; `.venv/bench-dpt`,
 Python 3.13, which django-periodic-tasks requires), starts a throwaway PostgreSQL 15 with
-durability on (`scripts/lib/postgres.sh`, `PG_DURABLE=1`), runs `benchmarks/compare/compare.py`
-and stops the server. Each peer has its own database on that server and runs in its own
-process(es); the harness itself only creates rows (one `INSERT ... SELECT generate_series`
-per workload, cloned from a template row that the peer's own ORM made) and watches.
+durability on (`scripts/lib/postgres.sh`, `PG_DURABLE=1`) and PgBouncer in transaction mode
+in front of it (`scripts/lib/pgbouncer.sh`; without it only `lag-pgbouncer` is not run), runs
+`benchmarks/compare/compare.py` and stops both. Each peer has its own database on that
+server and runs in its own process(es); the harness itself only creates rows (one
+`INSERT ... SELECT generate_series` per workload, cloned from a template row that the peer's
+own ORM made) and watches.
 It prints a line per workload and step as it goes, then the table. A full run rewrites this
 page and the chart; `--quick` does so only with `--docs`. Results are kept per workload in
 `benchmarks/results/compare-*.json`, so `--only` reruns one workload and the page is
@@ -71,7 +73,11 @@ cannot: the cell gives the projection), and is not run at larger sizes.
    turns into drift, seen as fires not kept); for APScheduler the time its no-op job
    returned minus the scheduled run time (runs later than `misfire_grace_time`, 1 s, are
    dropped as missed). django-periodic-tasks schedules with cron, one minute at the finest,
-   so it cannot run this workload.
+   so it cannot run this workload. **Through PgBouncer**: the same no-op workload, our
+   schedulers' `default` alias through PgBouncer in transaction mode (`default_pool_size`
+   20, `DISABLE_SERVER_SIDE_CURSORS`) and a direct alias named in `WAKEUP_DATABASE` for the
+   wake-up listener and the session lock, as docs/deployment.md sets them up; the harness
+   still counts fires and lags directly.
 3. **Execution** (django_periodic only). N pending no-op runs (`tests.jobs.noop`), executed
    by 1 or 2 `run_scheduler --workers 8` processes; runs per second from the first start to
    the last finish.

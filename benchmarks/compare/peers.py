@@ -56,6 +56,7 @@ class Context:
     dpt_python: str | None
     leads: dict[tuple[str, int], float] = field(default_factory=dict)
     floor: float | None = None  # the writing job's floor in this run, rows/s (workloads.floor)
+    pgbouncer_port: int | None = None  # PgBouncer in transaction mode (run.sh), if it started
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PERIODIC_", "BENCH_"))}
@@ -357,6 +358,23 @@ class Ours(Peer):
             SELECT {values} FROM m CROSS JOIN {TEMPLATE_PREFIX}django_periodic_run AS t
         """
         return self.conn.execute(statement).rowcount
+
+
+class OursThroughPgBouncer(Ours):
+    """django_periodic's schedulers through PgBouncer in transaction mode, as
+    docs/deployment.md sets them up: ``default`` pooled (``DISABLE_SERVER_SIDE_CURSORS``),
+    ``direct`` to PostgreSQL named in ``WAKEUP_DATABASE`` for the listener and the session
+    lock. tests.settings builds both from PERIODIC_TEST_PGBOUNCER_URL. Same database as
+    Ours; the harness's own connection (setup, counting) stays direct."""
+
+    key = "ours-pgbouncer"  # its own child logs and learned leads; figures go to our column
+    label = "django_periodic through PgBouncer"
+
+    def env(self, writing: bool = False) -> dict[str, str]:
+        if self.ctx.pgbouncer_port is None:
+            raise RuntimeError("PgBouncer is not running (see run.sh)")
+        pooled = Server(self.ctx.pgbouncer_port).url(self.database)
+        return {**super().env(writing), "PERIODIC_TEST_PGBOUNCER_URL": pooled}
 
 
 class CeleryBeat(Peer):

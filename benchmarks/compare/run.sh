@@ -5,14 +5,17 @@
 #
 # Builds .venv/bench (Python 3.11: this project, Django 5.2, django-celery-beat, Celery,
 # APScheduler 3, SQLAlchemy, matplotlib) and .venv/bench-dpt (Python 3.13, which
-# django-periodic-tasks requires), starts a throwaway PostgreSQL with durability on, runs
-# compare.py and stops the server. See docs/performance.md; `--help` lists every option.
+# django-periodic-tasks requires), starts a throwaway PostgreSQL with durability on and a
+# PgBouncer in transaction mode in front of it (for lag-pgbouncer), runs compare.py and stops
+# both. See docs/performance.md; `--help` lists every option.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 # shellcheck source=scripts/lib/venv.sh
 source scripts/lib/venv.sh
 # shellcheck source=scripts/lib/postgres.sh
 source scripts/lib/postgres.sh
+# shellcheck source=scripts/lib/pgbouncer.sh
+source scripts/lib/pgbouncer.sh
 
 venv_ensure bench 3.11 -e '.[postgres]' 'django>=5.2,<6' django-environ \
     django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib \
@@ -25,8 +28,11 @@ else
     echo "compare: no Python 3.13 venv for django-periodic-tasks; that peer is left out" >&2
 fi
 
-trap pg_stop EXIT
+# PgBouncer first: it finds its files under PG_DIR, which pg_stop deletes.
+trap 'pgbouncer_stop; pg_stop' EXIT
 # Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
 PG_DURABLE=1 pg_start
-BENCH_PG_PORT=$PG_PORT BENCH_DPT_PYTHON=$dpt_python \
+# Without PgBouncer only lag-pgbouncer is lost (reported as not run), not the whole run.
+pgbouncer_start || echo "compare: PgBouncer did not start; lag-pgbouncer is not run" >&2
+BENCH_PG_PORT=$PG_PORT BENCH_PGBOUNCER_PORT=${PGBOUNCER_PORT:-} BENCH_DPT_PYTHON=$dpt_python \
     .venv/bench/bin/python benchmarks/compare/compare.py "$@"

@@ -25,7 +25,7 @@ from harness import (
     say,
     wait_until,
 )
-from peers import Context, Ours, Peer, now_utc, ours_env
+from peers import Context, Ours, OursThroughPgBouncer, Peer, now_utc, ours_env
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
@@ -350,6 +350,24 @@ def fire_lag(ctx: Context, plan: Plan, peers: list[Peer], writing: bool = False)
         )
         figures.append(measure(plan, row, peer.key, label, once, lag_summary))
     return figures
+
+
+def fire_lag_pgbouncer(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
+    """The no-op lag workload, our 2 schedulers connected through PgBouncer in transaction
+    mode: the row beside the direct one."""
+    row = "lag:pgbouncer"
+    if ctx.pgbouncer_port is None:
+        say("\n[fire lag through PgBouncer] not run: PgBouncer did not start (see run.sh)")
+        return [Figure(row, ours.key, "not run", text="not run: PgBouncer did not start")]
+    n, seconds = plan.lag_schedules, plan.lag_seconds
+    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s, no-op job, through PgBouncer")
+    pooled = OursThroughPgBouncer(ctx)
+
+    def once(progress: Progress) -> dict[str, float]:
+        return lag_once(ctx, plan, pooled, 2, progress, n, seconds)
+
+    # Under our key: the figure belongs in our column, beside the direct row.
+    return [measure(plan, row, ours.key, f"{pooled.label}, 2 processes", once, lag_summary)]
 
 
 def steady(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
