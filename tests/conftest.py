@@ -104,6 +104,14 @@ def celery(postgres):
     redis.Redis.from_url(settings.CELERY_BROKER_URL).flushdb()
 
 
+@pytest.fixture(params=list(processes.TASK_WORKERS))
+def worker_backend(request, postgres) -> str:
+    """Each tasks backend with workers of its own (processes.TASK_WORKERS), in turn."""
+    if request.param == "celery":
+        request.getfixturevalue("celery")  # skips without Redis
+    return request.param
+
+
 @pytest.fixture
 def sqlite(db):
     """Skip unless the test database is SQLite (what other databases do instead)."""

@@ -100,6 +100,11 @@ class CeleryWorkerProcess(SchedulerProcess):
     )
 
 
+# The worker fleets runs are handed to, by tasks backend (tests.settings.TASKS): each runs
+# one task at a time.
+TASK_WORKERS = {"database": TaskWorkerProcess, "celery": CeleryWorkerProcess}
+
+
 def wait_for(predicate, timeout: float, message: str = "condition", poll: float = 0.05):
     """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout

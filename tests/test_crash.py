@@ -235,26 +235,10 @@ def handoff_fleet(postgres, transactional_db, tmp_path, seed):
     processes.wait_for_children_to_disconnect()
 
 
-# The two worker fleets runs are handed to: django-tasks-db's db_worker, and Celery's
-# (django-tasks-fennel, Redis as broker), each running one task at a time.
-WORKER_KINDS = {
-    "database": processes.TaskWorkerProcess,
-    "celery": processes.CeleryWorkerProcess,
-}
-
-
-@pytest.fixture(params=list(WORKER_KINDS))
-def worker_backend(request, postgres) -> str:
-    """The tasks backend (tests.settings.TASKS) whose workers execute the handed-off runs."""
-    if request.param == "celery":
-        request.getfixturevalue("celery")
-    return request.param
-
-
 @pytest.fixture
 def task_workers(worker_backend, transactional_db, tmp_path, seed):
     """Three task worker children of that backend; all are reaped after the test."""
-    command = WORKER_KINDS[worker_backend].COMMAND
+    command = processes.TASK_WORKERS[worker_backend].COMMAND
     fleet = crash.Fleet(3, [], crash.CHILD_SETTINGS, tmp_path, seed, command=command)
     yield fleet
     fleet.reap()

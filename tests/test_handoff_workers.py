@@ -1,4 +1,5 @@
-"""End to end: run_scheduler plans and enqueues, django-tasks-db's db_worker processes execute.
+"""End to end: run_scheduler plans and enqueues, real workers execute: django-tasks-db's
+``db_worker``, and ``celery worker`` through django-tasks-fennel (Redis as broker).
 
 PostgreSQL only: real processes share the test database (see tests.processes).
 """
@@ -14,7 +15,7 @@ from django_periodic import clock
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import ScheduleFactory
 from tests.models import Execution
-from tests.processes import wait_for
+from tests.processes import TASK_WORKERS, wait_for
 
 pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True), pytest.mark.pgbouncer]
 
@@ -25,12 +26,13 @@ SETTINGS = {
     "SWEEP_INTERVAL": 0.25,
     "POLL_INTERVAL": 0.5,
 }
-
 SKIPPED = {("skipped", "overlap"), ("skipped", "missed")}
 
 
-def test_db_workers_run_every_handed_off_fire_once(postgres, children):
-    start = clock.now() + timedelta(seconds=2)
+def test_three_schedulers_and_three_workers_run_every_handed_off_fire_once(
+    children, worker_backend
+):
+    start = clock.now() + timedelta(seconds=3)
     for n in range(20):
         ScheduleFactory(
             name=f"every-second-{n}",
@@ -38,14 +40,16 @@ def test_db_workers_run_every_handed_off_fire_once(postgres, children):
             interval=timedelta(seconds=1),
             start_at=start,
         )
-    scheduler = children.start("--plan-only", settings=SETTINGS)
-    workers = [children.start_worker() for _ in range(2)]
-    wait_for(lambda: Execution.objects.count() >= 60, 60, "60 executions")
+    settings = {**SETTINGS, "TASKS_BACKEND": worker_backend}
+    schedulers = [children.start("--plan-only", settings=settings) for _ in range(3)]
+    workers = [children.start_worker(kind=TASK_WORKERS[worker_backend]) for _ in range(3)]
+    wait_for(lambda: Execution.objects.count() >= 100, 90, "100 executions")
     Schedule.objects.update(enabled=False)
     wait_for(lambda: not Run.objects.active().exists(), 30, "the last runs to end")
-    assert scheduler.terminate() == 0, scheduler.output()
-    # Every run has ended: the workers have nothing of ours left to do. How db_worker exits
-    # on SIGTERM is django-tasks-db's business (inside its own COMMIT it exits 1), not a
+    for scheduler in schedulers:
+        assert scheduler.terminate() == 0, scheduler.output()
+    # Every run has ended: the workers have nothing of ours left to do. How a worker exits
+    # on SIGTERM is its own business (db_worker exits 1 inside its own COMMIT), not a
     # promise of ours, so they are killed rather than asked.
     for worker in workers:
         worker.kill()
@@ -53,7 +57,7 @@ def test_db_workers_run_every_handed_off_fire_once(postgres, children):
     assert not Lease.objects.held().exists()  # nothing stuck
 
     runs = list(Run.objects.select_related("schedule"))
-    assert {run.tasks_backend for run in runs} == {"database"}
+    assert {run.tasks_backend for run in runs} == {worker_backend}
     # On a loaded machine a worker may not start a fire within its second: the next fire is
     # then skipped by the overlap policy (or as missed), which is recorded, never lost.
     outcomes = Counter((run.status, run.error_code) for run in runs)
