@@ -148,6 +148,9 @@ if REDIS_URL and find_spec("django_tasks_fennel"):
     CELERY_RESULT_EXTENDED = True
     # A killed worker strands the tasks it reserved and had not started: reserve only one.
     CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+    # Celery closes every database connection before and after each task unless told to
+    # reuse them: a new PostgreSQL backend per run otherwise.
+    CELERY_DB_REUSE_MAX = 1000
 
 # Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
 DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))

@@ -2,13 +2,16 @@
 
     bash benchmarks/compare/run.sh [--quick] [--only WORKLOAD,...] [--peers ours,celery-beat,...]
 
-run.sh builds the venvs and starts PostgreSQL and PgBouncer, then runs this with
-BENCH_PG_PORT and BENCH_PGBOUNCER_PORT set.
+run.sh builds the venvs and starts PostgreSQL, PgBouncer and Redis, then runs this with
+BENCH_PG_PORT, BENCH_PGBOUNCER_PORT and BENCH_REDIS_PORT set.
 Workloads: planning, lag, execution, handoff, due, idle, rss, each with a no-op job; the same
 with the writing job (one INSERT, CONN_MAX_AGE 0): lag-writing, steady, execution-writing,
 handoff-writing, due-writing; and floor, that job's INSERT in a loop on one connection (run
-with any writing throughput workload); lag-pgbouncer, the lag workload with our schedulers
-through PgBouncer in transaction mode (not run when PgBouncer did not start). Each figure
+with any writing throughput workload). lag-pgbouncer: the lag workload with our schedulers
+through PgBouncer in transaction mode (not run without PgBouncer). handoff-celery: the
+hand-off to Celery workers through django-tasks-fennel (not run without Redis). soak: the
+lag workload for 10 minutes with KEEP_RUNS_FOR 2 min and keeping everything (one repetition
+each; only when asked for, --only soak). Each figure
 is the median of 3 repetitions (1 with --quick, which also uses smaller sizes). Results are
 kept in benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
 reruns one workload; the table, docs/performance.md and docs/images/performance.png are
@@ -29,6 +32,7 @@ from pathlib import Path
 
 import docs_page
 import report
+import soak
 import workloads
 from harness import Server, say
 from peers import PEERS, Context, Ours, Peer
@@ -46,11 +50,15 @@ WORKLOADS = (
     "execution-writing",
     "handoff",
     "handoff-writing",
+    "handoff-celery",
     "due",
     "due-writing",
     "idle",
     "rss",
+    "soak",
 )
+# Run only when asked for (--only): 20 minutes for one figure.
+ON_REQUEST = ("soak",)
 # Their throughputs are given as fractions of the floor measured in the same run.
 NEEDS_FLOOR = ("execution-writing", "handoff-writing")
 OURS_ONLY = (
@@ -58,9 +66,11 @@ OURS_ONLY = (
     "execution",
     "handoff",
     "handoff-writing",
+    "handoff-celery",
     "due",
     "due-writing",
     "steady",
+    "soak",
 )
 
 
@@ -69,7 +79,8 @@ def parse_args() -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="1 repetition, smaller sizes")
-    parser.add_argument("--only", default=",".join(WORKLOADS), help="comma-separated workloads")
+    default = ",".join(w for w in WORKLOADS if w not in ON_REQUEST)
+    parser.add_argument("--only", default=default, help="comma-separated workloads")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers")
     parser.add_argument("--cap", type=float, default=600, help="seconds a peer gets per run (600)")
     parser.add_argument(
@@ -127,10 +138,12 @@ def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list
         "execution-writing": lambda: workloads.execution_writing(ctx, plan, peers),
         "handoff": lambda: workloads.handoff(ctx, plan, ours),
         "handoff-writing": lambda: workloads.handoff(ctx, plan, ours, writing=True),
+        "handoff-celery": lambda: workloads.handoff(ctx, plan, ours, celery=True),
         "due": lambda: workloads.due_at_once(ctx, plan, ours),
         "due-writing": lambda: workloads.due_at_once(ctx, plan, ours, writing=True),
         "idle": lambda: workloads.idle(ctx, plan, peers),
         "rss": lambda: workloads.memory_use(ctx, plan, peers),
+        "soak": lambda: soak.soak(ctx, plan, ours),
     }
     return runners[name]()
 
@@ -267,6 +280,7 @@ def measure_all(args: argparse.Namespace, plan: Plan, results: dict, path: Path)
         python=sys.executable,
         dpt_python=os.environ.get("BENCH_DPT_PYTHON") or None,
         pgbouncer_port=int(os.environ.get("BENCH_PGBOUNCER_PORT") or 0) or None,
+        redis_port=int(os.environ.get("BENCH_REDIS_PORT") or 0) or None,
     )
     peers = make_peers(ctx, args.peers)
     say(f"Comparison, {'quick' if plan.quick else 'full'} run: {', '.join(args.only)}")

@@ -57,6 +57,7 @@ class Context:
     leads: dict[tuple[str, int], float] = field(default_factory=dict)
     floor: float | None = None  # the writing job's floor in this run, rows/s (workloads.floor)
     pgbouncer_port: int | None = None  # PgBouncer in transaction mode (run.sh), if it started
+    redis_port: int | None = None  # Celery's broker and result backend (run.sh), if it started
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PERIODIC_", "BENCH_"))}
@@ -188,6 +189,8 @@ class Ours(Peer):
 
     def env(self, writing: bool = False) -> dict[str, str]:
         env = ours_env(self.ctx, self.database)
+        if self.ctx.redis_port:
+            env["PERIODIC_TEST_REDIS_URL"] = f"redis://127.0.0.1:{self.ctx.redis_port}/0"
         if writing:
             # Django's default CONN_MAX_AGE (0), as users run it; tests.settings keeps
             # connections 60 s otherwise, which the no-op rows were measured with.
@@ -276,6 +279,14 @@ class Ours(Peer):
         argv = [self.ctx.python, "-m", "django", "db_worker", "-v", "0"]
         argv += ["--backend", "database", "--interval", "0.05", "--no-startup-delay"]
         return self._spawn(index, argv, self.env(writing))
+
+    def start_celery_worker(self, index: int) -> Child:
+        """A ``celery worker`` of django-tasks-fennel's app, one task at a time, executing
+        the runs handed to the "celery" backend (tests.settings builds it from Redis's URL)."""
+        argv = [self.ctx.python, "-m", "celery", "-A", "django_tasks_fennel.app", "worker"]
+        argv += ["--pool", "solo", "--queues", "default", "--loglevel", "WARNING"]
+        argv += ["--without-heartbeat", "--without-gossip", "--without-mingle"]
+        return self._spawn(index, argv, self.env())
 
     def hand_off_pending(self, backend: str = "database") -> int:
         """Route every pending run to a tasks backend, as if its schedule named it."""

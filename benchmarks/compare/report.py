@@ -52,6 +52,7 @@ def rows_for(plan: dict) -> list[Row]:
             label = f"(1) planning: {n:,} due at once, {processes} scheduler{'s' * (processes > 1)}"
             rows.append(Row(f"planning:{n}:{processes}", label, goal, met))
     rows += lag_rows(plan)
+    rows += soak_rows(plan)
     runs = plan["execution_runs"]
     rows.append(
         Row(
@@ -81,6 +82,15 @@ def rows_for(plan: dict) -> list[Row]:
                     f"{workers} db_worker{plural}",
                 )
             )
+    for workers in (1, 4):
+        plural = "s" * (workers > 1)
+        rows.append(
+            Row(
+                f"handoff:celery:{workers}",
+                f"(3) hand-off: {runs:,} no-op runs via Celery (django-tasks-fennel, Redis), "
+                f"{workers} celery worker{plural} (one task at a time)",
+            )
+        )
     n = plan["due_schedules"]
     for job, key in (("", "due"), ("writing job, ", "due:writing")):
         rows.append(
@@ -164,6 +174,27 @@ def lag_rows(plan: dict) -> list[Row]:
             "100 % succeeded",
             lambda f: f["numbers"]["kept"] == f["numbers"]["expected"],
         ),
+    ]
+
+
+def soak_rows(plan: dict) -> list[Row]:
+    """History under load: bounded with retention (no growth past 10 % in the second half);
+    its lag beside the run that keeps everything (within 20 %: compare the two rows)."""
+    n, s = plan["lag_schedules"], plan.get("soak_seconds", 600)
+    what = f"{n:,} schedules x every 1 s x {s // 60} min, 2 schedulers"
+
+    def bounded(f: dict) -> bool:
+        numbers = f["numbers"]
+        return numbers["mb_end"] <= 1.1 * numbers["mb_half"]
+
+    return [
+        Row(
+            "soak",
+            f"(6) history: {what}, KEEP_RUNS_FOR 2 min (pruned every 30 s)",
+            "runs table bounded in rows and MB; p99 within 20 % of the next row",
+            bounded,
+        ),
+        Row("soak:keep-all", f"(6) history: {what}, everything kept"),
     ]
 
 

@@ -16,10 +16,12 @@ source scripts/lib/venv.sh
 source scripts/lib/postgres.sh
 # shellcheck source=scripts/lib/pgbouncer.sh
 source scripts/lib/pgbouncer.sh
+# shellcheck source=scripts/lib/redis.sh
+source scripts/lib/redis.sh
 
 venv_ensure bench 3.11 -e '.[postgres]' 'django>=5.2,<6' django-environ \
     django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib \
-    'django-tasks>=0.12' 'django-tasks-db>=0.13'
+    'django-tasks>=0.12' 'django-tasks-db>=0.13' 'django-tasks-fennel>=0.1' 'redis>=5'
 dpt_python=
 if venv_ensure bench-dpt 3.13 'django>=5.2,<6' 'psycopg[binary]>=3.1' \
     'django-periodic-tasks[django-tasks]'; then
@@ -29,10 +31,13 @@ else
 fi
 
 # PgBouncer first: it finds its files under PG_DIR, which pg_stop deletes.
-trap 'pgbouncer_stop; pg_stop' EXIT
+trap 'redis_stop; pgbouncer_stop; pg_stop' EXIT
 # Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
 PG_DURABLE=1 pg_start
 # Without PgBouncer only lag-pgbouncer is lost (reported as not run), not the whole run.
 pgbouncer_start || echo "compare: PgBouncer did not start; lag-pgbouncer is not run" >&2
-BENCH_PG_PORT=$PG_PORT BENCH_PGBOUNCER_PORT=${PGBOUNCER_PORT:-} BENCH_DPT_PYTHON=$dpt_python \
+# Celery's broker and result backend, for handoff-celery (reported as not run without it).
+redis_start || echo "compare: Redis did not start; handoff-celery is not run" >&2
+BENCH_PG_PORT=$PG_PORT BENCH_PGBOUNCER_PORT=${PGBOUNCER_PORT:-} BENCH_REDIS_PORT=${REDIS_PORT:-} \
+    BENCH_DPT_PYTHON=$dpt_python \
     .venv/bench/bin/python benchmarks/compare/compare.py "$@"

@@ -59,6 +59,7 @@ class Plan:
     floor_rows: int = 10_000  # rows the writing job's floor writes per repetition
     steady_schedules: int = 100
     steady_seconds: int = 30
+    soak_seconds: int = 600  # (6) history under load, at lag_schedules fires a second
 
     @classmethod
     def full(cls, cap: float, early_stop: bool) -> "Plan":
@@ -99,6 +100,7 @@ class Plan:
             rss_sizes=(1_000, 100_000),
             settle=10.0,
             floor_rows=5_000,
+            soak_seconds=60,
         )
 
 
@@ -612,35 +614,54 @@ def succeeded_or_raise(ours: Ours) -> int:
     return int(succeeded)
 
 
-def handoff(ctx: Context, plan: Plan, ours: Ours, writing: bool = False) -> list[Figure]:
-    """N pending runs handed to django-tasks-db: one run_scheduler enqueues them,
-    1 and 4 db_worker processes execute them."""
+def handoff(
+    ctx: Context, plan: Plan, ours: Ours, writing: bool = False, celery: bool = False
+) -> list[Figure]:
+    """N pending runs handed to django-tasks-db (or, ``celery``, to Celery through
+    django-tasks-fennel): one run_scheduler enqueues them, 1 and 4 workers execute them."""
     runs = plan.handoff_runs
-    say(f"\n[hand-off] {runs:,} pending runs of the {job_name(writing)} through django-tasks-db")
+    backend = "Celery (django-tasks-fennel, Redis)" if celery else "django-tasks-db"
+    say(f"\n[hand-off] {runs:,} pending runs of the {job_name(writing)} through {backend}")
+    if celery and ctx.redis_port is None:
+        return [
+            Figure(f"handoff:celery:{w}", ours.key, "not run", text="not run: no Redis")
+            for w in (1, 4)
+        ]
+    worker = "celery worker" if celery else "db_worker"
     figures = []
     for workers in (1, 4):
         once = lambda progress, w=workers: handoff_once(  # noqa: E731
-            ctx, plan, ours, w, progress, writing
+            ctx, plan, ours, w, progress, writing, celery
         )
-        label = f"{ours.label} -> django-tasks-db, {workers} db_worker{'s' * (workers > 1)}"
-        row = f"handoff:writing:{workers}" if writing else f"handoff:{workers}"
+        label = f"{ours.label} -> {backend}, {workers} {worker}{'s' * (workers > 1)}"
+        kind = "celery" if celery else ("writing" if writing else "")
+        row = ":".join(["handoff", *([kind] if kind else []), str(workers)])
         figures.append(measure(plan, row, ours.key, label, once, execution_summary))
     return figures
 
 
 def handoff_once(
-    ctx: Context, plan: Plan, ours: Ours, workers: int, progress: Progress, writing: bool
+    ctx: Context,
+    plan: Plan,
+    ours: Ours,
+    workers: int,
+    progress: Progress,
+    writing: bool,
+    celery: bool = False,
 ) -> dict[str, float]:
     runs = plan.handoff_runs
     ours.reset()
     ours.add_schedules(runs, now_utc(-1), HOUR, writing=writing, misfire_grace=HOUR)
     ours.plan_once()
-    if (handed := ours.hand_off_pending()) != runs:
+    if (handed := ours.hand_off_pending("celery" if celery else "database")) != runs:
         raise RuntimeError(f"{handed} runs pending, not {runs}")
     ours.analyze()
     # The scheduler enqueues while the workers execute: both are in the figure.
     children = [ours.start(0, plan_only=True, writing=writing)]
-    children += [ours.start_task_worker(1 + i, writing) for i in range(workers)]
+    if celery:
+        children += [ours.start_celery_worker(1 + i) for i in range(workers)]
+    else:
+        children += [ours.start_task_worker(1 + i, writing) for i in range(workers)]
     numbers = execution_rate(plan, ours, runs, children, progress)
     return with_writes(ctx, ours, numbers) if writing else numbers
 
