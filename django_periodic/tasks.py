@@ -83,8 +83,11 @@ def _register_with_every_backend() -> None:
     has been built there too."""
     backends = taskbackends.framework().task_backends
     for alias in taskbackends.aliases():
-        if backends[alias].task_class is not type(execute_run):
-            execute_run_on(alias)
+        try:
+            if backends[alias].task_class is not type(execute_run):
+                execute_run_on(alias)
+        except Exception:  # a broken backend fails its own runs, not the others'
+            logger.exception("Could not build the task for tasks backend %r.", alias)
 
 
 _register_with_every_backend()

@@ -399,3 +399,14 @@ def test_a_fanned_out_fire_hands_each_scope_its_own_task(now, dummy):
     assert sorted(deliver(result) for result in dummy.results) == ["succeeded", "succeeded"]
     results = dict(Run.objects.values_list("scope", "result"))
     assert results == {"eu": "hello eu", "us": "hello us"}
+
+
+def test_a_broken_tasks_backend_is_logged_and_the_others_still_get_the_task(settings, caplog):
+    # django_periodic.tasks builds the task for each backend as it is imported: a backend
+    # that cannot even load fails its own runs (unknown or unenqueued), not that import.
+    from django_periodic import tasks
+
+    settings.TASKS = {**settings.TASKS, "broken": {"BACKEND": "no.such.Backend"}}
+    tasks._register_with_every_backend()
+    assert "Could not build the task for tasks backend 'broken'" in caplog.text
+    assert tasks.execute_run_on("database").backend == "database"
