@@ -72,25 +72,20 @@ def rows_for(plan: dict) -> list[Row]:
     )
     rows += writing_execution_rows(plan)
     runs = plan.get("handoff_runs", 0)
-    for job, key in (("no-op", "handoff"), ("writing-job", "handoff:writing")):
+    handoffs = (
+        ("no-op", "handoff", "django-tasks-db", "db_worker"),
+        ("writing-job", "handoff:writing", "django-tasks-db", "db_worker"),
+        ("no-op", "handoff:celery", "Celery (django-tasks-fennel, Redis)", "celery worker"),
+    )
+    for job, key, via, worker in handoffs:
         for workers in (1, 4):
             plural = "s" * (workers > 1)
             rows.append(
                 Row(
                     f"{key}:{workers}",
-                    f"(3) hand-off: {runs:,} {job} runs via django-tasks-db, "
-                    f"{workers} db_worker{plural}",
+                    f"(3) hand-off: {runs:,} {job} runs via {via}, {workers} {worker}{plural}",
                 )
             )
-    for workers in (1, 4):
-        plural = "s" * (workers > 1)
-        rows.append(
-            Row(
-                f"handoff:celery:{workers}",
-                f"(3) hand-off: {runs:,} no-op runs via Celery (django-tasks-fennel, Redis), "
-                f"{workers} celery worker{plural} (one task at a time)",
-            )
-        )
     n = plan["due_schedules"]
     for job, key in (("", "due"), ("writing job, ", "due:writing")):
         rows.append(
