@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from harness import Progress, percentile, say
 from peers import Context, Ours
-from workloads import SECOND, Figure, Plan, died, measure, start_due
+from workloads import Figure, Plan, died, measure, start_every_second
 
 RETENTION = {"KEEP_RUNS_FOR": 120, "PRUNE_INTERVAL": 30}
 SAMPLE_EVERY = 10.0
@@ -51,14 +51,7 @@ def soak(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
 def soak_once(
     ctx: Context, plan: Plan, peer: Ours, progress: Progress, n: int, seconds: int
 ) -> dict[str, float]:
-    children, due_at = start_due(
-        ctx,
-        plan,
-        peer,
-        n,
-        lambda first: peer.add_schedules(n, first, SECOND, first + (seconds - 1) * SECOND),
-        lambda: [peer.start(i, workers=plan.workers) for i in range(2)],
-    )
+    children, due_at = start_every_second(ctx, plan, peer, n, seconds, processes=2)
     lags: list[float] = []
     samples: list[tuple[float, int, int]] = []  # (seconds since due, rows, bytes)
     read_to = due_at

@@ -398,16 +398,7 @@ def lag_once(
     seconds: int,
     writing: bool = False,
 ) -> dict[str, float]:
-    children, due_at = start_due(
-        ctx,
-        plan,
-        peer,
-        n,
-        lambda first: peer.add_schedules(
-            n, first, SECOND, first + (seconds - 1) * SECOND, writing=writing
-        ),
-        lambda: [peer.start(i, workers=plan.workers, writing=writing) for i in range(processes)],
-    )
+    children, due_at = start_every_second(ctx, plan, peer, n, seconds, processes, writing)
     try:
         end = due_at + seconds + 10  # 10 s to finish the last fires
         while time.time() < end:
@@ -433,6 +424,29 @@ def lag_once(
     if writing:
         numbers.update(written=peer.written(), errors=peer.job_errors())
     return numbers
+
+
+def start_every_second(
+    ctx: Context,
+    plan: Plan,
+    peer: Peer,
+    n: int,
+    seconds: int,
+    processes: int,
+    writing: bool = False,
+) -> tuple[list[Child], float]:
+    """``n`` schedules firing every second for ``seconds`` seconds, and the peer's processes
+    started and idle before the first fire (start_due)."""
+    return start_due(
+        ctx,
+        plan,
+        peer,
+        n,
+        lambda first: peer.add_schedules(
+            n, first, SECOND, first + (seconds - 1) * SECOND, writing=writing
+        ),
+        lambda: [peer.start(i, workers=plan.workers, writing=writing) for i in range(processes)],
+    )
 
 
 def ours_lags(ours: Ours, due_at: float, seconds: int) -> tuple[int, list[float], int]:
