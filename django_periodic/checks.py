@@ -23,7 +23,7 @@ from django_periodic.conf import (
     STRING_KEYS,
     get_settings,
 )
-from django_periodic.engine import code_schedules
+from django_periodic.engine import code_schedules, pooling
 from django_periodic.models import Calendar, Schedule
 
 
@@ -226,7 +226,7 @@ def check_pooling(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any)
 def pooling_warnings(wakeup: str | None, databases: dict[str, dict[str, Any]]) -> list[Any]:
     if wakeup:
         return wakeup_database_errors(wakeup, databases)
-    if not databases.get(DEFAULT_DB_ALIAS, {}).get("DISABLE_SERVER_SIDE_CURSORS"):
+    if not pooling.marked_pooled(databases.get(DEFAULT_DB_ALIAS, {})):
         return []
     return [
         Warning(
@@ -247,7 +247,7 @@ def wakeup_database_errors(alias: str, databases: dict[str, dict[str, Any]]) -> 
         error = f"names no alias of DATABASES ({', '.join(sorted(databases))})."
     elif not config.get("ENGINE", "").endswith("postgresql"):
         error = "must be a PostgreSQL database: only PostgreSQL has LISTEN/NOTIFY."
-    elif config.get("DISABLE_SERVER_SIDE_CURSORS"):
+    elif pooling.marked_pooled(config):
         error = (
             "goes through a pooler in transaction mode (DISABLE_SERVER_SIDE_CURSORS), where "
             "LISTEN cannot work: it must be a direct connection."

@@ -18,6 +18,8 @@ session, and on such an alias:
 NOTIFY needs no session: it is sent at a commit, which the pooler passes through.
 """
 
+from typing import Any
+
 from django.db import connections
 
 from django_periodic.conf import get_settings
@@ -25,7 +27,12 @@ from django_periodic.conf import get_settings
 
 def transaction_pooled(using: str) -> bool:
     """Whether ``using`` is marked as going through a pooler in transaction mode."""
-    return bool(connections[using].settings_dict.get("DISABLE_SERVER_SIDE_CURSORS"))
+    return marked_pooled(connections[using].settings_dict)
+
+
+def marked_pooled(database: dict[str, Any]) -> bool:
+    """Whether a ``DATABASES`` entry carries Django's transaction-pooling marker."""
+    return bool(database.get("DISABLE_SERVER_SIDE_CURSORS"))
 
 
 def listener_alias(using: str) -> str | None:
