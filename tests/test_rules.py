@@ -193,7 +193,7 @@ def test_the_claim_statement_takes_the_runs_the_queryset_calls_claimable(postgre
 
 @pytest.mark.django_db
 def test_the_planners_filter_leaves_out_the_schedules_its_rule_says_wait_for_their_due_time():
-    """``planner._split_waiting`` restates ``_waits_for_due_time``: a fire within the lead
+    """``planner._without_waiting`` restates ``_waits_for_due_time``: a fire within the lead
     waits while a run of the schedule, of any status in flight, is."""
     now = clock.now()
     statuses = [None, *RunStatus]
@@ -205,9 +205,9 @@ def test_the_planners_filter_leaves_out_the_schedules_its_rule_says_wait_for_the
             RunFactory(schedule=schedule, plan_time=now - timedelta(minutes=1), status=status)
         rows.append(schedule)
     due = Schedule.objects.due(now + SECOND)
-    plannable, waiting = planner._split_waiting(due, now)
+    plannable = planner._without_waiting(due, now)
     loaded = {s.pk: s for s in planner._locked(due, len(rows), connection.alias)[0]}
     occupancy = overlap.occupancy(Run.objects.all(), list(loaded))
     judged = {pk for pk, s in loaded.items() if planner._waits_for_due_time(s, now, occupancy)}
-    assert judged and set(waiting.values_list("pk", flat=True)) == judged
+    assert judged
     assert set(plannable.values_list("pk", flat=True)) == set(loaded) - judged

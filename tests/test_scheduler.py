@@ -1,4 +1,5 @@
 import signal
+import time
 from datetime import timedelta
 
 import pytest
@@ -9,7 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_periodic import clock
 from django_periodic.engine import claims, eventloop, horizon, leases
-from django_periodic.engine.scheduler import Scheduler
+from django_periodic.engine.scheduler import REPLANS, Scheduler
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import set_cursor
@@ -403,6 +404,36 @@ def test_a_heartbeat_due_just_before_a_release_waits_for_it_once():
         housekeeper.next_heartbeat = now - timedelta(seconds=1)  # due again: it beats
         housekeeper.keep_house(scheduler.process, now, ahead)
         assert beats.values_list("heartbeat_at", flat=True).get() == now
+    finally:
+        scheduler.request_stop()
+        scheduler.shutdown()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_fire_left_for_a_run_in_flight_is_looked_at_again_within_the_lead(settings):
+    """A fire within the lead whose schedule has a run in flight is left to be planned when
+    due; the scheduler wakes again a fraction of the lead later (the look-ahead shows the
+    fire still unplanned: nothing counts what was left), and once the run has ended, plans
+    the fire ahead of its time. With nothing left, that wake-up is not asked for."""
+    lead = timedelta(seconds=4)
+    settings.DJANGO_PERIODIC = {"PLAN_AHEAD": lead}
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    fire = clock.now() + timedelta(seconds=3)
+    schedule = ScheduleFactory(interval=timedelta(hours=1), start_at=fire)
+    in_flight = RunFactory(schedule=schedule, plan_time=fire - timedelta(hours=1), status="running")
+    try:
+        now, wake = scheduler.tick()
+        assert not Run.objects.filter(schedule=schedule, plan_time=fire).exists()
+        assert wake == now + lead / REPLANS  # looked at again, long before the fire
+        Run.objects.filter(pk=in_flight.pk).update(status="succeeded")
+        while clock.now() < wake:  # the database's clock: the one the tick reads
+            time.sleep(0.05)
+        now, wake = scheduler.tick()
+        planned = Run.objects.get(schedule=schedule, plan_time=fire)
+        assert planned.created_at < fire  # planned ahead
+        now, wake = scheduler.tick()  # nothing left within the lead: no early wake-up
+        assert wake > now + lead / REPLANS
     finally:
         scheduler.request_stop()
         scheduler.shutdown()

@@ -220,8 +220,9 @@ class Scheduler:
             return planner.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
         self._planned_to = now + self.lead
-        # A run in flight may end within the lead: look again a few times before the fire.
-        self._replan_at = now + self.lead / REPLANS if planned.deferred else None
+        # A fire this pass left (a run in flight may end within the lead) is looked at again
+        # a few times before it is due; the look-ahead shows whether one was left.
+        self._replan_at = now + self.lead / REPLANS
         if planned.fired > (self.pool.free() if self.pool else 0):
             wakeups.notify(self.using)  # more than we start at once: others claim too
         return planned
@@ -309,7 +310,9 @@ class Scheduler:
         cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
         candidates = [now + cap, *self.housekeeper.wake_times(now, ahead)]
         if self.plan and ahead.next_fire is not None:
-            candidates += [self._lead_time(ahead.next_fire, self._planned_to), self._replan_at]
+            candidates.append(self._lead_time(ahead.next_fire, self._planned_to))
+            if ahead.next_fire <= self._planned_to:  # looked at, and left: a run in flight
+                candidates.append(self._replan_at)
         if self.plan:
             candidates += self._handoff_times(now, ahead)
         if self.pool:
