@@ -100,7 +100,7 @@ class Scheduler:
         # planning pass: the next looks again when they are due, or at new fires...
         self._planned_to = datetime.min.replace(tzinfo=UTC)
         # ...or, if it left some because a run was in flight, at this time.
-        self._replan_at: datetime | None = None
+        self._replan_at = datetime.min.replace(tzinfo=UTC)
         # The last claim found no more runs due: freed threads wait for news (a tick).
         self._drained = False
 
@@ -213,10 +213,7 @@ class Scheduler:
         """Plan fires that are due, and those coming within the lead not looked at yet."""
         if not self.plan or not ahead.fire_due(self.lead):
             return planner.PlanResult()
-        assert ahead.next_fire is not None  # a fire is due
-        looked_at = ahead.next_fire <= self._planned_to
-        retry = self._replan_at is not None and now >= self._replan_at
-        if looked_at and not retry and not ahead.fire_due():
+        if self._left_a_fire(ahead) and now < self._replan_at and not ahead.fire_due():
             return planner.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
         self._planned_to = now + self.lead
@@ -226,6 +223,11 @@ class Scheduler:
         if planned.fired > (self.pool.free() if self.pool else 0):
             wakeups.notify(self.using)  # more than we start at once: others claim too
         return planned
+
+    def _left_a_fire(self, ahead: horizon.Horizon) -> bool:
+        """Whether the next fire is one the last planning pass looked at and left (a run of
+        its schedule was in flight)."""
+        return ahead.next_fire is not None and ahead.next_fire <= self._planned_to
 
     def _claim_due(self, ahead: horizon.Horizon, fired: int) -> None:
         """Claim runs that may start now, as many as the pool takes."""
@@ -311,7 +313,7 @@ class Scheduler:
         candidates = [now + cap, *self.housekeeper.wake_times(now, ahead)]
         if self.plan and ahead.next_fire is not None:
             candidates.append(self._lead_time(ahead.next_fire, self._planned_to))
-            if ahead.next_fire <= self._planned_to:  # looked at, and left: a run in flight
+            if self._left_a_fire(ahead):
                 candidates.append(self._replan_at)
         if self.plan:
             candidates += self._handoff_times(now, ahead)
