@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import business_days, clock
@@ -47,27 +48,40 @@ class Calendar(models.Model):
     holidays_country = models.CharField(
         max_length=8,
         blank=True,
+        default="",
+        db_default="",
         help_text=_("Closed on this country's public holidays (ISO code, e.g. DE); needs "
                     "the holidays package."),
     )  # fmt: skip
     holidays_subdivision = models.CharField(
-        max_length=16, blank=True, help_text=_("A state or province of it, e.g. BY.")
+        max_length=16,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("A state or province of it, e.g. BY."),
     )
     closed_weekdays = models.JSONField(
-        default=list, blank=True, help_text=_("0 (Monday) to 6 (Sunday), e.g. [5, 6].")
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text=_("0 (Monday) to 6 (Sunday), e.g. [5, 6]."),
     )
     closed_dates = models.JSONField(
-        default=list, blank=True, help_text=_('Dates, e.g. ["2026-12-24", "2026-12-31"].')
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text=_('Dates, e.g. ["2026-12-24", "2026-12-31"].'),
     )
     blackouts = models.JSONField(
         default=list,
+        db_default=[],
         blank=True,
         help_text=_(
             'Periods, e.g. [{"start": "2026-12-18T18:00+01:00", "end": '
             '"2027-01-04T06:00+01:00", "reason": "year-end freeze"}].'
         ),
     )
-    updated_at = models.DateTimeField(auto_now=True)
+    updated_at = models.DateTimeField(auto_now=True, db_default=Now())
 
     class Meta:
         ordering = ["name"]

@@ -125,7 +125,9 @@ class Lease(models.Model):
     heartbeat_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=32, blank=True, choices=choices.LeaseOutcome)
+    outcome = models.CharField(
+        max_length=32, blank=True, default="", db_default="", choices=choices.LeaseOutcome
+    )
 
     objects = LeaseQuerySet.as_manager()
 

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, Now
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import choices, clock, policies
@@ -122,11 +122,14 @@ class Run(models.Model):
         max_length=scope_providers.KEY_MAX_LENGTH,
         blank=True,
         default="",
+        db_default="",
         help_text=_("The scope key of a fanned-out fire; empty for an unscoped run."),
     )
     # Why it was recorded, its origin (a fire of the schedule, manual, a retry, a backfill):
     # not the schedule's trigger (its cron, interval or run_at).
-    trigger = models.CharField(max_length=16, choices=Trigger, default=Trigger.SCHEDULE)
+    trigger = models.CharField(
+        max_length=16, choices=Trigger, default=Trigger.SCHEDULE, db_default=Trigger.SCHEDULE
+    )
     schedule_revision = models.PositiveIntegerField(
         _("revision"),
         null=True,
@@ -134,14 +137,19 @@ class Run(models.Model):
         editable=False,
         help_text=_("The schedule's revision that planned it; empty if recorded before revisions."),
     )
-    status = models.CharField(max_length=16, choices=Status, default=Status.PENDING)
-    attempt = models.PositiveIntegerField(default=0)
-    max_attempts = models.PositiveIntegerField(default=1)
+    status = models.CharField(
+        max_length=16, choices=Status, default=Status.PENDING, db_default=Status.PENDING
+    )
+    attempt = models.PositiveIntegerField(default=0, db_default=0)
+    max_attempts = models.PositiveIntegerField(default=1, db_default=1)
     interruptions = models.PositiveIntegerField(
-        default=0, help_text=_("Attempts cut short because their process died or stopped.")
+        default=0,
+        db_default=0,
+        help_text=_("Attempts cut short because their process died or stopped."),
     )
     exclusive = models.BooleanField(
         default=True,
+        db_default=True,
         editable=False,
         help_text=_("Counts as its schedule's one active run (overlap is not “concurrent”)."),
     )
@@ -155,26 +163,37 @@ class Run(models.Model):
     duration = models.DurationField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     error_code = models.CharField(
-        max_length=200, blank=True, help_text=_("Why it failed or was skipped, machine-readable.")
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Why it failed or was skipped, machine-readable."),
     )
-    error_message = models.TextField(blank=True)
-    traceback = models.TextField(blank=True)
+    error_message = models.TextField(blank=True, default="", db_default="")
+    traceback = models.TextField(blank=True, default="", db_default="")
     job_name = models.CharField(max_length=200)
-    args = models.JSONField(default=list)
-    kwargs = models.JSONField(default=dict)
+    args = models.JSONField(default=list, db_default=[])
+    kwargs = models.JSONField(default=dict, db_default={})
     tasks_backend = models.CharField(
         max_length=100,
         blank=True,
+        default="",
+        db_default="",
         editable=False,
         help_text=_("The TASKS backend that executes it; empty: run_scheduler's own workers."),
     )
     task_id = models.CharField(
-        max_length=255, blank=True, editable=False, help_text=_("Its task in that backend.")
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("Its task in that backend."),
     )
     enqueued_at = models.DateTimeField(
         null=True, blank=True, editable=False, help_text=_("When its task was last enqueued.")
     )
-    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
+    created_at = models.DateTimeField(default=clock.wall_now, db_default=Now(), editable=False)
 
     objects = RunQuerySet.as_manager()
 

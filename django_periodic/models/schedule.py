@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import bounds, choices, clock, triggers
@@ -121,26 +122,38 @@ class Schedule(TrackedChanges):
 
     name = models.CharField(max_length=200)  # unique: see Meta.constraints
     job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
-    args = models.JSONField(default=list, blank=True)
-    kwargs = models.JSONField(default=dict, blank=True)
+    args = models.JSONField(default=list, db_default=[], blank=True)
+    kwargs = models.JSONField(default=dict, db_default={}, blank=True)
     scopes = models.CharField(
         max_length=200,
         blank=True,
+        default="",
+        db_default="",
         help_text=_("A registered scope provider: each fire runs once per scope key it returns."),
     )
 
-    cron = models.CharField(max_length=200, blank=True, help_text=_("5-field cron or @daily."))
+    cron = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("5-field cron or @daily."),
+    )
     timezone = models.CharField(max_length=64, default=default_timezone)
     dst_gap = models.CharField(
         max_length=16,
         choices=choices.DstGap,
         blank=True,
+        default="",
+        db_default="",
         help_text=_("Cron: a fire a spring-forward change skips; empty: as cron(8) does."),
     )
     dst_repeat = models.CharField(
         max_length=16,
         choices=choices.DstRepeat,
         blank=True,
+        default="",
+        db_default="",
         help_text=_("Cron: a fire a fall-back change repeats; empty: as cron(8) does."),
     )
     interval = models.DurationField(null=True, blank=True)
@@ -158,10 +171,11 @@ class Schedule(TrackedChanges):
         max_length=20,
         choices=choices.OnClosedDay,
         default=choices.OnClosedDay.SKIP,
+        db_default=choices.OnClosedDay.SKIP,
         help_text=_("A fire on a closed day: skipped, or run on the next or previous open day."),
     )
 
-    enabled = models.BooleanField(default=True)
+    enabled = models.BooleanField(default=True, db_default=True)
     # A pause (pause()): its fires before paused_until are not run. Set by the admin's
     # "Pause…" and pause(), not by the schedule's form.
     paused_until = models.DateTimeField(
@@ -170,19 +184,31 @@ class Schedule(TrackedChanges):
         editable=False,
         help_text=_("Its fires before then are not run; empty: not paused."),
     )
-    pause_reason = models.CharField(max_length=PAUSE_REASON_MAX_LENGTH, blank=True, editable=False)
-    paused_by = models.CharField(max_length=150, blank=True, editable=False)
-    overlap = models.CharField(max_length=16, choices=Overlap, default=Overlap.SKIP)
+    pause_reason = models.CharField(
+        max_length=PAUSE_REASON_MAX_LENGTH, blank=True, default="", db_default="", editable=False
+    )
+    paused_by = models.CharField(
+        max_length=150, blank=True, default="", db_default="", editable=False
+    )
+    overlap = models.CharField(
+        max_length=16, choices=Overlap, default=Overlap.SKIP, db_default=Overlap.SKIP
+    )
     max_queued = models.PositiveIntegerField(
-        default=1, help_text=_("With overlap “queue”: fires that may wait; more are skipped.")
+        default=1,
+        db_default=1,
+        help_text=_("With overlap “queue”: fires that may wait; more are skipped."),
     )
     max_concurrent = models.PositiveIntegerField(
         null=True,
         blank=True,
         help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
     )
-    misfire = models.CharField(max_length=16, choices=Misfire, default=Misfire.LATEST)
-    misfire_grace = models.DurationField(default=timedelta(minutes=1))
+    misfire = models.CharField(
+        max_length=16, choices=Misfire, default=Misfire.LATEST, db_default=Misfire.LATEST
+    )
+    misfire_grace = models.DurationField(
+        default=timedelta(minutes=1), db_default=timedelta(minutes=1)
+    )
     jitter = models.DurationField(
         null=True,
         blank=True,
@@ -191,19 +217,26 @@ class Schedule(TrackedChanges):
             "fixed by the schedule, scope and plan time; empty: at its plan time."
         ),
     )
-    max_attempts = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=1, db_default=1)
     retry_backoff = models.DurationField(
-        default=timedelta(seconds=10), help_text=_("Delay before the first retry; doubles after.")
+        default=timedelta(seconds=10),
+        db_default=timedelta(seconds=10),
+        help_text=_("Delay before the first retry; doubles after."),
     )
     timeout = models.DurationField(null=True, blank=True)
-    lease_timeout = models.DurationField(default=timedelta(seconds=30))
+    lease_timeout = models.DurationField(
+        default=timedelta(seconds=30), db_default=timedelta(seconds=30)
+    )
     allow_stale_reentry = models.BooleanField(
         default=False,
+        db_default=False,
         help_text=_("Run again when the process running it died (at-least-once)."),
     )
     tasks_backend = models.CharField(
         max_length=100,
         blank=True,
+        default="",
+        db_default="",
         help_text=_(
             "A TASKS backend alias whose workers execute its runs; empty: the "
             "DJANGO_PERIODIC TASKS_BACKEND setting (none: run_scheduler's own workers)."
@@ -244,6 +277,8 @@ class Schedule(TrackedChanges):
         max_length=32,
         choices=AttentionReason,
         blank=True,
+        default="",
+        db_default="",
         editable=False,
         help_text=_("Why it needs attention; empty: it does not."),
     )
@@ -251,6 +286,7 @@ class Schedule(TrackedChanges):
 
     revision = models.PositiveIntegerField(
         default=1,
+        db_default=1,
         editable=False,
         help_text=_("Bumped when its trigger, job or arguments change; each run records it."),
     )
@@ -259,15 +295,23 @@ class Schedule(TrackedChanges):
     next_fire_at = models.DateTimeField(
         null=True, blank=True, editable=False, db_default=bounds.UNPLANNED
     )
-    last_error = models.TextField(blank=True, editable=False)
+    last_error = models.TextField(blank=True, default="", db_default="", editable=False)
     planning_failures = models.PositiveIntegerField(
-        default=0, editable=False, help_text=_("Consecutive ticks that could not plan it.")
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text=_("Consecutive ticks that could not plan it."),
     )
     defined_in = models.CharField(
-        max_length=300, blank=True, editable=False, help_text=_("Code location of a @job schedule.")
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("Code location of a @job schedule."),
     )
-    created_at = models.DateTimeField(default=clock.wall_now, editable=False)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(default=clock.wall_now, db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(auto_now=True, db_default=Now())
 
     objects = ScheduleQuerySet.as_manager()
 
