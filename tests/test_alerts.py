@@ -21,7 +21,7 @@ from django_periodic.engine import attention
 from django_periodic.engine.scheduler import Scheduler
 from django_periodic.models import Run, Schedule
 from django_periodic.models.alerting import Facts, reason
-from django_periodic.operations import health
+from django_periodic.operations import alert_mail, health
 from tests.factories import RunFactory, ScheduleFactory
 from tests.processes import wait_for
 from tests.threads import Thread
@@ -387,10 +387,13 @@ def test_changes_are_mailed_to_the_admins_when_asked(settings, mailoutbox):
     schedule = ScheduleFactory(name="nightly", alert_failures=1)
     runs(schedule, "failed", start=now - HOUR)
     attention.evaluate(now)
+    assert alert_mail.outbox.flush(timeout=30)
     assert mailoutbox == []  # off by default
     Schedule.objects.update(attention_reason="")
     settings.DJANGO_PERIODIC = {"ALERT_MAIL_ADMINS": True}
     attention.evaluate(now)
+    # Mailed by the outbox's thread, not the one that judged (tests/test_alert_mail_sender.py).
+    assert alert_mail.outbox.flush(timeout=30)
     (mail,) = mailoutbox
     assert "Schedule 'nightly' needs attention: its last 1 run(s) failed" in mail.subject
     assert mail.to == ["ops@example.com"]
