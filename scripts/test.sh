@@ -43,10 +43,12 @@ source scripts/lib/package.sh
 # on PostgreSQL only, which keeps the whole command under 35 minutes on 2 cores. The tests
 # marked pgbouncer run once more through PgBouncer, with Django 5.2. The browser tests run once
 # per invocation whatever the matrix says (see browser_skip).
+# The upgrade test (tests/test_upgrades.py: the previous release's processes beside this one's)
+# runs once too, with Django 5.2 on PostgreSQL.
 MATRIX=(
     "py311-django52 3.11 django>=5.2,<6 sqlite,postgres,pgbouncer"
-    "py312-django6 3.12 django>=6.0,<7 sqlite,postgres not crash"
-    "py313-django6 3.13 django>=6.0,<7 postgres not crash"
+    "py312-django6 3.12 django>=6.0,<7 sqlite,postgres not crash and not upgrade"
+    "py313-django6 3.13 django>=6.0,<7 postgres not crash and not upgrade"
 )
 # Installed without their dependencies (see scripts/lib/venv.sh): django-celery-beat caps
 # Django and cron-descriptor below what the matrix tests; its other dependencies are in the
