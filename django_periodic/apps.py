@@ -8,10 +8,12 @@ class PeriodicConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_periodic import checks  # noqa: F401  (the checks
+        from django_periodic import checks, error_texts  # noqa: F401  (the checks
         from django_periodic.engine import stop_signals
         from django_periodic.operations import alert_mail, runlog
 
+        # No database row values in what the package logs, its tracebacks included.
+        error_texts.install()
         # A scheduler stopped while it is still starting (loading jobs below, checks, boot
         # recovery) must exit cleanly, not by the signal's default action.
         if stop_signals.starting_scheduler():

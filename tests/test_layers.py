@@ -28,8 +28,8 @@ FACADES = {"backfill": ENGINE, "tasks": ENGINE, "health": OPERATIONS, "metrics":
 INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "urls", "checks"}
 INTERFACE_MODULES |= {"apps"}
 PURE_CORE = (
-    "bounds", "business_days", "choices", "clock", "conf", "dst", "policies", "registry",
-    "scopes", "signals", "stagger", "taskbackends", "triggers",
+    "bounds", "business_days", "choices", "clock", "conf", "dst", "error_texts", "escaping",
+    "policies", "registry", "scopes", "signals", "stagger", "taskbackends", "triggers",
 )  # fmt: skip
 
 

@@ -8,6 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_periodic import registry
+from django_periodic.error_texts import shown
+from django_periodic.escaping import escaped
 from django_periodic.models import SCHEDULE_OPTIONS, Schedule
 
 logger = logging.getLogger("django_periodic")
@@ -57,7 +59,7 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
                     _sync_one(job, stored.get(name), report, using)
             except (ValidationError, TypeError) as exc:
                 # One bad definition must not keep the scheduler from starting.
-                logger.error("Code-defined schedule %r not synced: %s", name, exc)
+                logger.error("Code-defined schedule %r not synced: %s", name, shown(exc))
                 report.invalid.append(name)
         gone = existing.exclude(defined_in="").exclude(name__in=wanted)
         for schedule in gone:
@@ -67,7 +69,7 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
             report.disabled.append(schedule.name)
     for verb, names in vars(report).items():
         if names and verb != "invalid":
-            logger.info("Code-defined schedules %s: %s", verb, ", ".join(names))
+            logger.info("Code-defined schedules %s: %s", verb, escaped(", ".join(names)))
     return report
 
 

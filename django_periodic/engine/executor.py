@@ -21,6 +21,8 @@ from django_periodic.conf import get_settings
 from django_periodic.engine import eventloop, leases, outcomes, worker_connections
 from django_periodic.engine.claimed import Claim
 from django_periodic.engine.context import JobContext, StopRequest
+from django_periodic.error_texts import error_text, shown, traceback_text
+from django_periodic.escaping import escaped
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
@@ -152,7 +154,7 @@ def record(batch: list[outcomes.AttemptOutcome]) -> set[int]:
             if delay is None:
                 raise
             logger.warning(
-                "Could not record %d outcomes (%s); retry in %s s.", len(batch), exc, delay
+                "Could not record %d outcomes (%s); retry in %s s.", len(batch), shown(exc), delay
             )
             connections[using].close()
             time.sleep(delay)
@@ -167,7 +169,11 @@ def _log(outcome: outcomes.AttemptOutcome, recorded: bool) -> None:
         logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)
     elif outcome.status in (Run.Status.FAILED, Run.Status.RETRYING):
         logger.warning(
-            "Run %s of %s %s: %s", run.pk, run.job_name, outcome.status, outcome.error_message
+            "Run %s of %s %s: %s",
+            run.pk,
+            escaped(run.job_name),
+            outcome.status,
+            escaped(outcome.error_message),
         )
 
 
@@ -226,19 +232,13 @@ async def _supervised(awaitable: Awaitable[Any], stop: StopRequest) -> Any:
 
 
 def _failure_of(exc: BaseException) -> outcomes.Failure:
-    """The failure of a job's exception, its texts in full (``outcomes.failed`` caps them).
-    Only an ``Exception`` is retried: a job raising SystemExit or KeyboardInterrupt asked to
-    stop, not to be run again."""
+    """The failure of a job's exception, its texts in full (``outcomes.failed`` caps them)
+    but for the row values a database error quotes (``error_texts.py``). Only an
+    ``Exception`` is retried: a job raising SystemExit or KeyboardInterrupt asked to stop,
+    not to be run again."""
     return outcomes.Failure(
         code=type(exc).__qualname__,
-        message=_message(exc),
-        traceback="".join(traceback.format_exception(exc)),
+        message=error_text(exc),
+        traceback=traceback_text(exc) or "".join(traceback.format_exception(exc)),
         retryable=isinstance(exc, Exception),
     )
-
-
-def _message(exc: BaseException) -> str:
-    try:
-        return str(exc)
-    except Exception:  # as the traceback module says it
-        return "<exception str() failed>"

@@ -27,6 +27,7 @@ from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.engine import overlap, pg_arrays, pg_prepared, storable
 from django_periodic.engine.claimed import LATE_MESSAGE, Claim
+from django_periodic.error_texts import error_text, shown
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.models.processes import RELEASE_SQL
 
@@ -174,7 +175,8 @@ def unstarted(claim: Claim) -> AttemptOutcome:
 def not_storable(outcome: AttemptOutcome, error: Exception) -> AttemptOutcome:
     """What is recorded instead of an outcome the database refused: the run fails, without
     a retry (its job ran), with ``error`` as the reason."""
-    message = f"Its outcome ({outcome.status}) could not be stored: {type(error).__name__}: {error}"
+    reason = f"{type(error).__name__}: {error_text(error)}"
+    message = f"Its outcome ({outcome.status}) could not be stored: {reason}"
     return replace(
         outcome,
         lease_outcome=Lease.Outcome.FAILED,
@@ -209,7 +211,7 @@ def record(
         logger.warning(
             "The database refused %d outcomes at once (%s); recording them one at a time.",
             len(outcomes),
-            error,
+            shown(error),
         )
         recorded: set[int] = set()
         for outcome in outcomes:
@@ -230,7 +232,7 @@ def _record_not_storable(
     keeps its lease until it expires (its process no longer renews it, as it holds the run
     no more) and the sweeper settles it."""
     run_id = outcome.claim.run.pk
-    logger.error("Run %s: the database refused its outcome (%s); failing it.", run_id, error)
+    logger.error("Run %s: the database refused its outcome (%s); failing it.", run_id, shown(error))
     try:
         return _record([not_storable(outcome, error)], now, using)
     except policies.CONNECTION_ERRORS:

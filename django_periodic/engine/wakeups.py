@@ -18,6 +18,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_periodic.engine import pooling
+from django_periodic.error_texts import shown
 
 logger = logging.getLogger("django_periodic")
 
@@ -160,7 +161,7 @@ class Listener:
             except Exception as exc:
                 self._failures += 1
                 delay = min(2.0 ** (self._failures - 1), MAX_RECONNECT_DELAY)
-                logger.warning("Wake-up listener stopped (%s); retry in %.0f s.", exc, delay)
+                logger.warning("Wake-up listener stopped (%s); retry in %.0f s.", shown(exc), delay)
                 self.wake.set()  # meanwhile the loop polls; let it look now
                 self._stop.wait(delay)
             finally:

@@ -21,6 +21,7 @@ from django_periodic.models import (
     Run,
     RunQuerySet,
     Schedule,
+    ScheduleQuerySet,
     SchedulerProcess,
     SchedulerProcessQuerySet,
 )
@@ -81,12 +82,13 @@ class Report:
     lag: Lag
 
 
-def attention(now: datetime, using: str = "default") -> list[Problem]:
+def attention(now: datetime, using: str = "default", *, names: bool = False) -> list[Problem]:
     """The signs of a broken setup, one :class:`Problem` each; empty when all is well.
 
     Each allows the slack a healthy setup needs (a heartbeat or a sweep a little late),
     so that a live scheduler between two ticks is not reported. Schedules needing
-    attention (by their alerts, as the scheduler last judged) are named. Five queries.
+    attention (by their alerts, as the scheduler last judged) are counted, or with
+    ``names`` named: only for those who may view schedules. Five queries.
     """
     stale_after = SchedulerProcess.stale_after()
     sweep_interval = get_settings().SWEEP_INTERVAL
@@ -112,24 +114,33 @@ def attention(now: datetime, using: str = "default") -> list[Problem]:
     disabled = schedules.filter(enabled=False).exclude(last_error="").count()
     if disabled:
         found.append(Problem(DISABLED_BY_ERRORS, f"{disabled} schedule(s) disabled by errors"))
-    needing = schedules.needing_attention().order_by("name").values_list("name", flat=True)
-    if names := list(needing[: LISTED + 1]):
-        more = ", and more" if len(names) > LISTED else ""
-        listed = ", ".join(names[:LISTED])
-        found.append(
-            Problem(SCHEDULES_NEED_ATTENTION, f"schedule(s) need attention: {listed}{more}")
-        )
+    if needing := _needing_attention(schedules, names):
+        found.append(Problem(SCHEDULES_NEED_ATTENTION, needing))
     return found
 
 
+def _needing_attention(schedules: ScheduleQuerySet, names: bool) -> str:
+    """How many schedules need attention, or which (the first ``LISTED``); "" if none."""
+    needing = schedules.needing_attention()
+    if not names:
+        count = needing.count()
+        return f"{count} schedule(s) need attention" if count else ""
+    listed = list(needing.order_by("name").values_list("name", flat=True)[: LISTED + 1])
+    if not listed:
+        return ""
+    more = ", and more" if len(listed) > LISTED else ""
+    return f"schedule(s) need attention: {', '.join(listed[:LISTED])}{more}"
+
+
 def gather(now: datetime, using: str = "default") -> Report:
-    """The status report as of ``now``: each list bounded to ``LISTED`` (20) rows."""
+    """The status report as of ``now``: each list bounded to ``LISTED`` (20) rows. Its
+    problems name the schedules needing attention: it is the operator's report."""
     failed = Run.objects.using(using).failed().filter(finished_at__gte=now - FAILURES_WINDOW)
     by_scope, more_scopes = _failures_by_scope(failed)
     errors = Schedule.objects.using(using).exclude(last_error="").order_by("name")
     return Report(
         now=now,
-        problems=attention(now, using),
+        problems=attention(now, using, names=True),
         schedulers=_schedulers(now, using),
         runs_by_status=_runs_by_status(using),
         due_soon=_due_soon(now, using),

@@ -12,6 +12,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from django_periodic import clock
 from django_periodic.conf import get_settings
+from django_periodic.error_texts import shown
 from django_periodic.operations import retention
 
 logger = logging.getLogger("django_periodic")
@@ -57,7 +58,8 @@ class Pruner(threading.Thread):
             for batch in batches:
                 pruned += batch
         except (DatabaseError, InterfaceError) as exc:
-            logger.error("Pruning run history failed (%s); trying again in %s.", exc, self.interval)
+            message = "Pruning run history failed (%s); trying again in %s."
+            logger.error(message, shown(exc), self.interval)
             connections[self.using].close()
             return pruned
         if pruned.runs:
