@@ -5,6 +5,10 @@ It is a receiver of the signals (``signals.py``), connected only while the logge
 enabled for INFO (``follow()``): otherwise the signals have no listener and a transition
 costs nothing. ``run_scheduler`` calls ``follow()`` again once ``--verbosity`` has set the
 levels. See docs/logging.md.
+
+The message escapes the stored text it quotes (``escaping.py``: a newline in a schedule's
+name must not start a line of its own); ``extra`` keeps it as it is, for formatters that
+write fields (JSON escapes it).
 """
 
 import logging
@@ -14,6 +18,7 @@ from typing import Any
 from django.dispatch import Signal
 
 from django_periodic import signals
+from django_periodic.escaping import escaped
 
 logger = logging.getLogger("django_periodic.runs")
 
@@ -80,12 +85,12 @@ def log_run(signal: Signal, **kwargs: Any) -> None:
         "reason": kwargs["reason"],
         "duration": None if duration is None else duration.total_seconds(),
     }
-    because = f" ({extra['reason']})" if extra["reason"] else ""
+    because = f" ({escaped(extra['reason'])})" if extra["reason"] else ""
     logger.log(
         level,
         "Run %s of %s for %s %s: %s%s",
         extra["run_id"],
-        extra["schedule"],
+        escaped(extra["schedule"]),
         extra["plan_time"],
         event,
         extra["status"],
@@ -108,7 +113,8 @@ def log_disabled(signal: Signal, **kwargs: Any) -> None:
         "reason": kwargs["error"],
         "duration": None,
     }
-    logger.warning("Schedule %s disabled: %s", kwargs["schedule"], kwargs["error"], extra=extra)
+    name, error = escaped(kwargs["schedule"]), escaped(kwargs["error"])
+    logger.warning("Schedule %s disabled: %s", name, error, extra=extra)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -1,5 +1,10 @@
 """The status report (:func:`django_periodic.health.gather`) as text: plain lines, rich
-tables (when the optional ``rich`` package is installed), or JSON for machines."""
+tables (when the optional ``rich`` package is installed), or JSON for machines.
+
+Names, errors, pause reasons and scopes are stored text: every cell is escaped for the
+terminal (``escaping.py``), and for rich its markup too, so that no cell can move the
+cursor, rewrite a line or style the table. JSON escapes control characters itself.
+"""
 
 import io
 import json
@@ -12,6 +17,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
+from django_periodic.escaping import escaped
 from django_periodic.operations import health
 
 RICH_INSTALLED = find_spec("rich") is not None
@@ -62,27 +68,35 @@ def as_plain(report: health.Report, heading: Callable[[str], str] = str) -> str:
     """Each section's title (styled by ``heading``), then one indented line per row."""
     lines = []
     for section in sections(report):
-        lines.append(heading(section.title))
-        lines.extend("  " + "  ".join(cell for cell in row if cell) for row in section.rows)
+        lines.append(heading(escaped(section.title)))
+        lines.extend(
+            "  " + "  ".join(escaped(cell) for cell in row if cell) for row in section.rows
+        )
         if section.note:
-            lines.append(f"  {section.note}")
+            lines.append(f"  {escaped(section.note)}")
     return "\n".join(lines) + "\n"
 
 
 def as_rich(report: health.Report) -> str:
     """Each section as a rich table, with terminal colours; needs ``rich``."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
+
+    def cell(text: str) -> str:
+        return escape(escaped(text))
 
     buffer = io.StringIO()
     width = shutil.get_terminal_size().columns
-    console = Console(file=buffer, force_terminal=True, width=width, highlight=False)
+    # Nor ":name:" emoji codes in stored text.
+    console = Console(file=buffer, force_terminal=True, width=width, highlight=False, emoji=False)
     for section in sections(report):
-        table = Table(*section.columns, title=section.title, title_justify="left")
+        columns = [cell(column) for column in section.columns]
+        table = Table(*columns, title=cell(section.title), title_justify="left")
         for row in section.rows:
-            table.add_row(*row)
+            table.add_row(*[cell(text) for text in row])
         if section.note:
-            table.caption = section.note
+            table.caption = cell(section.note)
         console.print(table)
     return buffer.getvalue()
 

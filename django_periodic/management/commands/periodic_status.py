@@ -4,6 +4,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from django_periodic import clock
+from django_periodic.error_texts import shown
+from django_periodic.escaping import escaped
 from django_periodic.operations import health, status_output
 
 # Exit statuses, documented in docs/deployment.md (Monitoring) for probes. 2 is argparse's
@@ -30,11 +32,12 @@ class Command(BaseCommand):
             report = health.gather(clock.now(database), database)
         except DatabaseError as exc:
             raise CommandError(
-                f"Cannot query the database: {exc}", returncode=DATABASE_UNREACHABLE
+                f"Cannot query the database: {shown(exc)}", returncode=DATABASE_UNREACHABLE
             ) from exc
         self.stdout.write(self._render(report, json, options), ending="")
         if report.problems:
-            found = "; ".join(problem.message for problem in report.problems)
+            # The messages name schedules: stored text, escaped like the report.
+            found = "; ".join(escaped(problem.message) for problem in report.problems)
             raise CommandError(f"Needs attention: {found}.", returncode=NEEDS_ATTENTION)
         if not json:
             self.stdout.write(self.style.SUCCESS("OK"))
