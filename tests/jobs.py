@@ -230,3 +230,18 @@ def return_unstorable(kind: str):
 def raise_unstorable():
     """Raises with a NUL and a lone surrogate (an undecodable file name) in its message."""
     raise ValueError("bad byte \x00 in file \udcff.txt")
+
+
+# A job only the "new release" has: a scheduler started with PERIODIC_TEST_OLD_RELEASE=1
+# plays a process of the release before it, whose code does not register it (test_fleet).
+if not os.environ.get("PERIODIC_TEST_OLD_RELEASE"):
+
+    @job(name="tests.jobs.added_in_new_release", takes_context=True)
+    def added_in_new_release(context):
+        """Writes an Execution row for its run (as ``record``)."""
+        Execution.objects.create(
+            schedule=context.run.schedule.name,
+            plan_time=context.plan_time,
+            attempt=context.attempt,
+            pid=os.getpid(),
+        )

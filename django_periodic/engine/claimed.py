@@ -79,9 +79,11 @@ class ClaimResult:
 @dataclass(frozen=True)
 class ClaimRequest:
     """Who claims (the lease's holder and process), and which runs: those its workers
-    execute, or one run by id (a tasks backend's worker)."""
+    execute, or one run by id (a tasks backend's worker); of its ``jobs`` only, those its
+    code registers (a process of another release may have others: see fleet.py)."""
 
     holder: str
+    jobs: tuple[str, ...]
     process_id: int | None = None
     run_id: int | None = None
     # The claiming thread calls the job right after the claim (a tasks backend's worker):

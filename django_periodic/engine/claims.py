@@ -26,7 +26,7 @@ from django.db.models.functions import Greatest, Now
 from django_periodic import bounds, clock, policies, signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.engine import overlap, pg_claims
+from django_periodic.engine import fleet, overlap, pg_claims
 from django_periodic.engine.claimed import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
@@ -61,7 +61,7 @@ def claim(
     caller holds them until their plan time, so that they start on time. Only runs that
     ``run_scheduler``'s own workers execute are claimed (none handed to a tasks backend).
     """
-    wanted = ClaimRequest(holder=str(process), process_id=process.pk)
+    wanted = ClaimRequest(holder=str(process), jobs=fleet.local_jobs(), process_id=process.pk)
     return _claim_repeating(wanted, now, limit, using, ahead).claims
 
 
@@ -70,11 +70,12 @@ def claim_run(
 ) -> Claim | None:
     """Claim one run by id if it may start now, for a worker outside ``run_scheduler`` (a
     tasks backend's, ``holder`` naming it); None if it may not (already claimed, finished,
-    cancelled, not due) or was past its start deadline (then skipped).
+    cancelled, not due, its job not registered here) or was past its start deadline (then
+    skipped). A run left for its job is enqueued again after ``TASKS_PICKUP_TIMEOUT``.
 
     ``now`` None means the database's clock; ``django_periodic.testing.run_due`` passes the
     time it runs at."""
-    wanted = ClaimRequest(holder=holder, run_id=run_id, starts_at_once=True)
+    wanted = ClaimRequest(holder, fleet.local_jobs(), run_id=run_id, starts_at_once=True)
     claimed = _claim_repeating(wanted, now, 1, using, None).claims
     return claimed[0] if claimed else None
 
@@ -159,7 +160,7 @@ def _claimable(
 ) -> RunQuerySet:
     """The runs a claim takes, oldest first: those that may start now, or (ahead) those
     due soon; those its workers execute, or the one run it names."""
-    runs = Run.objects.using(using)
+    runs = Run.objects.using(using).of_jobs(wanted.jobs)
     claimable = runs.coming(now, ahead) if ahead else runs.claimable(now)
     if wanted.run_id is None:
         return claimable.executed_here()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_periodic import business_days, policies, registry, triggers
+from django_periodic import business_days, policies, triggers
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine import storable
@@ -65,6 +65,7 @@ class Due:
     on_closed_day: str = ""  # under calendars (Schedule.on_closed_day)
     has_calendars: bool = False
     jitter: timedelta | None = None  # its runs' stagger (stagger.py)
+    job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -230,7 +231,6 @@ class Memo:
 
     def __init__(self) -> None:
         self.limit = get_settings().CATCHUP_LIMIT
-        self.jobs: dict[str, str] = {}  # job name -> error ("" if registered)
         self.triggers: dict[tuple[Any, ...], triggers.Trigger | str] = {}  # -> trigger or error
         self.due: dict[tuple[Any, ...], DueTimes | str] = {}  # (trigger, cursor, now) -> ...
         self.decisions: dict[tuple[Any, ...], Decision] = {}
@@ -259,11 +259,8 @@ class Memo:
 
     def due_times(self, schedule: Due, now: datetime) -> DueTimes:
         """The schedule's due times; raises (a bad row) as computing them would."""
-        error = self.jobs.get(schedule.job)
-        if error is None:
-            error = self.jobs[schedule.job] = _error(registry.get_job, schedule.job)
-        if error:
-            raise _Failed(error)
+        # Not whether its job is registered here: planning needs the trigger, not the code
+        # (a process of another release may have the job, see fleet.py).
         trigger = self.trigger(schedule)
         key = schedule.trigger_key()
         due = self.due.get((key, schedule.next_fire_at, now))
@@ -280,14 +277,6 @@ class Memo:
 
 class _Failed(Exception):
     """A bad row, with the message to record (already prefixed)."""
-
-
-def _error(check: Any, *args: Any) -> str:
-    try:
-        check(*args)
-    except Exception as exc:
-        return f"Cannot plan: {exc}"
-    return ""
 
 
 def decide(

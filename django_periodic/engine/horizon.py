@@ -6,7 +6,7 @@ unless the horizon says something is due, so idling costs one statement per wake
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
+from functools import lru_cache
 from typing import Any
 
 from django.db import connections
@@ -14,7 +14,7 @@ from django.db.models import Expression, F, Min, QuerySet
 
 from django_periodic import clock
 from django_periodic.bounds import EARLIEST, LATEST
-from django_periodic.engine import pg_sql, presence
+from django_periodic.engine import fleet, pg_sql, presence
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
 
 
@@ -61,20 +61,25 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-def _earliest(using: str) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
+def _earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
     """Each time of the horizon: the rows it is the earliest of, and of which column (or
     expression). One home for both paths: the ORM reads these, the statement is built
-    from them."""
+    from them. Runs our workers execute count only if their job is one of ``jobs``, this
+    process's (fleet.py): a run only another release can execute is no work for us."""
     runs = Run.objects.using(using)
-    pending = runs.filter(status=Run.Status.PENDING)
-    retrying = runs.filter(status=Run.Status.RETRYING, enqueued_at__isnull=True)
+    ours = runs.executed_here().of_jobs(jobs)
+    pending = ours.filter(status=Run.Status.PENDING)
+    retries = (ours | runs.handed_off()).filter(status=Run.Status.RETRYING)
     enqueued = runs.filter(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=False)
     return {
         "next_fire": (Schedule.objects.using(using).enabled(), F("next_fire_at")),
-        "next_retry": (retrying, F("next_retry_at")),
+        "next_retry": (retries.filter(enqueued_at__isnull=True), F("next_retry_at")),
         "next_expiry": (Lease.objects.using(using).held(), F("expires_at")),
-        "next_pending": (pending.executed_here(), RELEASE),
-        "next_handoff": (pending.handed_off().filter(enqueued_at__isnull=True), RELEASE),
+        "next_pending": (pending, RELEASE),
+        "next_handoff": (
+            runs.handed_off().filter(status=Run.Status.PENDING, enqueued_at__isnull=True),
+            RELEASE,
+        ),
         # As periodic_run_enqueued indexes them: their first entry is the earliest.
         "next_enqueued": (enqueued, F("enqueued_at")),
     }
@@ -101,11 +106,11 @@ WITHIN_BOUNDS = (
 )
 
 
-@cache
-def _horizon_sql(using: str) -> tuple[str, dict[str, Any]]:
+@lru_cache(maxsize=16)  # one per alias and set of jobs: a process has one or two
+def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
     quote = connections[using].ops.quote_name
     selected, params = [], {}
-    earliest = _earliest(using)
+    earliest = _earliest(using, jobs)
     for name, (rows, of) in earliest.items():
         condition, condition_params = pg_sql.condition(rows, name)
         column = pg_sql.expression(rows, of)
@@ -135,7 +140,7 @@ def look_ahead(using: str = "default", *, judge: bool = False) -> Horizon:
 
 
 def _look_ahead_sql(using: str, judge: bool) -> Horizon:
-    sql, params = _horizon_sql(using)
+    sql, params = _horizon_sql(using, fleet.local_jobs())
     with connections[using].cursor() as cursor:
         cursor.execute(sql, {**params, "earliest": EARLIEST, "latest": LATEST, "judge": judge})
         row = cursor.fetchone()
@@ -146,6 +151,6 @@ def _look_ahead_sql(using: str, judge: bool) -> Horizon:
 def _look_ahead_orm(using: str) -> Horizon:
     earliest = {
         name: rows.aggregate(at=Min(column))["at"]
-        for name, (rows, column) in _earliest(using).items()
+        for name, (rows, column) in _earliest(using, fleet.local_jobs()).items()
     }
     return Horizon(now=clock.now(using), **earliest)

@@ -16,6 +16,7 @@ from django_periodic.conf import PeriodicSettings
 from django_periodic.engine import (
     attention,
     claims,
+    fleet,
     horizon,
     leases,
     overlap,
@@ -171,6 +172,7 @@ class Housekeeper:
             logger.warning(
                 "Expired leases: %d runs re-entered, %d failed.", swept.reentered, swept.failed
             )
+        fleet.skip_undeployed(now, self.using)
         overlap.promote_queued(self.using, None)
         claims.skip_late(now, self.using)
         SchedulerProcess.objects.using(self.using).stale(now).forgettable().delete()

@@ -93,7 +93,7 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 # Which runs a claim takes (RunQuerySet.claimable and .coming, restated for the index;
 # tests/test_rules.py checks they agree): those that may start now, or (ahead) those due
 # soon; those its own workers execute (not handed to a tasks backend), or the one run a
-# task names.
+# task names; of the jobs its code registers (RunQuerySet.of_jobs).
 # Written so that the index on claimable runs' release times (models.RELEASE, restated as
 # RELEASE below) serves every claim, in order, whatever the statistics say (a burst of new
 # runs makes them stale for up to a minute):
@@ -113,6 +113,7 @@ CLAIMABLE_AHEAD = (
 )
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
+OF_JOBS = "r.job_name = ANY(%(jobs)s)"
 
 
 @cache
@@ -120,7 +121,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     quote = connections[using].ops.quote_name
     claimable = CLAIMABLE_AHEAD if ahead else CLAIMABLE_NOW
     return CLAIM_SQL.format(
-        claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE}",
+        claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE} AND {OF_JOBS}",
         release=RELEASE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
@@ -158,6 +159,7 @@ def claim_postgresql(
         "holder": wanted.holder,
         "process": wanted.process_id,
         "run_id": wanted.run_id,
+        "jobs": list(wanted.jobs),
         "started": wanted.starts_at_once,
     }
     by_id = wanted.run_id is not None

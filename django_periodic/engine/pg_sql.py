@@ -10,6 +10,7 @@ import itertools
 import re
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db.models import Expression, F, QuerySet
 
 from django_periodic.choices import LEDGER_TRIGGERS
@@ -22,7 +23,10 @@ def condition(queryset: QuerySet[Any], prefix: str) -> tuple[str, dict[str, Any]
     for a statement that reads the model's table under its own name (no alias)."""
     query = queryset.query
     compiler = query.get_compiler(using=queryset.db)
-    sql, params = query.where.as_sql(compiler, compiler.connection)
+    try:
+        sql, params = query.where.as_sql(compiler, compiler.connection)
+    except EmptyResultSet:  # e.g. a filter on an empty list of values: no row
+        return "false", {}
     names = (f"{prefix}_{n}" for n in itertools.count())
     named: dict[str, Any] = {}
 

@@ -31,7 +31,7 @@ from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django_periodic import bounds, policies, scopes, signals
 from django_periodic.business_days import Closures
 from django_periodic.conf import get_settings
-from django_periodic.engine import overlap, pg_timestamps, recording
+from django_periodic.engine import fleet, overlap, pg_timestamps, recording
 from django_periodic.engine.decisions import (
     Decision,
     Due,
@@ -57,7 +57,7 @@ DECISION_FIELDS = (
     "pk", "name", "job", "cron", "timezone", "interval", "run_at", "start_at", "end_at",
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
-    "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter",
+    "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
 )  # fmt: skip
 SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 
@@ -103,6 +103,8 @@ def plan_due(
         schedules, unloadable = _locked(due, batch_size, using)
         if not schedules and not unloadable:
             return PlanResult()
+        disabled = fleet.judge_jobs(schedules, now, using)
+        schedules = _without(schedules, disabled)
         memo = Memo()
         unplanned = [first_planned(s, now, memo) for s in schedules if _unplanned(s)]
         schedules = [s for s in schedules if not _unplanned(s)]
@@ -112,11 +114,30 @@ def plan_due(
             schedules = [s for s in schedules if not s.scopes]
         decisions = decide_all(schedules, now, occupancy, memo)
         result = _apply([*unloadable, *unplanned, *decisions], now, using)
+        result += _disabled_for_jobs(disabled, using)
     # Outside the transaction: the providers of those that can be planned now are called next.
     plannable = [s for s in fanned_out if not _waits_for_due_time(s, now, occupancy)]
     if plannable:
         result += _plan_fanned_out(plannable, now, ahead, using)
     return result
+
+
+def _without(schedules: list[Due], left_out: list[Due]) -> list[Due]:
+    if not left_out:
+        return schedules
+    pks = {s.pk for s in left_out}
+    return [s for s in schedules if s.pk not in pks]
+
+
+def _disabled_for_jobs(disabled: list[Due], using: str) -> PlanResult:
+    """The result of disabling schedules whose job no live process has (``fleet.py``)."""
+    if not disabled:
+        return PlanResult()
+    decisions = [Decision(s, cursor=None, error=fleet.grace_error(s.job)) for s in disabled]
+    if signals.listened(signals.schedule_disabled):
+        signals.send_on_commit(_disabled_events(decisions, using), using)
+    names = [s.name for s in disabled]
+    return PlanResult(schedules=len(disabled), failed=names, disabled=list(names))
 
 
 def _without_waiting(due: ScheduleQuerySet, now: datetime) -> ScheduleQuerySet:

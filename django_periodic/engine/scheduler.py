@@ -25,6 +25,7 @@ from django_periodic.engine import (
     claims,
     code_schedules,
     executor,
+    fleet,
     handoff,
     horizon,
     housekeeping,
@@ -159,7 +160,11 @@ class Scheduler:
         now = clock.now(self.using)
         if self.process is None:  # boot is retried when the database was away
             self.process = SchedulerProcess.objects.using(self.using).create(
-                host=socket.gethostname(), pid=os.getpid(), started_at=now, heartbeat_at=now
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                started_at=now,
+                heartbeat_at=now,
+                jobs=list(fleet.local_jobs()),
             )
             logger.info("Scheduler %s starting; recovery first.", self.process)
         code_schedules.sync_code_schedules(self.using)
@@ -401,7 +406,7 @@ class Scheduler:
             self._alarm.wait(1.0)
 
     def _claimable(self) -> bool:
-        runs = Run.objects.using(self.using).executed_here()
+        runs = Run.objects.using(self.using).executed_here().of_jobs(fleet.local_jobs())
         return runs.claimable(clock.now(self.using)).exists()
 
     def shutdown(self) -> None:

@@ -48,6 +48,16 @@ class SchedulerProcess(models.Model):
         ),
     )
 
+    jobs = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The jobs its code registers: it claims runs of these only. Empty (NULL): a "
+            "release that does not say, which may have any job."
+        ),
+    )
+
     objects = SchedulerProcessQuerySet.as_manager()
 
     class Meta:

@@ -1,5 +1,6 @@
 """Runs: the ledger, one row per (schedule, scope, plan time), and its outcome."""
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -82,6 +83,11 @@ class RunQuerySet(models.QuerySet["Run"]):
     def executed_here(self) -> "RunQuerySet":
         """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
         return self.filter(tasks_backend="")
+
+    def of_jobs(self, jobs: "Collection[str]") -> "RunQuerySet":
+        """Runs of these jobs: a process claims only runs whose job its code registers
+        (engine/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
+        return self.filter(job_name__in=jobs)
 
     def handed_off(self) -> "RunQuerySet":
         """Runs that a tasks backend's workers execute (``Schedule.tasks_backend``)."""

@@ -302,6 +302,15 @@ class Schedule(TrackedChanges):
         editable=False,
         help_text=_("Consecutive ticks that could not plan it."),
     )
+    job_unknown_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Since when no live process has had its job (a rolling deploy under way, or a "
+            "job removed); past UNKNOWN_JOB_GRACE the planners disable it."
+        ),
+    )
     defined_in = models.CharField(
         max_length=300,
         blank=True,
