@@ -202,6 +202,15 @@ def test_the_schedulers_page_marks_stale_processes_and_counts_runs_held(admin_cl
     assert held_link in html
 
 
+def test_the_schedulers_page_shows_the_jobs_each_process_has(admin_client):
+    now = clock.now()
+    SchedulerProcessFactory(started_at=now, jobs=["tests.jobs.noop", "tests.jobs.add"])
+    SchedulerProcessFactory(started_at=now, jobs=None)  # a release that does not say
+    html = admin_client.get(PROCESSES_URL).content.decode()
+    assert '<span title="tests.jobs.add\ntests.jobs.noop">2</span>' in html
+    assert "not stated" in html
+
+
 def test_the_leases_of_a_process_are_listed_from_its_link(admin_client, process):
     LeaseFactory(process=process)
     LeaseFactory(run__status="succeeded", process=process, released_at=clock.now())

@@ -62,7 +62,7 @@ class LeaseAdmin(ReadOnlyAdmin, _LeaseAdmin):
 class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
     """The "Schedulers" page: who is alive, since when, holding how many runs."""
 
-    list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held"]
+    list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held", "job_count"]
     started = display.timestamp(SchedulerProcess, "started_at")
 
     class Media:
@@ -103,3 +103,12 @@ class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
         url = reverse(f"{self.admin_site.name}:django_periodic_lease_changelist")
         query = f"?process__id__exact={process.pk}&released_at__isnull=True"
         return format_html('<a href="{}{}">{}</a>', url, query, process.held)
+
+    @admin.display(description=gettext_lazy("jobs"))
+    def job_count(self, process: SchedulerProcess) -> SafeString:
+        """How many jobs its code registers, named in the tooltip (a rolling deploy shows
+        which processes have a new job)."""
+        if process.jobs is None:
+            return format_html('<span class="periodic-quiet">{}</span>', _("not stated"))
+        names = "\n".join(sorted(process.jobs))
+        return format_html('<span title="{}">{}</span>', names, len(process.jobs))
