@@ -457,7 +457,9 @@ class Schedule(TrackedChanges):
         self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
 
     def resume(self) -> None:
-        """End a pause now: the schedule goes on from its first fire after now."""
+        """End a pause now: the schedule goes on from its first fire after now. Raises
+        ValidationError when its calendars would leave it no fire within reach."""
+        pausing.check_resume(self, clock.now(self._state.db or "default"))
         self.paused_until, self.pause_reason, self.paused_by = None, "", ""
         self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
 
