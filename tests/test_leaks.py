@@ -134,10 +134,6 @@ def test_a_job_failing_with_an_integrity_error_stores_no_row_values(
     assert SECRET not in run.error_message + run.traceback
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="engine/recording.py must store and log error_text(exc), not the exception's str",
-)
 def test_a_schedule_whose_run_the_database_refuses_stores_no_row_values(refusing_secrets, caplog):
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     healthy = ScheduleFactory(interval=timedelta(seconds=10), start_at=t0)

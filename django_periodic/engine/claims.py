@@ -35,6 +35,8 @@ from django_periodic.engine.claimed import (
     ClaimResult,
     announce_ended,
 )
+from django_periodic.error_texts import error_text
+from django_periodic.escaping import escaped
 from django_periodic.models import RELEASE, Lease, Run, RunQuerySet, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
@@ -150,7 +152,7 @@ def _claim_one_by_one(
             raise
         except Exception as exc:
             logger.exception("Run %s cannot be claimed.", run_id)
-            message = f"Cannot claim: {type(exc).__name__}: {exc}"
+            message = f"Cannot claim: {type(exc).__name__}: {error_text(exc)}"
             result.refused += fail_unclaimed([run_id], ErrorCode.CANNOT_CLAIM, message, using)
     return result
 
@@ -188,7 +190,7 @@ def fail_unclaimed(run_ids: list[int], code: str, message: str, using: str) -> l
         )
         announce_ended([pk for pk, _ in rows], signals.run_finished, using, duration=None)
     for pk, _ in rows:
-        logger.error("Run %s failed (%s): %s", pk, code, message)
+        logger.error("Run %s failed (%s): %s", pk, code, escaped(message))
     return [schedule_id for _, schedule_id in rows]
 
 

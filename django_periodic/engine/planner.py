@@ -40,6 +40,7 @@ from django_periodic.engine.decisions import (
     decide_fanned_out,
     first_planned,
 )
+from django_periodic.error_texts import error_text
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     Calendar,
@@ -201,7 +202,7 @@ def _load_calendars(schedules: list[Due], using: str) -> None:
         raise
     except Exception as exc:
         for schedule in schedules:
-            schedule.calendar_error = f"Its calendars cannot be loaded ({exc})."
+            schedule.calendar_error = f"Its calendars cannot be loaded ({error_text(exc)})."
         return
     pairs = [pair for pair in pairs if pair[1] in values]  # not deleted in between
     calendar_ids: dict[int, list[int]] = {}
@@ -237,7 +238,9 @@ def _load_one_by_one(
         except policies.CONNECTION_ERRORS:
             raise
         except Exception as exc:
-            error = f"Cannot plan: its row cannot be loaded ({type(exc).__name__}: {exc})."
+            error = (
+                f"Cannot plan: its row cannot be loaded ({type(exc).__name__}: {error_text(exc)})."
+            )
             failed.append(Decision(_unloadable(pk, name, failures), cursor=None, error=error))
     return loaded, failed
 
@@ -279,7 +282,9 @@ def _plan_fanned_out(seen: list[Due], now: datetime, ahead: timedelta, using: st
         try:
             keys[schedule.pk] = scopes.scope_keys(schedule.scopes)
         except Exception as exc:  # app code: one provider fails its schedule, never the tick
-            keys[schedule.pk] = f"Cannot plan: scope provider {schedule.scopes!r} failed: {exc}"
+            keys[schedule.pk] = (
+                f"Cannot plan: scope provider {schedule.scopes!r} failed: {error_text(exc)}"
+            )
     expected = {s.pk: (s.next_fire_at, s.scopes) for s in seen}
     with transaction.atomic(using=using):
         due = Schedule.objects.using(using).due(now + ahead).filter(pk__in=expected)

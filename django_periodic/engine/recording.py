@@ -20,6 +20,8 @@ from django_periodic import choices, policies, stagger
 from django_periodic.conf import get_settings, tasks_backend_for
 from django_periodic.engine import overlap, pg_arrays, pg_sql
 from django_periodic.engine.decisions import Decision, Due, Fire
+from django_periodic.error_texts import error_text
+from django_periodic.escaping import escaped
 from django_periodic.models import SNAPSHOT_FIELDS, Run, Schedule
 
 logger = logging.getLogger("django_periodic")
@@ -102,7 +104,7 @@ def _record_one_by_one(
         except policies.CONNECTION_ERRORS:
             raise
         except Exception as exc:
-            decision.error = f"Cannot plan: {type(exc).__name__}: {exc}"
+            decision.error = f"Cannot plan: {type(exc).__name__}: {error_text(exc)}"
             failed.append(decision)
             continue
         if inserted is not None and found:
@@ -123,9 +125,11 @@ def record_failure(schedule: Due, error: str, using: str) -> bool:
     fields = {"planning_failures": failures, "last_error": error}
     if disable:
         fields["enabled"] = False
-        logger.error("Disabled schedule %r after %d failures: %s", schedule.name, failures, error)
+        logger.error(
+            "Disabled schedule %r after %d failures: %s", schedule.name, failures, escaped(error)
+        )
     else:
-        logger.error("Could not plan schedule %r: %s", schedule.name, error)
+        logger.error("Could not plan schedule %r: %s", schedule.name, escaped(error))
     Schedule.objects.using(using).filter(pk=schedule.pk).update(**fields)
     return disable
 
