@@ -13,14 +13,19 @@ shifted into one, is not run. Fires landing on one instant are one fire.
 ``PlanningTrigger`` is what the planner's cursor walks: the open fires, and after each the
 first closed fire before the next open one, where one skipped run stands for that closed
 span (so a per-second schedule closed for a weekend records one row, not 172,800).
+
+Both search by stretches, never fire by fire: the fires between two changes of the
+calendars (a midnight of a calendar's zone, a blackout's start or end) share one fate, so
+each stretch costs a few questions to the trigger however often it fires.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import importlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -30,14 +35,22 @@ from django_periodic.triggers import InvalidTrigger, Trigger
 
 # The farthest a fire is shifted; a fire with no open day that near is not run.
 MAX_SHIFT_DAYS = 7
-# The fires read to place one shifted fire: a trigger firing more often is refused.
-SCAN_LIMIT = 5_000
-# The most calendar closures (closed days, blackouts) skipped in one search.
-JUMP_LIMIT = 10_000
+# The most closed dates, and blackouts, a calendar holds (docs/calendars.md).
+MAX_CLOSED_DATES = 2_000
+MAX_BLACKOUTS = 2_000
+# The most stretches (a closed day, or the part of one between blackouts' edges) one search
+# crosses before it gives up: more than one calendar within the bounds above can close in a
+# row (closed dates keep a week's open weekdays closed at most 7 * 2,001 days), so only a
+# trigger whose own fires keep falling on closed days (weekly, on a closed weekday) meets it.
+JUMP_LIMIT = 20_000
 
 _SPAN = timedelta(days=MAX_SHIFT_DAYS + 1)  # a shift's reach, with room for DST changes
 _MICROSECOND = timedelta(microseconds=1)
 _DAY = timedelta(days=1)
+_ZERO = timedelta(0)
+# Before and after any instant a trigger fires at, so that a stretch's ends stay datetimes.
+_FAR_PAST = bounds.EARLIEST - 2 * _SPAN
+_FAR_FUTURE = bounds.LATEST + 2 * _SPAN
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 HOLIDAYS_MISSING = (
     "public holidays need the holidays package: pip install django-periodic[holidays]"
@@ -70,6 +83,42 @@ class Closure:
 
 
 @dataclass(frozen=True)
+class _BlackoutIndex:
+    """Blackouts sorted once, for lookups by bisection: ``starts`` and the running maximum
+    of their ends (so the first whose end is after an instant is found by bisection too),
+    and every start and end, where what a calendar closes can change."""
+
+    blackouts: tuple[Blackout, ...]
+    starts: tuple[datetime, ...]
+    reach: tuple[datetime, ...]
+    edges: tuple[datetime, ...]
+
+    @classmethod
+    def of(cls, blackouts: Iterable[Blackout]) -> _BlackoutIndex:
+        ordered = tuple(sorted(blackouts, key=lambda b: (b.start, b.end, b.reason)))
+        reach: list[datetime] = []
+        for blackout in ordered:
+            reach.append(max(reach[-1], blackout.end) if reach else blackout.end)
+        edges = sorted({moment for b in ordered for moment in (b.start, b.end)})
+        return cls(ordered, tuple(b.start for b in ordered), tuple(reach), tuple(edges))
+
+    def holding(self, moment: datetime) -> Blackout | None:
+        """The blackout holding ``moment`` that starts first (then ends first), or None."""
+        # The first whose end is after moment; one before it ended by then, and one after it
+        # starts no earlier, so if this one has not started, none holding moment has.
+        index = bisect.bisect_right(self.reach, moment)
+        if index < len(self.blackouts) and self.starts[index] <= moment:
+            return self.blackouts[index]
+        return None
+
+    def stretch(self, moment: datetime) -> tuple[datetime, datetime]:
+        """The edges around ``moment``, [start, end): no blackout starts or ends inside."""
+        index = bisect.bisect_right(self.edges, moment)
+        start = self.edges[index - 1] if index else _FAR_PAST
+        return start, self.edges[index] if index < len(self.edges) else _FAR_FUTURE
+
+
+@dataclass(frozen=True)
 class CalendarRules:
     """One calendar's closed days and blackouts (``CalendarRules.parse`` checks a row's)."""
 
@@ -80,6 +129,10 @@ class CalendarRules:
     closed_weekdays: frozenset[int] = frozenset()  # 0 = Monday, as date.weekday()
     closed_dates: frozenset[date] = frozenset()
     blackouts: tuple[Blackout, ...] = ()
+    _index: _BlackoutIndex = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_index", _BlackoutIndex.of(self.blackouts))
 
     @classmethod
     def parse(
@@ -126,25 +179,38 @@ class CalendarRules:
 
     def day_closure(self, moment: datetime) -> Closure | None:
         """Why this calendar closes the day of ``moment`` (on its wall clock), or None."""
-        zone = triggers.parse_timezone(self.timezone)
-        day = moment.astimezone(zone).date()
-        reason = self.day_reason(day)
+        reason = self.day_reason(moment.astimezone(triggers.parse_timezone(self.timezone)).date())
         if reason is None:
             return None
-        start = _instant(datetime.combine(day, time()), zone)
-        end = max(_instant(datetime.combine(day + _DAY, time()), zone), moment + _MICROSECOND)
+        start, end = self.day_stretch(moment)
         return Closure(self.name, reason, self.timezone, start, end)
 
+    def day_stretch(self, moment: datetime) -> tuple[datetime, datetime]:
+        """The day of ``moment`` on this calendar's wall clock, as instants [start, end)."""
+        zone = triggers.parse_timezone(self.timezone)
+        day = moment.astimezone(zone).date()
+        start = min(_instant(datetime.combine(day, time()), zone), moment)
+        end = max(_instant(datetime.combine(day + _DAY, time()), zone), moment + _MICROSECOND)
+        return start, end
+
     def blackout_closure(self, moment: datetime) -> Closure | None:
-        """The blackout of this calendar that ``moment`` is in, or None."""
-        for blackout in self.blackouts:
-            if blackout.start <= moment < blackout.end:
-                why = f"blackout until {blackout.end:%Y-%m-%d %H:%M} UTC"
-                reason = f"{why}: {blackout.reason}" if blackout.reason else why
-                return Closure(
-                    self.name, reason, self.timezone, blackout.start, blackout.end, blackout=True
-                )
-        return None
+        """The blackout of this calendar that ``moment`` is in, or None; of overlapping
+        ones, the one that starts first. Found by bisection, however many there are."""
+        blackout = self._index.holding(moment)
+        if blackout is None:
+            return None
+        why = f"blackout until {blackout.end:%Y-%m-%d %H:%M} UTC"
+        reason = f"{why}: {blackout.reason}" if blackout.reason else why
+        return Closure(
+            self.name, reason, self.timezone, blackout.start, blackout.end, blackout=True
+        )
+
+    def stretch(self, moment: datetime) -> tuple[datetime, datetime]:
+        """The instants around ``moment``, [start, end), on which this calendar closes
+        alike: one of its days, cut where a blackout starts or ends."""
+        day_start, day_end = self.day_stretch(moment)
+        start, end = self._index.stretch(moment)
+        return max(start, day_start), min(end, day_end)
 
 
 @dataclass(frozen=True)
@@ -164,6 +230,14 @@ class Closures:
             if found := calendar.day_closure(moment):
                 return found
         return None
+
+    def stretch(self, moment: datetime) -> tuple[datetime, datetime]:
+        """The instants around ``moment``, [start, end), that ``closure()`` treats alike."""
+        start, end = _FAR_PAST, _FAR_FUTURE
+        for calendar in self.calendars:
+            low, high = calendar.stretch(moment)
+            start, end = max(start, low), min(end, high)
+        return start, end
 
 
 def calendar_errors(
@@ -252,6 +326,8 @@ def _weekdays_error(value: Any) -> str | None:
 def _dates_error(value: Any) -> str | None:
     if not isinstance(value, list):
         return "Closed dates are a list of dates such as '2026-12-24'."
+    if len(value) > MAX_CLOSED_DATES:
+        return f"A calendar has at most {MAX_CLOSED_DATES:,} closed dates (got {len(value):,})."
     for day in value:
         try:
             parsed = date.fromisoformat(day) if isinstance(day, str) else None
@@ -265,6 +341,8 @@ def _dates_error(value: Any) -> str | None:
 def _blackouts_error(value: Any) -> str | None:
     if not isinstance(value, list):
         return 'Blackouts are a list of {"start": ..., "end": ..., "reason": ...}.'
+    if len(value) > MAX_BLACKOUTS:
+        return f"A calendar has at most {MAX_BLACKOUTS:,} blackouts (got {len(value):,})."
     for item in value:
         try:
             blackout = _blackout(item)
@@ -348,75 +426,128 @@ class OpenTrigger(Trigger):
         return None
 
     def next_after(self, after: datetime) -> datetime | None:
-        if self.on_closed_day == OnClosedDay.SKIP:
-            return self._next_open(after)
-        forward = self.on_closed_day == OnClosedDay.NEXT_OPEN_DAY
-        # A fire shifted forward comes from at most _SPAN before; one shifted back, after.
-        start = max(after - _SPAN, bounds.EARLIEST) if forward else after
+        low, high = self._reach()
         best: datetime | None = None
-        for fire in self._scan(self.trigger.next_after, start):
-            if best is not None and fire > (best if forward else best + _SPAN):
-                break
-            moved = self.shifted(fire)
-            if moved is not None and moved > after and (best is None or moved < best):
-                best = moved
-        return best
+        # A fire runs at most ``high`` after its own time, so none before this one matters.
+        fire = self.trigger.next_after(max(after - high, bounds.EARLIEST) - _MICROSECOND)
+        for _ in range(JUMP_LIMIT):
+            # Once fires run no earlier than the best found, the later ones cannot do better.
+            if fire is None or (best is not None and fire + low >= best):
+                return best
+            _, end, shift = self._stretch(fire)
+            if shift is not None:
+                # The stretch's fires keep their order: the first that runs after ``after``.
+                first = fire if fire + shift > after else self.trigger.next_after(after - shift)
+                if first is not None and first < end:
+                    best = first + shift if best is None else min(best, first + shift)
+            if best is not None and end + low >= best:
+                return best  # the next fire is at ``end`` at the earliest
+            fire = self.trigger.next_after(end - _MICROSECOND)
+        raise InvalidTrigger(_too_closed(after, "after"))
 
     def latest_at_or_before(self, moment: datetime) -> datetime | None:
-        if self.on_closed_day == OnClosedDay.SKIP:
-            return self._latest_open(moment)
-        forward = self.on_closed_day == OnClosedDay.NEXT_OPEN_DAY
-        start = moment if forward else min(moment + _SPAN, bounds.LATEST - _MICROSECOND)
+        low, high = self._reach()
         best: datetime | None = None
-        for fire in self._scan(self._before, start, first=self.trigger.latest_at_or_before):
-            if best is not None and fire < (best - _SPAN if forward else best):
-                break
-            moved = self.shifted(fire)
-            if moved is not None and moved <= moment and (best is None or moved > best):
-                best = moved
-        return best
-
-    def _before(self, fire: datetime) -> datetime | None:
-        return self.trigger.latest_at_or_before(fire - _MICROSECOND)
-
-    def _scan(
-        self,
-        step: Callable[[datetime], datetime | None],
-        start: datetime,
-        first: Callable[[datetime], datetime | None] | None = None,
-    ) -> Iterable[datetime]:
-        fire = (first or step)(start)
-        for _ in range(SCAN_LIMIT):
-            if fire is None:
-                return
-            yield fire
-            fire = step(fire)
-        raise InvalidTrigger(
-            f"Shifting a closed fire reads at most {SCAN_LIMIT} fires around it: this trigger "
-            "fires too often (or is closed too long) for on_closed_day other than 'skip'."
-        )
-
-    def _next_open(self, after: datetime) -> datetime | None:
-        fire = self.trigger.next_after(after)
+        fire = self.trigger.latest_at_or_before(min(moment - low, bounds.LATEST - _MICROSECOND))
         for _ in range(JUMP_LIMIT):
-            if fire is None:
-                return None
-            closure = self.closures.closure(fire)
-            if closure is None:
-                return fire
-            fire = self.trigger.next_after(closure.end - _MICROSECOND)  # past the closed span
-        raise InvalidTrigger(f"No open fire after {JUMP_LIMIT} closed days and blackouts.")
+            if fire is None or (best is not None and fire + high <= best):
+                return best
+            start, _, shift = self._stretch(fire)
+            if shift is not None:
+                last = (
+                    fire
+                    if fire + shift <= moment
+                    else self.trigger.latest_at_or_before(moment - shift)
+                )
+                if last is not None and last >= start:
+                    best = last + shift if best is None else max(best, last + shift)
+            if best is not None and start - _MICROSECOND + high <= best:
+                return best
+            fire = self.trigger.latest_at_or_before(start - _MICROSECOND)
+        raise InvalidTrigger(_too_closed(moment, "before"))
 
-    def _latest_open(self, moment: datetime) -> datetime | None:
-        fire = self.trigger.latest_at_or_before(moment)
-        for _ in range(JUMP_LIMIT):
-            if fire is None:
-                return None
-            closure = self.closures.closure(fire)
-            if closure is None:
-                return fire
-            fire = self.trigger.latest_at_or_before(closure.start - _MICROSECOND)
-        raise InvalidTrigger(f"No open fire before {JUMP_LIMIT} closed days and blackouts.")
+    def _reach(self) -> tuple[timedelta, timedelta]:
+        """How far a fire may move: (the most it moves back, forward), as signed offsets."""
+        if self.on_closed_day == OnClosedDay.NEXT_OPEN_DAY:
+            return _ZERO, _SPAN
+        if self.on_closed_day == OnClosedDay.PREVIOUS_OPEN_DAY:
+            return -_SPAN, _ZERO
+        return _ZERO, _ZERO
+
+    def _stretch(self, fire: datetime) -> tuple[datetime, datetime, timedelta | None]:
+        """The stretch [start, end) around ``fire`` whose fires share its fate, and that
+        fate: each runs ``shift`` after its own time (zero: it is open), or, None, not at
+        all. ``shifted()`` of any fire in it is the fire plus ``shift``."""
+        start, end = self.closures.stretch(fire)
+        closure = self.closures.closure(fire)
+        if closure is None:
+            return start, end, _ZERO
+        if closure.blackout or self.on_closed_day == OnClosedDay.SKIP:
+            return start, end, None
+        zone = triggers.parse_timezone(closure.timezone)
+        step = 1 if self.on_closed_day == OnClosedDay.NEXT_OPEN_DAY else -1
+        for days in range(step, step * (MAX_SHIFT_DAYS + 1), step):
+            shift = _day_shift(fire, zone, days)
+            start, end = _same_shift(fire, start, end, zone, days)
+            candidate = fire + shift
+            if candidate < bounds.EARLIEST:
+                return start, min(end, bounds.EARLIEST - shift), None
+            if candidate >= bounds.LATEST:
+                return max(start, bounds.LATEST - shift), end, None
+            start, end = max(start, bounds.EARLIEST - shift), min(end, bounds.LATEST - shift)
+            # Where the candidates cross a change of the calendars, the fates may differ.
+            low, high = self.closures.stretch(candidate)
+            start, end = max(start, low - shift), min(end, high - shift)
+            found = self.closures.closure(candidate)
+            if found is None:
+                return start, end, shift
+            if found.blackout:
+                return start, end, None
+        return start, end, None
+
+
+def _too_closed(moment: datetime, where: str) -> str:
+    return (
+        f"No fire runs within {JUMP_LIMIT:,} closed days and blackouts {where} "
+        f"{moment:%Y-%m-%d %H:%M} UTC: its calendars close every fire of its trigger."
+    )
+
+
+def _day_shift(fire: datetime, zone: Any, days: int) -> timedelta:
+    """How far the same wall time ``days`` later (earlier if negative) in ``zone`` is."""
+    wall = fire.astimezone(zone).replace(tzinfo=None)
+    return _instant(wall + days * _DAY, zone) - fire
+
+
+def _same_shift(
+    fire: datetime, start: datetime, end: datetime, zone: Any, days: int
+) -> tuple[datetime, datetime]:
+    """[start, end) around ``fire`` cut to where ``_day_shift`` is the fire's own.
+
+    The shift changes only at a DST change of ``zone`` (on either day), at most once in a
+    day's stretch (no zone changes its offset twice within a week), so each side is found by
+    bisection.
+    """
+    shift = _day_shift(fire, zone, days)
+    if _day_shift(end - _MICROSECOND, zone, days) != shift:
+        end = _first_change(fire, end - _MICROSECOND, zone, days, shift)
+    if _day_shift(start, zone, days) != shift:
+        start = _first_change(fire, start, zone, days, shift) + _MICROSECOND
+    return start, end
+
+
+def _first_change(
+    same: datetime, other: datetime, zone: Any, days: int, shift: timedelta
+) -> datetime:
+    """Of the instants between ``same`` (whose shift is ``shift``) and ``other`` (whose is
+    not), the one nearest ``same`` whose shift is not."""
+    while abs(other - same) > _MICROSECOND:
+        middle = same + (other - same) // 2
+        if _day_shift(middle, zone, days) == shift:
+            same = middle
+        else:
+            other = middle
+    return other
 
 
 @dataclass(frozen=True)

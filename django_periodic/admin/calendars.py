@@ -1,17 +1,20 @@
 """Calendars in the admin: closed weekdays as checkboxes, closed dates one per line, public
-holidays by country, blackout periods as JSON; the schedules that use each."""
+holidays by country, blackout periods as JSON; the schedules that use each, by name to those
+who may view schedules, else only how many."""
 
 from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth import get_permission_codename
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from django_periodic import business_days
-from django_periodic.models import Calendar
+from django_periodic.models import Calendar, Schedule
 
 if TYPE_CHECKING:
     _CalendarAdmin = admin.ModelAdmin[Calendar]
@@ -73,7 +76,21 @@ class CalendarAdmin(_CalendarAdmin):
     form = CalendarForm
     list_display = ["name", "timezone", "closed_days", "holidays_country", "schedule_count"]
     search_fields = ["name"]
-    readonly_fields = ["schedule_list"]
+
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Calendar | None = None
+    ) -> list[str] | tuple[str, ...]:
+        # A schedule's name is the schedules' to show: without leave to view them, a count.
+        may_view = self._may_view_schedules(request)
+        return ["schedule_list" if may_view else "schedule_total"]
+
+    def _may_view_schedules(self, request: HttpRequest) -> bool:
+        schedule_admin = self.admin_site._registry.get(Schedule)
+        if schedule_admin is not None:
+            return schedule_admin.has_view_permission(request)
+        options = Schedule._meta
+        names = [get_permission_codename(a, options) for a in ("view", "change")]
+        return any(request.user.has_perm(f"{options.app_label}.{n}") for n in names)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Calendar]:
         return super().get_queryset(request).annotate(schedule_count=Count("schedules"))
@@ -94,3 +111,8 @@ class CalendarAdmin(_CalendarAdmin):
             return "—"
         names = calendar.schedules.values_list("name", flat=True)
         return ", ".join(names) or "—"
+
+    @admin.display(description=_("used by"))
+    def schedule_total(self, calendar: Calendar) -> str:
+        count = calendar.schedules.count() if calendar.pk is not None else 0
+        return ngettext("%(n)d schedule", "%(n)d schedules", count) % {"n": count}

@@ -28,6 +28,7 @@ from django_periodic.models import (
     Schedule,
     closures_from,
 )
+from django_periodic.models.calendars import expect_calendars
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise
@@ -263,6 +264,9 @@ class ScheduleForm(_ScheduleModelForm):
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)
+        if "calendars" in cleaned:
+            # The model validates its trigger with the calendars it is about to have.
+            expect_calendars(self.instance, cleaned["calendars"])
         if cleaned.get("calendars"):
             try:
                 closures_from(cleaned["calendars"])

@@ -1,14 +1,18 @@
 """The "Pause…" action: until when and why, then the schedules paused, each change logged.
 
 An intermediate page, like the backfill's: the action renders a form that posts back to the
-changelist with the selected schedules. "Resume" (an action of its own) ends a pause.
+changelist with the selected schedules. "Resume" (an action of its own) ends a pause. A
+schedule the model refuses to pause or resume is left as it was, with the reason, and the
+others go on.
 """
 
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.contrib import messages
 from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -81,12 +85,32 @@ def _pause(
     data: dict[str, Any],
 ) -> None:
     by = request.user.get_username()
+    paused = []
     for schedule in schedules:
-        schedule.pause(data["until"], data["reason"], by=by)
+        try:
+            schedule.pause(data["until"], data["reason"], by=by)
+        except ValidationError as exc:
+            _refused(model_admin, request, schedule, exc)
+            continue
+        paused.append(schedule)
         note = pause_note(data["until"], data["reason"], by)
         model_admin.log_change(request, schedule, note)  # the schedule's history
-    message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", len(schedules))
-    model_admin.message_user(request, message % {"n": len(schedules)})
+    message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", len(paused))
+    model_admin.message_user(request, message % {"n": len(paused)})
+
+
+def _refused(
+    model_admin: "ModelAdmin[Schedule]",
+    request: HttpRequest,
+    schedule: Schedule,
+    error: ValidationError,
+) -> None:
+    """Say why one schedule was left as it was; the others go on."""
+    reasons = " ".join(error.messages)
+    message = _("%(name)s was left as it was: %(reasons)s")
+    model_admin.message_user(
+        request, message % {"name": schedule.name, "reasons": reasons}, level=messages.ERROR
+    )
 
 
 def resume_action(
@@ -94,11 +118,16 @@ def resume_action(
 ) -> None:
     """End the pauses of the selected schedules that are paused; each goes on from now."""
     now = clock.now(queryset.db)
-    paused = [schedule for schedule in queryset if schedule.is_paused(now)]
-    for schedule in paused:
-        schedule.resume()
+    resumed = []
+    for schedule in (schedule for schedule in queryset if schedule.is_paused(now)):
+        try:
+            schedule.resume()
+        except ValidationError as exc:
+            _refused(model_admin, request, schedule, exc)
+            continue
+        resumed.append(schedule)
         model_admin.log_change(request, schedule, _("Resumed: its pause ended early."))
     message = ngettext(
-        "Resumed %(n)d paused schedule.", "Resumed %(n)d paused schedules.", len(paused)
+        "Resumed %(n)d paused schedule.", "Resumed %(n)d paused schedules.", len(resumed)
     )
-    model_admin.message_user(request, message % {"n": len(paused)})
+    model_admin.message_user(request, message % {"n": len(resumed)})

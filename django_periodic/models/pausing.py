@@ -3,20 +3,23 @@
 A paused schedule keeps its cursor; the planner, finding it due before ``paused_until``,
 records one skipped run (code ``paused``, with ``pause_note()`` as its message) and moves
 the cursor to the first fire at or after the pause's end: no fire of the pause is run, and
-none is caught up (engine/decisions.py).
+none is caught up (engine/decisions.py). Pausing and resuming are refused, as a
+``ValidationError``, when the schedule's calendars leave it no fire within reach after then.
 """
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 
-from django_periodic import bounds
+from django_periodic import bounds, triggers
+from django_periodic.models.calendars import closures_of, next_fire_error
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule
 
 PAUSE_REASON_MAX_LENGTH = 500
+_MICROSECOND = timedelta(microseconds=1)
 
 
 def pause_note(until: datetime, reason: str, by: str) -> str:
@@ -44,5 +47,29 @@ def check(schedule: "Schedule", now: datetime) -> None:
         errors["pause_reason"] = "A pause needs its reason."
     elif len(schedule.pause_reason) > PAUSE_REASON_MAX_LENGTH:
         errors["pause_reason"] = f"A reason has at most {PAUSE_REASON_MAX_LENGTH} characters."
+    if "paused_until" not in errors and (message := _after_pause_error(schedule)):
+        errors["paused_until"] = message
     if errors:
         raise ValidationError(errors)
+
+
+def check_resume(schedule: "Schedule", now: datetime) -> None:
+    """Raise ValidationError (on ``calendars``) when a resumed schedule would have no next
+    fire within reach under its calendars: it goes on from its first fire after ``now``."""
+    if message := _calendar_error(schedule, now):
+        raise ValidationError({"calendars": message})
+
+
+def _after_pause_error(schedule: "Schedule") -> str | None:
+    """Why the first fire at or after the pause's end, where the planner moves the cursor,
+    cannot be found under its calendars, or None."""
+    assert schedule.paused_until is not None  # until_error() refuses a pause without an end
+    return _calendar_error(schedule, schedule.paused_until - _MICROSECOND)
+
+
+def _calendar_error(schedule: "Schedule", after: datetime) -> str | None:
+    try:
+        closures = closures_of(schedule)
+    except triggers.InvalidTrigger:
+        return None  # a bad calendar fails the schedule when due, paused or not
+    return next_fire_error(schedule, closures, after)

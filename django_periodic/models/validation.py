@@ -2,15 +2,17 @@
 
 The same rules hold wherever a row comes from: the ranges are ``bounds.SCHEDULE``'s (the
 CHECK constraints' own), the trigger's are those a trigger is built with
-(``trigger_rows``), the job's are the registry's.
+(``trigger_rows``), the job's are the registry's; a trigger and its calendars are checked
+together (``calendars.next_fire_error``).
 """
 
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from django_periodic import bounds, registry, taskbackends, triggers
+from django_periodic import bounds, clock, registry, taskbackends, triggers
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
+from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.field_groups import TRIGGER_FIELDS
 from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
 
@@ -21,7 +23,21 @@ if TYPE_CHECKING:
 def schedule_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
-    return found + _range_errors(schedule)
+    found += _range_errors(schedule)
+    return found + _calendar_errors(schedule, found)
+
+
+def _calendar_errors(schedule: "Schedule", found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Its calendars usable, and under them a next fire within reach; judged only for a
+    trigger that is valid in itself."""
+    if any(field in (*TRIGGER_FIELDS, "on_closed_day") for field, _ in found):
+        return []
+    try:
+        closures = checked_closures(schedule)
+    except triggers.InvalidTrigger as exc:
+        return [("calendars", str(exc))]
+    message = next_fire_error(schedule, closures, clock.wall_now())
+    return [("calendars", message)] if message else []
 
 
 def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
