@@ -21,10 +21,9 @@ from django_periodic.business_days import (
     Blackout,
     CalendarRules,
     Closures,
-    OpenTrigger,
-    PlanningTrigger,
 )
 from django_periodic.models import Calendar, Schedule
+from django_periodic.open_fires import OpenTrigger, PlanningTrigger
 from django_periodic.testing import fire_times
 from tests.factories import ScheduleFactory, schedule_form_data
 

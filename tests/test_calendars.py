@@ -14,11 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_periodic import business_days, clock, triggers
-from django_periodic.business_days import CalendarRules, Closures, OpenTrigger, PlanningTrigger
+from django_periodic.business_days import CalendarRules, Closures
 from django_periodic.choices import ErrorCode
 from django_periodic.engine import decisions, planner
 from django_periodic.engine.decisions import Due
 from django_periodic.models import Calendar, Run, Schedule
+from django_periodic.open_fires import OpenTrigger, PlanningTrigger
 from django_periodic.policies import Occupancy
 from django_periodic.testing import fire_times
 from tests.factories import ScheduleFactory

@@ -29,7 +29,8 @@ INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "
 INTERFACE_MODULES |= {"apps"}
 PURE_CORE = (
     "bounds", "business_days", "choices", "clock", "conf", "dst", "error_texts", "escaping",
-    "policies", "registry", "scopes", "signals", "stagger", "taskbackends", "triggers",
+    "open_fires", "policies", "registry", "scopes", "signals", "stagger", "taskbackends",
+    "triggers",
 )  # fmt: skip
 
 

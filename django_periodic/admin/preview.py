@@ -11,7 +11,7 @@ from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_periodic import business_days, triggers
+from django_periodic import business_days, open_fires, triggers
 from django_periodic.admin import display, dst_preview
 from django_periodic.business_days import Closures
 from django_periodic.models import Schedule, open_trigger_of
@@ -182,7 +182,7 @@ def _closed_fires(
 ) -> list[tuple[datetime, str]]:
     """The trigger's closed fires after ``now`` up to ``last`` (the last open one listed),
     each with its calendar, reason and fate; at most CLOSED_FIRES."""
-    if not isinstance(trigger, business_days.OpenTrigger):
+    if not isinstance(trigger, open_fires.OpenTrigger):
         return []
     closed: list[tuple[datetime, str]] = []
     fire = trigger.trigger.next_after(now)
@@ -196,9 +196,7 @@ def _closed_fires(
     return closed
 
 
-def _fate(
-    trigger: business_days.OpenTrigger, fire: datetime, closure: business_days.Closure
-) -> str:
+def _fate(trigger: open_fires.OpenTrigger, fire: datetime, closure: business_days.Closure) -> str:
     moved = trigger.shifted(fire)
     if moved is None:
         return _("closed (%(why)s): not run") % {"why": closure}

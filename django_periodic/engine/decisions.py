@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_periodic import business_days, policies, triggers
+from django_periodic import business_days, open_fires, policies, triggers
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine import storable
@@ -332,9 +332,9 @@ def _open_and_closed(
     schedule: Due, times: list[datetime], memo: "Memo"
 ) -> tuple[list[datetime], list[Fire]]:
     """The due times that run, and a skipped run (code ``closed``) for each that starts a
-    span its calendars close (``business_days.PlanningTrigger``)."""
+    span its calendars close (``open_fires.PlanningTrigger``)."""
     trigger = memo.trigger(schedule)
-    if not isinstance(trigger, business_days.PlanningTrigger):
+    if not isinstance(trigger, open_fires.PlanningTrigger):
         return times, []  # no calendars: nothing to look at
     open_times, closed = [], []
     for plan_time in times:
@@ -342,7 +342,7 @@ def _open_and_closed(
         if closure is None:
             open_times.append(plan_time)
             continue
-        note = business_days.closed_note(closure, schedule.on_closed_day)
+        note = open_fires.closed_note(closure, schedule.on_closed_day)
         message = storable.storable_text(note, get_settings().ERROR_MAX_CHARS)
         closed.append(Fire(plan_time, RunStatus.SKIPPED, ErrorCode.CLOSED, message))
     return open_times, closed

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from django.db.models import Q
 
-from django_periodic import bounds, business_days, triggers
+from django_periodic import bounds, business_days, open_fires, triggers
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 
@@ -103,17 +103,17 @@ def open_trigger_of(row: TriggerRow, closures: business_days.Closures | None) ->
     trigger = trigger_of(row)
     if closures is None:
         return trigger
-    return business_days.OpenTrigger(trigger, closures, row.on_closed_day)
+    return open_fires.OpenTrigger(trigger, closures, row.on_closed_day)
 
 
 def planning_trigger_of(
     row: TriggerRow, closures: business_days.Closures | None
 ) -> triggers.Trigger:
     """What the planner's cursor walks: the fires that run and, under calendars, the first
-    closed fire of each closed span (``business_days.PlanningTrigger``)."""
+    closed fire of each closed span (``open_fires.PlanningTrigger``)."""
     trigger = open_trigger_of(row, closures)
-    if isinstance(trigger, business_days.OpenTrigger):
-        return business_days.PlanningTrigger(trigger)
+    if isinstance(trigger, open_fires.OpenTrigger):
+        return open_fires.PlanningTrigger(trigger)
     return trigger
 
 
