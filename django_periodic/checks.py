@@ -1,8 +1,6 @@
 """System checks for ``settings.DJANGO_PERIODIC`` (ids ``django_periodic.E0xx``)."""
 
 from collections.abc import Sequence
-from datetime import timedelta
-from numbers import Real
 from typing import Any
 
 from django.apps import AppConfig
@@ -11,18 +9,8 @@ from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
-from django_periodic import bounds, business_days, taskbackends
-from django_periodic.conf import (
-    ALERT_INTERVAL_FLOOR,
-    BOOLEAN_KEYS,
-    DURATION_KEYS,
-    INTEGER_KEYS,
-    MAY_BE_NONE,
-    MAY_BE_ZERO,
-    SETTING_NAME,
-    STRING_KEYS,
-    get_settings,
-)
+from django_periodic import business_days, taskbackends
+from django_periodic.conf import SETTING_NAME, InvalidSetting, Refusal, parse
 from django_periodic.engine import code_schedules, pooling
 from django_periodic.models import Calendar, Schedule
 
@@ -58,6 +46,8 @@ def sqlite_warnings(databases: dict[str, dict[str, Any]]) -> list[Warning]:
 
 @register(Tags.compatibility)
 def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Error]:
+    """Each key of the setting must be known, of its type and within its range
+    (``conf.parse``, ``conf.RANGES``)."""
     configured = getattr(settings, SETTING_NAME, None)
     if configured is None:
         return []
@@ -70,71 +60,29 @@ def check_settings(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
         ]
     errors = []
     for key, value in configured.items():
-        error = _check_value(key, value)
-        if error:
-            errors.append(Error(f"{SETTING_NAME}[{key!r}] {error}", id=_error_id(key)))
-        elif key == "MIN_INTERVAL":
-            errors += _check_min_interval(get_settings().MIN_INTERVAL)
-        elif key == "ALERT_INTERVAL":
-            errors += _check_alert_interval(get_settings().ALERT_INTERVAL)
+        try:
+            parse(key, value)
+        except InvalidSetting as refused:
+            errors.append(
+                Error(f"{SETTING_NAME}[{key!r}] {refused}", id=_error_id(key, refused.refusal))
+            )
     return errors
 
 
-def _check_alert_interval(interval: timedelta) -> list[Error]:
-    """Judging which schedules need attention is one query: not one per tick."""
-    if interval >= ALERT_INTERVAL_FLOOR:
-        return []
-    return [
-        Error(
-            f"{SETTING_NAME}['ALERT_INTERVAL'] must be at least "
-            f"{bounds.show(ALERT_INTERVAL_FLOOR)}, not {bounds.show(interval)}.",
-            id="django_periodic.E007",
-        )
-    ]
-
-
-def _check_min_interval(minimum: timedelta) -> list[Error]:
-    """The shortest interval must be one the database accepts (``bounds.SCHEDULE``)."""
-    valid = bounds.SCHEDULE["interval"]
-    if minimum in valid:
-        return []
-    return [
-        Error(
-            f"{SETTING_NAME}['MIN_INTERVAL'] must be from {valid.describe()} (the intervals "
-            f"the database accepts), not {bounds.show(minimum)}.",
-            id="django_periodic.E006",
-        )
-    ]
-
-
-def _error_id(key: str) -> str:
-    known = key in DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS
-    return "django_periodic.E003" if known else "django_periodic.E002"
-
-
-def _check_value(key: str, value: object) -> str | None:
-    if value is None and key in MAY_BE_NONE:
-        return None
-    if key in DURATION_KEYS:
-        if isinstance(value, timedelta):
-            seconds = value.total_seconds()
-        elif isinstance(value, Real) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            return "must be a number of seconds or a timedelta."
-        if key in MAY_BE_ZERO:
-            return None if seconds >= 0 else "must not be negative."
-        return None if seconds > 0 else "must be positive."
-    if key in INTEGER_KEYS:
-        if not isinstance(value, int) or isinstance(value, bool):
-            return "must be an integer."
-        return None if value > 0 else "must be positive."
-    if key in STRING_KEYS:
-        return None if isinstance(value, str) and value else "must be a non-empty string."
-    if key in BOOLEAN_KEYS:
-        return None if isinstance(value, bool) else "must be True or False."
-    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS))
-    return f"is not a known setting. Known settings: {known}."
+def _error_id(key: str, refusal: Refusal) -> str:
+    """Each rule its own id; the floors of MIN_INTERVAL and ALERT_INTERVAL kept theirs."""
+    if refusal is Refusal.UNKNOWN:
+        return "django_periodic.E002"
+    if refusal is Refusal.WRONG:
+        return "django_periodic.E003"
+    if key == "MIN_INTERVAL" and refusal is not Refusal.NOT_FINITE:
+        # The intervals the database accepts.
+        return "django_periodic.E006"
+    if key == "ALERT_INTERVAL" and refusal is Refusal.BELOW:
+        # Judging which schedules need attention is one query: not one per tick.
+        return "django_periodic.E007"
+    # Infinite, NaN, or past the ceiling (so past what the loop can add to a time).
+    return "django_periodic.E010"
 
 
 @register(Tags.compatibility)

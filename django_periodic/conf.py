@@ -1,13 +1,19 @@
 """The app's settings: one optional dict, ``settings.DJANGO_PERIODIC``, read lazily."""
 
+import enum
+import math
+import sys
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from functools import cache
-from typing import Any
+from numbers import Real
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+
+from django_periodic import bounds
 
 SETTING_NAME = "DJANGO_PERIODIC"
 
@@ -29,6 +35,10 @@ class PeriodicSettings:
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
     PLANNING_FAILURE_LIMIT: int = 3
+    # Mixed releases (engine/fleet.py): how long no live process may have a schedule's job
+    # before the planners disable the schedule (a rolling deploy that adds a job takes
+    # less than this to start a process that has it).
+    UNKNOWN_JOB_GRACE: timedelta = timedelta(minutes=10)
     # The shortest interval a schedule may have: clean() refuses shorter ones, and the
     # planner refuses (and in the end disables) a shorter one stored anyway. At least
     # bounds.INTERVAL_FLOOR, what the database accepts (system check E006).
@@ -74,27 +84,155 @@ MAY_BE_NONE = frozenset(
     {"TASKS_BACKEND", "WAKEUP_DATABASE", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"}
 )
 # Keys for which 0 is a meaningful value (it turns the feature off).
-MAY_BE_ZERO = frozenset({"PLAN_AHEAD"})
+MAY_BE_ZERO = frozenset({"PLAN_AHEAD", "UNKNOWN_JOB_GRACE"})
+
+_ZERO = timedelta(0)
+_DAY = timedelta(days=1)
+_WEEK = timedelta(days=7)
+# The range of every number and duration key (docs/settings.md lists them; a test checks
+# that the two agree). Ceilings are far past any real use, so that a typo (an extra zero,
+# days for seconds) is an error, and low enough that the loop can add any of them, or a few
+# times one, to the database's clock: a duration of 10**13 s is no datetime's.
+RANGES: dict[str, bounds.Range[Any]] = {
+    "WORKERS": bounds.Range(1, 1000),
+    "PREFETCH": bounds.Range(1, 10_000),
+    "PLAN_AHEAD": bounds.Range(_ZERO, timedelta(hours=1)),
+    "POLL_INTERVAL": bounds.Range(_ZERO, _DAY, low_open=True),
+    "HEARTBEAT_INTERVAL": bounds.Range(_ZERO, _DAY, low_open=True),
+    "SWEEP_INTERVAL": bounds.Range(_ZERO, _DAY, low_open=True),
+    "IDLE_INTERVAL": bounds.Range(_ZERO, _DAY, low_open=True),
+    "SHUTDOWN_GRACE": bounds.Range(_ZERO, _DAY, low_open=True),
+    "TIMEOUT_GRACE": bounds.Range(_ZERO, _DAY, low_open=True),
+    "PLAN_BATCH_SIZE": bounds.Range(1, 1_000_000),
+    "CATCHUP_LIMIT": bounds.Range(1, 100_000),
+    "STALE_REENTRY_LIMIT": bounds.Range(1, 1000),
+    "PLANNING_FAILURE_LIMIT": bounds.Range(1, 1000),
+    "UNKNOWN_JOB_GRACE": bounds.Range(_ZERO, _WEEK),
+    # What the database accepts (its CHECK holds the floor; system check E006).
+    "MIN_INTERVAL": bounds.SCHEDULE["interval"],
+    "RESULT_MAX_BYTES": bounds.Range(1, 64 * 2**20),
+    "ERROR_MAX_CHARS": bounds.Range(1, 16 * 2**20),
+    "TASKS_PICKUP_TIMEOUT": bounds.Range(_ZERO, _WEEK, low_open=True),
+    # As a schedule's own retention fields.
+    "KEEP_RUNS": bounds.SCHEDULE["keep_runs"],
+    "KEEP_RUNS_FOR": bounds.SCHEDULE["keep_runs_for"],
+    "KEEP_FAILED_RUNS_FOR": bounds.SCHEDULE["keep_failed_runs_for"],
+    "PRUNE_INTERVAL": bounds.Range(_ZERO, _WEEK, low_open=True),
+    "PRUNE_BATCH_SIZE": bounds.Range(1, 1_000_000),
+    "ALERT_INTERVAL": bounds.Range(ALERT_INTERVAL_FLOOR, _DAY),
+}
+# Why a range is what it is, where the message should say.
+_RANGE_NOTES = {"MIN_INTERVAL": " (the intervals the database accepts)"}
 
 
-def _as_timedelta(value: Any) -> timedelta | None:
-    if value is None or isinstance(value, timedelta):
+class Refusal(enum.Enum):
+    """Which rule a refused value breaks (each is its own system check, checks.py)."""
+
+    UNKNOWN = "unknown"  # no such key
+    WRONG = "wrong"  # wrong type, or not positive (negative where 0 is allowed)
+    NOT_FINITE = "not finite"  # infinity or NaN
+    BELOW = "below"  # under its range's floor
+    ABOVE = "above"  # past its range's ceiling
+
+
+class InvalidSetting(ValueError):
+    """A value that cannot be the key's: ``refusal`` says which rule, the message why."""
+
+    def __init__(self, refusal: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
+def parse(key: str, value: object) -> Any:
+    """``value`` as key ``key`` of the settings (a duration as a timedelta), or
+    InvalidSetting. Never anything else: the checks call it on any value at all."""
+    if value is None and key in MAY_BE_NONE:
+        return None
+    if key in DURATION_KEYS:
+        return _duration(key, value)
+    if key in INTEGER_KEYS:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidSetting(Refusal.WRONG, "must be an integer.")
+        if value <= 0:
+            raise InvalidSetting(Refusal.WRONG, "must be positive.")
+        return _in_range(key, value)
+    if key in STRING_KEYS:
+        if not isinstance(value, str) or not value:
+            raise InvalidSetting(Refusal.WRONG, "must be a non-empty string.")
         return value
-    return timedelta(seconds=value)
+    if key in BOOLEAN_KEYS:
+        if not isinstance(value, bool):
+            raise InvalidSetting(Refusal.WRONG, "must be True or False.")
+        return value
+    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS))
+    raise InvalidSetting(Refusal.UNKNOWN, f"is not a known setting. Known settings: {known}.")
+
+
+def _duration(key: str, value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, Real) and not isinstance(value, bool):
+        seconds = _float(value)
+        if not math.isfinite(seconds):
+            raise InvalidSetting(
+                Refusal.NOT_FINITE, f"must be a finite number of seconds, not {seconds}."
+            )
+        # Before timedelta(), which cannot hold them all.
+        if seconds < 0:
+            duration = -_DAY  # refused as negative below
+        elif seconds > RANGES[key].high.total_seconds():
+            raise InvalidSetting(Refusal.ABOVE, _out_of_range(key, f"{seconds:g} s"))
+        else:
+            duration = timedelta(seconds=seconds)
+    else:
+        raise InvalidSetting(Refusal.WRONG, "must be a number of seconds or a timedelta.")
+    # After rounding to microseconds: 1e-9 s is 0.
+    if key in MAY_BE_ZERO and duration < _ZERO:
+        raise InvalidSetting(Refusal.WRONG, "must not be negative.")
+    if key not in MAY_BE_ZERO and duration <= _ZERO:
+        raise InvalidSetting(Refusal.WRONG, "must be positive.")
+    _in_range(key, duration)
+    return duration
+
+
+def _float(value: Real) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an int too large for a float: past every ceiling
+        # (Real declares no comparison; every Real has one.)
+        positive = cast(float, value) > 0
+        return sys.float_info.max if positive else -sys.float_info.max
+
+
+def _in_range(key: str, value: Any) -> Any:
+    valid = RANGES[key]
+    if value < valid.low or (valid.low_open and value == valid.low):
+        raise InvalidSetting(Refusal.BELOW, _out_of_range(key, bounds.show(value)))
+    if value > valid.high or (valid.high_open and value == valid.high):
+        shown = f"{value:.3g}" if isinstance(value, int) else bounds.show(value)
+        raise InvalidSetting(Refusal.ABOVE, _out_of_range(key, shown))
+    return value
+
+
+def _out_of_range(key: str, shown: str) -> str:
+    return f"must be from {RANGES[key].describe()}{_RANGE_NOTES.get(key, '')}, not {shown}."
 
 
 @cache
 def get_settings() -> PeriodicSettings:
     """The effective settings. Call it where the value is used, so tests can override them
     (``override_settings`` and pytest-django's ``settings`` send ``setting_changed``, which
-    forgets them). Kept between calls: a worker reads them for every run."""
-    configured = getattr(settings, SETTING_NAME, None) or {}
+    forgets them). Kept between calls: a worker reads them for every run.
+
+    A value the system checks refuse (checks.py) is read as the key's default: the checks
+    report it, and nothing that reads the settings (the checks among them) fails on it."""
+    configured = getattr(settings, SETTING_NAME, None)
     values: dict[str, Any] = {}
-    for key, value in configured.items():
-        if key in DURATION_KEYS:
-            values[key] = _as_timedelta(value)
-        elif key in INTEGER_KEYS or key in STRING_KEYS or key in BOOLEAN_KEYS:
-            values[key] = value
+    for key, value in configured.items() if isinstance(configured, dict) else ():
+        try:
+            values[key] = parse(key, value)
+        except InvalidSetting:
+            continue
     return PeriodicSettings(**values)
 
 
