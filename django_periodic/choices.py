@@ -26,6 +26,8 @@ ACTIVE_STATUSES = (RunStatus.PENDING, RunStatus.QUEUED, RunStatus.RUNNING, RunSt
 FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SKIPPED, RunStatus.CANCELLED)
 # Hold a non-concurrent schedule's one active slot (a queued run waits for it).
 SLOT_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING)
+# A worker may claim them when due (and a claim that cannot take one fails it).
+CLAIMABLE_STATUSES = (RunStatus.PENDING, RunStatus.RETRYING)
 
 
 class RunTrigger(models.TextChoices):

@@ -175,9 +175,7 @@ def fail_unclaimed(run_ids: list[int], code: str, message: str, using: str) -> l
 
     One run's failure, never the process's: rare, so a few statements each time.
     """
-    waiting = Run.objects.using(using).filter(
-        pk__in=run_ids, status__in=[Run.Status.PENDING, Run.Status.RETRYING]
-    )
+    waiting = Run.objects.using(using).filter(pk__in=run_ids, status__in=Run.CLAIMABLE_STATUSES)
     with transaction.atomic(using=using):
         rows = list(waiting.select_for_update().values_list("pk", "schedule_id"))
         Run.objects.using(using).filter(pk__in=[pk for pk, _ in rows]).update(

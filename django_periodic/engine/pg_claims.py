@@ -21,7 +21,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 
 from django_periodic import bounds, clock, signals
-from django_periodic.choices import ErrorCode
+from django_periodic.choices import CLAIMABLE_STATUSES, ErrorCode
 from django_periodic.engine import pg_prepared, pg_timestamps
 from django_periodic.engine.claimed import (
     LATE_MESSAGE,
@@ -103,8 +103,9 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 #   the OR: with the OR alone, stale statistics chose another index and sorted every
 #   waiting run on each claim (12 ms at 20,000).
 RELEASE = "COALESCE(r.release_at, r.plan_time)"
+_CLAIMABLE_STATUSES = ", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)
 CLAIMABLE_NOW = (
-    f"r.status IN ('pending', 'retrying') AND {RELEASE} <= (SELECT now FROM t)"
+    f"r.status IN ({_CLAIMABLE_STATUSES}) AND {RELEASE} <= (SELECT now FROM t)"
     " AND (r.status = 'pending' OR r.next_retry_at <= (SELECT now FROM t))"
 )
 CLAIMABLE_AHEAD = (

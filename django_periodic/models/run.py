@@ -14,8 +14,8 @@ from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
 from django_periodic.models.schedule import Schedule
 
-# The statuses of runs a worker may claim (when due): pending and retrying.
-CLAIMABLE_STATUSES = [choices.RunStatus.PENDING, choices.RunStatus.RETRYING]
+# The statuses of runs a worker may claim (when due): choices.py holds every status set.
+CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
 # Backfilled runs wait as retries do, until their release (see backfill.py); a newer fire
 # neither supersedes them nor counts them as a retry of its own.
 BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
@@ -111,6 +111,7 @@ class Run(models.Model):
     ACTIVE_STATUSES = choices.ACTIVE_STATUSES
     FINAL_STATUSES = choices.FINAL_STATUSES
     SLOT_STATUSES = choices.SLOT_STATUSES
+    CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
 
     # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
     schedule = models.ForeignKey(
