@@ -125,6 +125,12 @@ def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
     assert planner.plan_retry(run, now).snapshot == run.snapshot
 
 
+def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():
+    loaded = {*planner.DECISION_FIELDS, *planner.SNAPSHOT_COLUMNS_LOADED}
+    assert set(SNAPSHOT_FIELDS.values()) <= loaded
+    assert {"max_attempts", "tasks_backend", "overlap"} <= loaded  # Run.for_schedule reads them
+
+
 @pytest.mark.django_db
 def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
     schedule = ScheduleFactory()

@@ -60,7 +60,10 @@ DECISION_FIELDS = (
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
     "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
 )  # fmt: skip
-SNAPSHOT_FIELDS = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
+# What the ORM path loads besides, for Run.for_schedule to copy into each run: the
+# schedule's side of models.SNAPSHOT_FIELDS not loaded above, with max_attempts and
+# tasks_backend, in Due's order. PostgreSQL's statement copies them itself.
+SNAPSHOT_COLUMNS_LOADED = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 
 
 @dataclass
@@ -165,7 +168,7 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
     """
     fields: tuple[str, ...] = DECISION_FIELDS
     if connections[using].vendor != "postgresql":
-        fields += SNAPSHOT_FIELDS
+        fields += SNAPSHOT_COLUMNS_LOADED
     due = due.select_for_update(skip_locked=True)
     # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
     due = due.annotate(anchor=Case(When(ANCHORED_AT_CREATION, then=F("created_at"))))
