@@ -198,6 +198,20 @@ def test_the_claim_statement_takes_the_runs_the_queryset_calls_claimable(postgre
 
 
 @pytest.mark.django_db
+def test_the_paused_schedules_are_those_whose_pause_holds_at_now():
+    now = clock.now()
+    untils = (None, now - SECOND, now, now + SECOND)
+    rows = []
+    for n, until in enumerate(untils):
+        schedule = ScheduleFactory(name=f"paused-{n}")
+        Schedule.objects.filter(pk=schedule.pk).update(paused_until=until)
+        rows.append(Schedule.objects.get(pk=schedule.pk))
+    selected = set(Schedule.objects.paused(now).values_list("pk", flat=True))
+    assert selected == {row.pk for row in rows if row.is_paused(now)}
+    assert len(selected) == 1  # the pause ending after now; one ending at now holds no more
+
+
+@pytest.mark.django_db
 def test_the_planners_filter_leaves_out_the_schedules_its_rule_says_wait_for_their_due_time():
     """``planner._without_waiting`` restates ``_waits_for_due_time``: a fire within the lead
     waits while a run of the schedule, of any status in flight, is."""

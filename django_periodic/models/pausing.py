@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
+from django.db.models import Q
 
 from django_periodic import bounds, triggers
 from django_periodic.models.calendars import closures_of, next_fire_error
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
 
 PAUSE_REASON_MAX_LENGTH = 500
 _MICROSECOND = timedelta(microseconds=1)
+
+
+def holds(paused_until: datetime | None, now: datetime) -> bool:
+    """Whether a pause ending at ``paused_until`` holds a schedule's fires at ``now``: from
+    ``paused_until`` on, it no longer does (``paused(now)`` selects the same rows)."""
+    return paused_until is not None and paused_until > now
+
+
+def paused(now: datetime) -> Q:
+    """The schedules a pause holds at ``now`` (``holds``, as a query)."""
+    return Q(paused_until__gt=now)
 
 
 def pause_note(until: datetime, reason: str, by: str) -> str:

@@ -75,6 +75,10 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         """Schedules whose alerts the scheduler judges: enabled, with at least one set."""
         return self.filter(alerting.WITH_ALERTS)
 
+    def paused(self, now: datetime) -> "ScheduleQuerySet":
+        """Schedules a pause holds at ``now`` (``Schedule.is_paused``, models/pausing.py)."""
+        return self.filter(pausing.paused(now))
+
     def needing_attention(self) -> "ScheduleQuerySet":
         """Schedules the scheduler last found needing attention (models/alerting.py)."""
         return self.exclude(attention_reason="")
@@ -472,7 +476,7 @@ class Schedule(TrackedChanges):
 
     def is_paused(self, now: datetime) -> bool:
         """Whether a pause holds its fires at ``now``."""
-        return self.paused_until is not None and self.paused_until > now
+        return pausing.holds(self.paused_until, now)
 
     def run_now(self, scope: str = "") -> "Run":
         """Record a manual run for a scheduler to execute; never runs the job in this thread.

@@ -246,7 +246,7 @@ def needing_attention(using: str = "default") -> list[Row]:
 
 
 def _paused(now: datetime, using: str) -> list[Row]:
-    paused = Schedule.objects.using(using).filter(paused_until__gt=now).order_by("paused_until")
+    paused = Schedule.objects.using(using).paused(now).order_by("paused_until")
     return list(paused.values("name", "paused_until", "paused_by", "pause_reason")[:LISTED])
 
 
