@@ -17,10 +17,12 @@ from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
     SNAPSHOT_FIELDS,
+    Lease,
     Run,
     Schedule,
     kind_of,
 )
+from django_periodic.models.processes import HELD_SQL, held_through
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 
@@ -209,6 +211,36 @@ def test_the_paused_schedules_are_those_whose_pause_holds_at_now():
     selected = set(Schedule.objects.paused(now).values_list("pk", flat=True))
     assert selected == {row.pk for row in rows if row.is_paused(now)}
     assert len(selected) == 1  # the pause ending after now; one ending at now holds no more
+
+
+def leases_held_and_released(now) -> list[Lease]:
+    """Leases held, and released with each outcome, of their own runs."""
+    leases = [LeaseFactory(expires_at=now + timedelta(seconds=30)) for _ in range(2)]
+    for outcome in Lease.Outcome:
+        lease = LeaseFactory(expires_at=now + timedelta(seconds=30))
+        Lease.objects.filter(pk=lease.pk).release(now, outcome)
+        leases.append(Lease.objects.get(pk=lease.pk))
+    return leases
+
+
+@pytest.mark.django_db
+def test_the_statements_held_leases_are_the_querysets(postgres, now):
+    leases = leases_held_and_released(now)
+    table = connection.ops.quote_name(Lease._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT l.id FROM {table} l WHERE {HELD_SQL}")
+        selected = {pk for (pk,) in cursor.fetchall()}
+    held = set(Lease.objects.held().values_list("pk", flat=True))
+    assert selected == held == {lease.pk for lease in leases if lease.released_at is None}
+    assert held
+
+
+@pytest.mark.django_db
+def test_a_lease_held_through_a_relation_is_one_the_queryset_calls_held(now):
+    leases = leases_held_and_released(now)
+    runs = set(Run.objects.filter(held_through("leases")).values_list("pk", flat=True))
+    assert runs == set(Lease.objects.held().values_list("run_id", flat=True))
+    assert len(runs) < len(leases)
 
 
 @pytest.mark.django_db

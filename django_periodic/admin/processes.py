@@ -4,7 +4,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib import admin
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Model, Q, QuerySet
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Model, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -15,6 +15,7 @@ from django.utils.translation import gettext_lazy
 
 from django_periodic.admin import display
 from django_periodic.models import Lease, SchedulerProcess
+from django_periodic.models.processes import held_through
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -74,7 +75,7 @@ class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
         return super().changelist_view(request, {"title": _("Schedulers"), **(extra_context or {})})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[SchedulerProcess]:
-        held = Count("leases", filter=Q(leases__released_at__isnull=True))
+        held = Count("leases", filter=held_through("leases"))
         # The database's clock, the one heartbeats are written with.
         silence = ExpressionWrapper(Now() - F("heartbeat_at"), output_field=DurationField())
         return super().get_queryset(request).annotate(held=held, silence=silence)

@@ -16,6 +16,7 @@ from django_periodic import clock
 from django_periodic.bounds import EARLIEST, LATEST
 from django_periodic.engine import fleet, pg_sql, presence
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
+from django_periodic.models.processes import HELD_SQL
 
 
 @dataclass(frozen=True)
@@ -94,7 +95,7 @@ HORIZON_SQL = """
 WITH m AS MATERIALIZED (SELECT {earliest})
 SELECT statement_timestamp(), {within_bounds},
     %(judge)s AND EXISTS (
-        SELECT 1 FROM {lease} WHERE released_at IS NULL AND process_id IN ({lost})
+        SELECT 1 FROM {lease} l WHERE {held} AND l.process_id IN ({lost})
     )
 FROM m
 """
@@ -123,6 +124,7 @@ def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]
         earliest=",\n    ".join(selected),
         within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in earliest),
         lease=quote(Lease._meta.db_table),
+        held=HELD_SQL,
         lost=presence.lost_sql(quote),
     )
     return sql, params

@@ -23,6 +23,7 @@ from django_periodic.conf import get_settings
 from django_periodic.engine import outcomes, overlap, pg_arrays, pg_prepared, presence, wakeups
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models.processes import HELD_SQL, held_through
 
 
 def _extended(now: datetime) -> "ExpressionWrapper[CombinedExpression]":
@@ -51,14 +52,14 @@ def heartbeat(
         process.save(using=using, force_insert=True)
     if not tokens:
         return 0
-    held = Lease.objects.using(using).filter(process=process, released_at__isnull=True)
+    held = Lease.objects.using(using).held().filter(process=process)
     if connections[using].vendor == "postgresql":
         # Skip leases the recorder is releasing right now: waiting for them, while the
         # recorder waits for rows this statement locked first, is a deadlock that costs
         # both a second (deadlock_timeout) and the outcomes' retry.
         table = connections[using].ops.quote_name(Lease._meta.db_table)
         unlocked = RawSQL(
-            HELD_UNLOCKED_SQL.format(lease=table),
+            HELD_UNLOCKED_SQL.format(lease=table, held=HELD_SQL),
             [pg_arrays.literal([str(token) for token in tokens]), process.pk],
         )
         held = held.filter(pk__in=unlocked)
@@ -72,14 +73,14 @@ def heartbeat(
 # ones included, and a busy heartbeat took 250-500 ms with a thousand leases held.
 HELD_UNLOCKED_SQL = """
 SELECT l.id FROM unnest(%s::uuid[]) AS held(token) JOIN {lease} l ON l.token = held.token
-WHERE l.process_id = %s AND l.released_at IS NULL
+WHERE l.process_id = %s AND {held}
 FOR UPDATE OF l SKIP LOCKED
 """
 
 
 def extend(claim: Claim, now: datetime) -> bool:
     """Extend one lease; False means it was lost and the job should stop."""
-    held = Lease.objects.using(claim.using).filter(token=claim.token, released_at__isnull=True)
+    held = Lease.objects.using(claim.using).held().filter(token=claim.token)
     return held.update(heartbeat_at=now, expires_at=_extended(now)) == 1
 
 
@@ -116,9 +117,9 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
 def cancel_requested(process: SchedulerProcess, using: str = "default") -> set[int]:
     """The runs this process holds that someone asked to stop: one query by the leases it
     holds, however many runs it holds."""
-    asked = Run.objects.using(using).filter(
-        leases__process=process, leases__released_at__isnull=True, cancel_requested_at__isnull=False
-    )
+    # One filter(): the lease held and the lease of this process are the same lease.
+    held_here = Q(leases__process=process) & held_through("leases")
+    asked = Run.objects.using(using).filter(held_here, cancel_requested_at__isnull=False)
     return set(asked.values_list("pk", flat=True))
 
 
@@ -138,9 +139,10 @@ def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     if connections[using].vendor == "postgresql":
         table = connections[using].ops.quote_name(Lease._meta.db_table)
         with pg_prepared.cursor(using) as cursor:
-            cursor.execute(MARK_STARTED_SQL.format(lease=table), [pg_arrays.uuids(tokens)])
+            sql = MARK_STARTED_SQL.format(lease=table, held=HELD_SQL)
+            cursor.execute(sql, [pg_arrays.uuids(tokens)])
             return {token for (token,) in cursor.fetchall()}
-    held = Lease.objects.using(using).filter(token__in=tokens, released_at__isnull=True)
+    held = Lease.objects.using(using).held().filter(token__in=tokens)
     with transaction.atomic(using=using):
         if held.update(started_at=Now()) == len(tokens):
             return set(tokens)
@@ -156,7 +158,7 @@ MARK_STARTED_SQL = """
 UPDATE {lease} l SET started_at = statement_timestamp()
 FROM (SELECT set_config('synchronous_commit', 'off', true)) AS without_waiting_for_disk,
      unnest(%s::uuid[]) AS marked(token)
-WHERE l.token = marked.token AND l.released_at IS NULL
+WHERE l.token = marked.token AND {held}
 RETURNING l.token
 """
 

@@ -29,7 +29,7 @@ from django_periodic.engine import overlap, pg_arrays, pg_prepared, storable
 from django_periodic.engine.claimed import LATE_MESSAGE, Claim
 from django_periodic.error_texts import error_text, shown
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.models.processes import RELEASE_SQL
+from django_periodic.models.processes import HELD_SQL, RELEASE_SQL
 
 logger = logging.getLogger("django_periodic")
 
@@ -307,9 +307,7 @@ def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> s
 def _record_orm(outcomes: Sequence[AttemptOutcome], now: datetime, using: str) -> set[int]:
     recorded = set()
     for outcome in outcomes:
-        held = Lease.objects.using(using).filter(
-            token=outcome.claim.token, released_at__isnull=True
-        )
+        held = Lease.objects.using(using).held().filter(token=outcome.claim.token)
         if held.release(now, outcome.lease_outcome):
             run = outcome.claim.run
             Run.objects.using(using).filter(pk=run.pk).update(**_run_fields(outcome, now))
@@ -351,7 +349,7 @@ v AS (
 released AS (
     UPDATE {lease} l SET {release}
     FROM v CROSS JOIN t
-    WHERE l.token = v.token AND l.released_at IS NULL
+    WHERE l.token = v.token AND {held}
     RETURNING l.run_id
 )
 UPDATE {run} r SET
@@ -375,7 +373,10 @@ def _record_sql(using: str) -> str:
     quote = connections[using].ops.quote_name
     release = RELEASE_SQL.format(now="t.now", outcome="v.lease_outcome")
     return OUTCOMES_SQL.format(
-        run=quote(Run._meta.db_table), lease=quote(Lease._meta.db_table), release=release
+        run=quote(Run._meta.db_table),
+        lease=quote(Lease._meta.db_table),
+        release=release,
+        held=HELD_SQL,
     )
 
 

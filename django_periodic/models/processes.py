@@ -28,7 +28,7 @@ class SchedulerProcessQuerySet(models.QuerySet["SchedulerProcess"]):
         A process away longer than ``stale_after()`` that still holds a lease keeps its row,
         so that it can take up its heartbeat again if it comes back before the lease expires.
         """
-        held = Lease.objects.filter(process=OuterRef("pk"), released_at__isnull=True)
+        held = Lease.objects.held().filter(process=OuterRef("pk"))
         return self.filter(~Exists(held))
 
 
@@ -88,12 +88,27 @@ class SchedulerProcess(models.Model):
         return not self.stale_silence(now - self.heartbeat_at)
 
 
+# A lease still held: not released yet (by its outcome, the sweeper or a shutdown).
+# ``LeaseQuerySet.held()`` filters by it; lookups from a run or a process go through
+# ``held_through()``, and statements that read leases as ``l`` through ``HELD_SQL``.
+HELD = Q(released_at__isnull=True)
+HELD_SQL = "l.released_at IS NULL"
+
+
+def held_through(relation: str) -> Q:
+    """``HELD`` for the leases reached through ``relation`` (``"leases"`` from a run or a
+    process)."""
+    return Q(**{f"{relation}__{lookup}": value for lookup, value in HELD.children})
+
+
 class LeaseQuerySet(models.QuerySet["Lease"]):
     def held(self) -> "LeaseQuerySet":
-        return self.filter(released_at__isnull=True)
+        """Leases not released yet (``HELD``): their holders own their runs."""
+        return self.filter(HELD)
 
     def expired(self, now: datetime) -> "LeaseQuerySet":
-        return self.filter(released_at__isnull=True, expires_at__lt=now)
+        """Held leases whose holder stopped renewing them before ``now``."""
+        return self.held().filter(expires_at__lt=now)
 
     def release(self, now: datetime, outcome: str) -> int:
         """Release these leases with ``outcome``; how many. See ``RELEASE_SQL``."""
@@ -152,7 +167,7 @@ class Lease(models.Model):
         indexes = [
             models.Index(
                 fields=["expires_at"],
-                condition=Q(released_at__isnull=True),
+                condition=HELD,
                 name="periodic_lease_held",
             ),
             # The leases each process holds (a released lease names none).
