@@ -238,7 +238,7 @@ def raising(error: BaseException):
 def test_an_error_in_a_step_is_logged_and_the_loop_carries_on(caplog):
     # Only database errors were caught: any other exception left the loop, and the process.
     scheduler = Scheduler(workers=0)
-    scheduler.request_stop()  # no back-off sleep in this test
+    scheduler.stop.request()  # no back-off sleep in this test
     assert scheduler._guarded(raising(RuntimeError("a bug no row should trigger"))) is False
     (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
     assert record.getMessage() == "Unexpected error; retrying in 1 s."
@@ -331,7 +331,7 @@ def test_holding_leases_the_heartbeat_commits_before_the_sweep_so_workers_never_
     try:
         scheduler.tick()
     finally:
-        scheduler.request_stop()
+        scheduler.stop.request()
         scheduler.shutdown()  # after the job: its outcome is recorded
     assert Lease.objects.get(pk=lease.pk).heartbeat_at > lease.heartbeat_at  # extended
     assert locked_during_sweep == [False]
@@ -375,7 +375,7 @@ def test_a_tick_with_many_runs_in_flight_asks_for_cancel_requests_only_on_news(p
             asked_by_tick.append(len(asked))
         assert asked_by_tick == [1, 0, 1]
     finally:
-        scheduler.request_stop()
+        scheduler.stop.request()
         scheduler.shutdown()
 
 
@@ -405,7 +405,7 @@ def test_a_heartbeat_due_just_before_a_release_waits_for_it_once():
         housekeeper.keep_house(scheduler.process, now, ahead)
         assert beats.values_list("heartbeat_at", flat=True).get() == now
     finally:
-        scheduler.request_stop()
+        scheduler.stop.request()
         scheduler.shutdown()
 
 
@@ -435,5 +435,5 @@ def test_a_fire_left_for_a_run_in_flight_is_looked_at_again_within_the_lead(sett
         now, wake = scheduler.tick()  # nothing left within the lead: no early wake-up
         assert wake > now + lead / REPLANS
     finally:
-        scheduler.request_stop()
+        scheduler.stop.request()
         scheduler.shutdown()

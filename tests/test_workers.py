@@ -60,7 +60,7 @@ def test_a_run_held_for_its_plan_time_goes_back_to_pending_at_shutdown(process, 
     scheduler = Scheduler(workers=2)
     scheduler.process = process
     scheduler.pool.submit(claim)
-    scheduler.request_stop()
+    scheduler.stop.request()
     scheduler.shutdown()  # does not wait out the grace for a run that has not started
     run = Run.objects.get()
     assert (run.status, run.attempt, run.interruptions) == ("pending", 1, 1)

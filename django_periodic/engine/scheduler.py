@@ -110,10 +110,6 @@ class Scheduler:
         """How long before their plan time fires are planned and claimed (PLAN_AHEAD)."""
         return self.settings.PLAN_AHEAD
 
-    def request_stop(self) -> None:
-        """Stop claiming and leave the loop; a second request stops waiting for jobs."""
-        self.stop.request()
-
     def run(self, *, once: bool = False) -> None:
         """Boot, loop until stopped (or, with ``once``, until what is due now is done), stop."""
         while not self.stop.requested and not self._guarded(self.boot):
