@@ -91,14 +91,15 @@ class SchedulerProcess(models.Model):
 # A lease still held: not released yet (by its outcome, the sweeper or a shutdown).
 # ``LeaseQuerySet.held()`` filters by it; lookups from a run or a process go through
 # ``held_through()``, and statements that read leases as ``l`` through ``HELD_SQL``.
-HELD = Q(released_at__isnull=True)
+HELD_LOOKUPS = {"released_at__isnull": True}
+HELD = Q(**HELD_LOOKUPS)
 HELD_SQL = "l.released_at IS NULL"
 
 
 def held_through(relation: str) -> Q:
     """``HELD`` for the leases reached through ``relation`` (``"leases"`` from a run or a
     process)."""
-    return Q(**{f"{relation}__{lookup}": value for lookup, value in HELD.children})
+    return Q(**{f"{relation}__{lookup}": value for lookup, value in HELD_LOOKUPS.items()})
 
 
 class LeaseQuerySet(models.QuerySet["Lease"]):
