@@ -1,14 +1,20 @@
 """Small helpers that many test modules share."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 from django.core.management import call_command
 from django.urls import reverse
 
-from django_periodic.engine import planner
+from django_periodic.engine import claims, planner
+from django_periodic.engine.claimed import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
-from tests.factories import ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory
+
+
+def utc(*parts: int) -> datetime:
+    """``datetime(*parts)`` in UTC."""
+    return datetime(*parts, tzinfo=UTC)
 
 
 def set_cursor(schedule: Schedule, at: datetime | None) -> None:
@@ -40,3 +46,10 @@ def output_of(*args: str, **options: object) -> str:
 def run_url(run: Run, view: str = "change") -> str:
     """The admin URL of a run's ``view``."""
     return reverse(f"admin:django_periodic_run_{view}", args=[run.pk])
+
+
+def claimed(process: SchedulerProcess, now: datetime, **schedule_fields: object) -> Claim:
+    """The claim of a run planned at ``now``, of a new schedule with ``schedule_fields``."""
+    RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
+    (claim,) = claims.claim(process, now, 1)
+    return claim

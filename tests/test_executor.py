@@ -17,6 +17,7 @@ from django_periodic.engine.workers import WorkerPool
 from django_periodic.models import Lease, Run
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import claimed
 from tests.models import Execution
 from tests.processes import wait_for
 from tests.threads import Thread
@@ -30,12 +31,6 @@ def _close_async_connections():
     closer = Thread(target=asyncio.run, args=(sync_to_async(connections.close_all)(),))
     closer.start()
     closer.join()
-
-
-def claimed(process, now, **schedule_fields) -> Claim:
-    RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
-    (claim,) = claims.claim(process, now, 1)
-    return claim
 
 
 @pytest.mark.django_db

@@ -17,11 +17,11 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from django_periodic import clock, tasks
-from django_periodic.engine import claims, outcomes, storable
-from django_periodic.engine.claimed import Claim
+from django_periodic.engine import outcomes, storable
 from django_periodic.engine.recorder import Recorder
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import claimed
 from tests.jobs import UNSTORABLE_RESULTS
 from tests.processes import wait_for
 
@@ -41,12 +41,6 @@ STORED = {
 }
 # What tests.jobs.raise_unstorable's message is stored as.
 STORED_MESSAGE = "bad byte \ufffd in file \ufffd.txt"
-
-
-def claimed(process, now, **schedule_fields) -> Claim:
-    RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
-    (claim,) = claims.claim(process, now, 1)
-    return claim
 
 
 @pytest.fixture

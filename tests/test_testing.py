@@ -1,6 +1,6 @@
 """django_periodic.testing: the helpers our users test their jobs with."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -8,12 +8,9 @@ from django_periodic import UnknownJob
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.testing import assert_fire_times, call_job, fire_times, run_due
 from tests.factories import RunFactory, ScheduleFactory
+from tests.helpers import utc
 
 BERLIN = "Europe/Berlin"
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 # run_due

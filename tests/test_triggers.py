@@ -31,6 +31,7 @@ from django_periodic.triggers import (
     parse_timezone,
     validate_cron,
 )
+from tests.helpers import utc
 
 BERLIN = "Europe/Berlin"
 NEW_YORK = "America/New_York"
@@ -52,10 +53,6 @@ TIMEZONES = [
 US = timedelta(microseconds=1)
 HOURS_2 = timedelta(hours=2)
 PROPERTY = settings(max_examples=200, deadline=None)
-
-
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
 
 
 def local_day_fires(trigger: Trigger, tz: str, day: date) -> list[datetime]:
