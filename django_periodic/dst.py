@@ -95,18 +95,6 @@ def affected(
     return AffectedChange(change, walls, rule, declared, fires)
 
 
-def affected_changes(
-    trigger: triggers.CronTrigger, start: datetime, end: datetime, limit: int | None = None
-) -> list[AffectedChange]:
-    """The changes of ``trigger``'s time zone after ``start``, up to ``end``, that skip or
-    repeat some of its wall times, each with the rule applied and what runs (the first
-    ``limit`` fires of each)."""
-    zone = triggers.parse_timezone(trigger.timezone)
-    changes = offset_changes(zone, start, end)
-    found = (affected(trigger, change, limit) for change in changes)
-    return [change for change in found if change is not None]
-
-
 def _offset(zone: zoneinfo.ZoneInfo, instant: datetime) -> timedelta:
     offset = instant.astimezone(zone).utcoffset()
     assert offset is not None  # a ZoneInfo always has one

@@ -1,4 +1,5 @@
-"""Small helpers that many test modules share."""
+"""Small helpers that many test modules share, and what only tests ask of the package's
+modules (which runs a prune deletes, which DST changes a trigger meets)."""
 
 from datetime import UTC, datetime, timedelta
 from io import StringIO
@@ -6,6 +7,7 @@ from io import StringIO
 from django.core.management import call_command
 from django.urls import reverse
 
+from django_periodic import dst, triggers
 from django_periodic.engine import claims, planner
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
@@ -53,3 +55,13 @@ def claimed(process: SchedulerProcess, now: datetime, **schedule_fields: object)
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
     return claim
+
+
+def affected_changes(
+    trigger: triggers.CronTrigger, start: datetime, end: datetime
+) -> list[dst.AffectedChange]:
+    """The changes of ``trigger``'s time zone after ``start``, up to ``end``, that skip or
+    repeat some of its wall times (``dst.affected``), as the admin's preview finds them."""
+    zone = triggers.parse_timezone(trigger.timezone)
+    found = (dst.affected(trigger, change) for change in dst.offset_changes(zone, start, end))
+    return [change for change in found if change is not None]

@@ -15,14 +15,10 @@ from django_periodic.engine import planner
 from django_periodic.models import Run, Schedule
 from django_periodic.triggers import CronTrigger, InvalidTrigger, fire_times
 from tests.factories import ScheduleFactory
-from tests.helpers import set_cursor
+from tests.helpers import affected_changes, set_cursor, utc
 
 BERLIN = "Europe/Berlin"  # 2026: 02:00 -> 03:00 on 29 March, 03:00 -> 02:00 on 25 October
 SPRING, FALL = date(2026, 3, 29), date(2026, 10, 25)
-
-
-def utc(*parts: int) -> datetime:
-    return datetime(*parts, tzinfo=UTC)
 
 
 def day_fires(trigger: CronTrigger, day: date) -> list[datetime]:
@@ -244,7 +240,7 @@ def test_in_the_repeat_of_a_30_or_45_minute_zone_each_choice_is_applied(
 
 def test_the_changes_of_the_30_and_45_minute_zones_are_found_with_their_rule_applied():
     howe = CronTrigger("15 2 * * *", LORD_HOWE, dst_gap="skip")
-    (change,) = dst.affected_changes(howe, utc(2026, 9, 1), utc(2026, 12, 1))
+    (change,) = affected_changes(howe, utc(2026, 9, 1), utc(2026, 12, 1))
     assert change.change.at == utc(2026, 10, 3, 15, 30)  # 02:00 +10:30 becomes 02:30 +11
     assert (change.walls, change.rule, change.declared) == (
         (datetime(2026, 10, 4, 2, 15),),
@@ -253,7 +249,7 @@ def test_the_changes_of_the_30_and_45_minute_zones_are_found_with_their_rule_app
     )
     assert change.fires == ()
     chatham = CronTrigger("50 2 * * *", CHATHAM, dst_repeat="both")
-    fall, spring = dst.affected_changes(chatham, utc(2026, 1, 1), utc(2027, 1, 1))
+    fall, spring = affected_changes(chatham, utc(2026, 1, 1), utc(2027, 1, 1))
     assert fall.change.at == utc(2026, 4, 4, 14, 0)  # 03:45 +13:45 becomes 02:45 +12:45
     assert fall.fires == (utc(2026, 4, 4, 13, 5), utc(2026, 4, 4, 14, 5))  # 02:50 twice
     assert (spring.rule, spring.declared) == ("first_valid", False)  # cron(8)'s, for a fixed time
@@ -263,18 +259,17 @@ def test_the_changes_of_the_30_and_45_minute_zones_are_found_with_their_rule_app
 def test_a_fire_of_its_own_at_the_change_is_not_taken_for_the_gaps():
     # 02:00 does not exist on 29 March; 03:00, right after the change, is a fire of its own.
     hourly = CronTrigger("0 * * * *", BERLIN)  # a wildcard job: cron(8) skips the gap
-    (spring,) = dst.affected_changes(hourly, utc(2026, 3, 1), utc(2026, 4, 1))
+    (spring,) = affected_changes(hourly, utc(2026, 3, 1), utc(2026, 4, 1))
     assert (spring.walls, spring.rule, spring.fires) == ((datetime(2026, 3, 29, 2, 0),), "skip", ())
     assert utc(2026, 3, 29, 1, 0) in fire_times(hourly, 5, utc(2026, 3, 28, 23, 30))
     moved = CronTrigger("0 * * * *", BERLIN, dst_gap="first_valid")
-    (spring,) = dst.affected_changes(moved, utc(2026, 3, 1), utc(2026, 4, 1))
+    (spring,) = affected_changes(moved, utc(2026, 3, 1), utc(2026, 4, 1))
     assert spring.fires == (utc(2026, 3, 29, 1, 0),)  # one fire: 02:00's and 03:00's
 
 
 def test_a_zone_without_changes_has_none_and_the_scan_finds_each_of_berlins():
     assert (
-        dst.affected_changes(CronTrigger("30 2 * * *", "UTC"), utc(2026, 1, 1), utc(2028, 1, 1))
-        == []
+        affected_changes(CronTrigger("30 2 * * *", "UTC"), utc(2026, 1, 1), utc(2028, 1, 1)) == []
     )
     changes = dst.offset_changes(ZoneInfo(BERLIN), utc(2026, 1, 1), utc(2028, 1, 1))
     assert [c.at for c in changes] == [
