@@ -5,12 +5,14 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 from django.core.management import call_command
+from django.db import transaction
 from django.urls import reverse
 
 from django_periodic import dst, triggers
 from django_periodic.engine import claims, planner
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.operations import retention
 from tests.factories import RunFactory, ScheduleFactory
 
 
@@ -55,6 +57,18 @@ def claimed(process: SchedulerProcess, now: datetime, **schedule_fields: object)
     RunFactory(schedule=ScheduleFactory(**schedule_fields), plan_time=now)
     (claim,) = claims.claim(process, now, 1)
     return claim
+
+
+def prunable_runs(now: datetime, rules: retention.Rules) -> list[int]:
+    """The ids of the runs that ``retention.prune()`` deletes now under ``rules``: it prunes
+    them in a transaction, which is then rolled back."""
+    before = set(Run.objects.values_list("pk", flat=True))
+    with transaction.atomic():
+        for pruned in retention.prune(now, rules=rules):
+            assert not pruned.busy
+        left = set(Run.objects.values_list("pk", flat=True))
+        transaction.set_rollback(True)
+    return sorted(before - left)
 
 
 def affected_changes(

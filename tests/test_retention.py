@@ -15,7 +15,7 @@ from django_periodic.engine import code_schedules, planner
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.operations import pruner, retention
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data
-from tests.helpers import set_cursor
+from tests.helpers import prunable_runs, set_cursor
 from tests.processes import wait_for
 from tests.threads import Thread
 
@@ -49,7 +49,7 @@ def prune_all(now, rules, **options) -> retention.Pruned:
 
 def test_without_a_rule_every_run_is_kept(now):
     finished_runs(ScheduleFactory(), now, [400 * DAY])
-    assert retention.prunable_runs(now, retention.Rules()) == []
+    assert prunable_runs(now, retention.Rules()) == []
 
 
 def test_keep_runs_keeps_the_last_n_finished_runs_of_each_schedule(now):
@@ -57,7 +57,7 @@ def test_keep_runs_keeps_the_last_n_finished_runs_of_each_schedule(now):
     old_first = finished_runs(first, now, [5 * HOUR, 4 * HOUR])
     finished_runs(first, now, [3 * HOUR, 2 * HOUR])
     finished_runs(second, now, [9 * HOUR, 8 * HOUR])
-    assert retention.prunable_runs(now, retention.Rules(keep_runs=2)) == ids(old_first)
+    assert prunable_runs(now, retention.Rules(keep_runs=2)) == ids(old_first)
 
 
 def test_keep_runs_for_keeps_the_runs_planned_within_it(now):
@@ -65,7 +65,7 @@ def test_keep_runs_for_keeps_the_runs_planned_within_it(now):
     old = finished_runs(schedule, now, [3 * DAY, 2 * DAY + HOUR])
     finished_runs(schedule, now, [2 * DAY - HOUR, HOUR])
     rules = retention.Rules(keep_runs_for=2 * DAY)
-    assert retention.prunable_runs(now, rules) == ids(old)
+    assert prunable_runs(now, rules) == ids(old)
 
 
 def test_a_run_is_kept_when_either_the_count_or_the_age_keeps_it(now):
@@ -74,7 +74,7 @@ def test_a_run_is_kept_when_either_the_count_or_the_age_keeps_it(now):
     finished_runs(schedule, now, [9 * DAY])  # old, but one of the last three
     finished_runs(schedule, now, [HOUR, 2 * HOUR])  # recent
     rules = retention.Rules(keep_runs=3, keep_runs_for=DAY)
-    assert retention.prunable_runs(now, rules) == ids(gone)
+    assert prunable_runs(now, rules) == ids(gone)
 
 
 def test_failed_runs_are_kept_for_keep_failed_runs_for(now):
@@ -83,7 +83,7 @@ def test_failed_runs_are_kept_for_keep_failed_runs_for(now):
     failed_kept = finished_runs(schedule, now, [3 * DAY + HOUR], status=Run.Status.FAILED)
     failed_gone = finished_runs(schedule, now, [8 * DAY], status=Run.Status.FAILED)
     rules = retention.Rules(keep_runs_for=DAY, keep_failed_runs_for=7 * DAY)
-    prunable = retention.prunable_runs(now, rules)
+    prunable = prunable_runs(now, rules)
     assert prunable == ids(succeeded + failed_gone)
     assert failed_kept[0].pk not in prunable
 
@@ -105,14 +105,14 @@ def test_a_schedules_own_rules_override_the_settings(now):
     default = ScheduleFactory()
     finished_runs(own, now, [4 * DAY, 3 * DAY, 2 * DAY])  # all kept: its last three
     gone = finished_runs(default, now, [4 * DAY, 3 * DAY])
-    assert retention.prunable_runs(now, retention.Rules(keep_runs=1)) == ids(gone[:1])
+    assert prunable_runs(now, retention.Rules(keep_runs=1)) == ids(gone[:1])
 
 
 def test_a_schedules_own_rule_prunes_without_any_setting(now):
     schedule = ScheduleFactory(keep_runs_for=DAY)
     gone = finished_runs(schedule, now, [2 * DAY])
     finished_runs(ScheduleFactory(), now, [2 * DAY])  # no rule: kept
-    assert retention.prunable_runs(now, retention.Rules()) == ids(gone)
+    assert prunable_runs(now, retention.Rules()) == ids(gone)
 
 
 def test_the_rules_come_from_the_settings(settings):

@@ -154,15 +154,6 @@ def prune(
                 return
 
 
-def prunable_runs(now: datetime, rules: Rules, using: str = "default") -> list[int]:
-    """The ids of every run that ``prune()`` would delete now (for tests and inspection;
-    reads them all)."""
-    ids: list[int] = []
-    for by_schedule in _schedule_batches(now, rules, using):
-        ids += _prunable(by_schedule, using).values_list("pk", flat=True)
-    return sorted(ids)
-
-
 def _schedule_batches(now: datetime, rules: Rules, using: str) -> Iterator[dict[int, Cutoffs]]:
     """The cutoffs of the schedules that delete anything, a batch of schedules at a time
     (two statements each)."""
