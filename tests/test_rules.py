@@ -5,6 +5,7 @@ rows its SQL form selects, or writes, on every combination of the columns it rea
 """
 
 import itertools
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from django.db import connection
 from django_periodic import clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
 from django_periodic.engine import horizon, overlap, pg_claims, pg_sql, planner
+from django_periodic.engine.claimed import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -152,6 +154,59 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
     assert by_sql.next_pending == now  # not the plan time of the run released later
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
+
+
+def every_start_combination(now) -> list[Run]:
+    """One run per status, attempt (0 or 1) and start deadline (none, past, now, future)."""
+    schedule = ScheduleFactory()
+    deadlines = (None, now - SECOND, now, now + SECOND)
+    combinations = itertools.product(RunStatus, (0, 1), deadlines)
+    return [
+        RunFactory(
+            schedule=schedule,
+            status=status,
+            attempt=attempt,
+            start_deadline=deadline,
+            plan_time=now - timedelta(minutes=1) + timedelta(microseconds=n),
+            exclusive=False,
+        )
+        for n, (status, attempt, deadline) in enumerate(combinations)
+    ]
+
+
+@pytest.mark.django_db
+def test_too_late_to_start_is_one_rule_as_a_method_and_as_a_query(now):
+    runs = every_start_combination(now)
+    selected = set(Run.objects.too_late_to_start(now).values_list("pk", flat=True))
+    assert selected == {run.pk for run in runs if run.too_late_to_start(now)}
+    assert len(selected) == 1  # pending, attempt 0, deadline before now
+
+
+@pytest.mark.django_db
+def test_the_claim_statement_skips_the_runs_the_queryset_calls_too_late(postgres, now):
+    every_start_combination(now)
+    table = connection.ops.quote_name(Run._meta.db_table)
+    sql = (
+        f"WITH t AS (SELECT %(now)s::timestamptz AS now) SELECT r.id FROM {table} r"
+        f" CROSS JOIN t WHERE {pg_claims.LATE}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"now": now})
+        selected = {pk for (pk,) in cursor.fetchall()}
+    assert selected == set(Run.objects.too_late_to_start(now).values_list("pk", flat=True))
+    assert selected
+
+
+def test_a_claimed_run_is_too_late_when_its_run_was_before_the_claim():
+    """Claim.too_late judges a run once claimed (running, attempt 1) as too_late_to_start
+    judged it before (pending, attempt 0)."""
+    at = START
+    for deadline in (None, at - SECOND, at, at + SECOND):
+        waiting = Run(status=RunStatus.PENDING, attempt=0, start_deadline=deadline)
+        claimed = Run(status=RunStatus.RUNNING, attempt=1, start_deadline=deadline)
+        assert Claim(claimed, uuid.uuid4()).too_late(at) == waiting.too_late_to_start(at)
+    retried = Run(status=RunStatus.RUNNING, attempt=2, start_deadline=at - SECOND)
+    assert not Claim(retried, uuid.uuid4()).too_late(at)  # only a first start is judged
 
 
 def every_claim_combination(now) -> list[Run]:

@@ -14,6 +14,7 @@ from django.dispatch import Signal
 
 from django_periodic import bounds, signals
 from django_periodic.models import Run
+from django_periodic.models.run import past_start_deadline
 
 LATE_MESSAGE = "No worker could start it within its misfire grace."
 UNLEASABLE_MESSAGE = (
@@ -50,10 +51,10 @@ class Claim:
     def too_late(self, at: datetime | None) -> bool:
         """Whether a first start at ``at`` comes past the run's start deadline (it waited
         for a thread, claimed ahead, while all were busy): it must be skipped instead."""
-        deadline = self.run.start_deadline
-        if self.run.attempt != 1 or deadline is None or at is None:
+        # Claimed, its first attempt is 1: until then it was not started (attempt 0).
+        if self.run.attempt != 1 or at is None:
             return False
-        return at > deadline
+        return past_start_deadline(self.run.start_deadline, at)
 
     def starts_at(self) -> float:
         """When the run may start (time.monotonic()): at once, or at its release if it was

@@ -240,9 +240,7 @@ def _claim_orm(
 def skip_late(now: datetime, using: str = "default") -> list[int]:
     """Skip pending fires no worker started before their start deadline (all were busy);
     return their schedules. A claim on PostgreSQL does this for the runs it picks."""
-    late = Run.objects.using(using).filter(
-        status=Run.Status.PENDING, attempt=0, start_deadline__lt=now
-    )
+    late = Run.objects.using(using).too_late_to_start(now)
     with transaction.atomic(using=using):
         rows = list(late.select_for_update(skip_locked=True).values_list("pk", "schedule_id"))
         if rows:

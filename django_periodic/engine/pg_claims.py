@@ -32,6 +32,7 @@ from django_periodic.engine.claimed import (
     announce_ended,
 )
 from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models.run import NOT_STARTED_VALUES
 
 # The first claimable runs by release, locked; those past their start deadline are
 # skipped, those whose lease cannot be taken (claims.can_lease) fail, the rest run under a
@@ -42,8 +43,7 @@ CLAIM_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 picked AS (
     SELECT r.id, r.schedule_id,
-           COALESCE(r.status = 'pending' AND r.attempt = 0 AND r.start_deadline < t.now, false)
-           AS late
+           COALESCE({late}, false) AS late
     FROM {run} r CROSS JOIN t
     WHERE {claimable}
     ORDER BY {release}, r.id
@@ -103,6 +103,20 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 #   the OR: with the OR alone, stale statistics chose another index and sorted every
 #   waiting run on each claim (12 ms at 20,000).
 RELEASE = "COALESCE(r.release_at, r.plan_time)"
+
+
+def _literal(value: str | int) -> str:
+    """A status (a string without quotes) or a number as an SQL literal."""
+    return f"'{value}'" if isinstance(value, str) else str(int(value))
+
+
+# Runs too late to start (RunQuerySet.too_late_to_start): not started, past the deadline.
+LATE = " AND ".join(
+    [
+        *(f"r.{name} = {_literal(value)}" for name, value in NOT_STARTED_VALUES.items()),
+        "r.start_deadline < t.now",
+    ]
+)
 _CLAIMABLE_STATUSES = ", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)
 CLAIMABLE_NOW = (
     f"r.status IN ({_CLAIMABLE_STATUSES}) AND {RELEASE} <= (SELECT now FROM t)"
@@ -124,6 +138,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     return CLAIM_SQL.format(
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE} AND {OF_JOBS}",
         release=RELEASE,
+        late=LATE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
         skip_locked="" if by_id else "SKIP LOCKED",

@@ -27,6 +27,18 @@ AWAITING_RELEASE_VALUES = {
     "attempt": 0,
 }
 AWAITING_RELEASE = Q(**AWAITING_RELEASE_VALUES)
+# A run too late to start: one not started yet (pending, no attempt made) whose start
+# deadline has passed, skipped instead of started. The values once, and the deadline's
+# comparison once: RunQuerySet.too_late_to_start, Run.too_late_to_start and a claimed run's
+# Claim.too_late read them; pg_claims.LATE says it in SQL (tests/test_rules.py checks).
+NOT_STARTED_VALUES: dict[str, str | int] = {"status": choices.RunStatus.PENDING, "attempt": 0}
+
+
+def past_start_deadline(start_deadline: datetime | None, at: datetime) -> bool:
+    """Whether a first start at ``at`` comes after ``start_deadline`` (None: never)."""
+    return start_deadline is not None and at > start_deadline
+
+
 # When a run may first start: its plan time, or later by its schedule's stagger
 # (release_at). Claims, the look ahead and lag read it; the claim index holds it.
 RELEASE = Coalesce("release_at", "plan_time")
@@ -79,6 +91,11 @@ class RunQuerySet(models.QuerySet["Run"]):
         due = Q(status__in=CLAIMABLE_STATUSES, release__lte=now)
         ready = Q(status=Run.Status.PENDING) | Q(next_retry_at__lte=now)
         return self.alias(release=RELEASE).filter(due & ready).order_by(RELEASE, "pk")
+
+    def too_late_to_start(self, now: datetime) -> "RunQuerySet":
+        """Runs not started yet whose start deadline passed before ``now``: to be skipped
+        (``Run.too_late_to_start``; ``pg_claims.LATE`` in SQL)."""
+        return self.filter(**NOT_STARTED_VALUES, start_deadline__lt=now)
 
     def executed_here(self) -> "RunQuerySet":
         """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
@@ -262,6 +279,12 @@ class Run(models.Model):
         """A backfilled run that has not started: it waits for its release time
         (``next_retry_at``), paced by the backfill's rate (``AWAITING_RELEASE``)."""
         return all(getattr(self, name) == value for name, value in AWAITING_RELEASE_VALUES.items())
+
+    def too_late_to_start(self, now: datetime) -> bool:
+        """Not started yet, and past its start deadline at ``now``: it is skipped instead
+        (``RunQuerySet.too_late_to_start``)."""
+        not_started = all(getattr(self, name) == v for name, v in NOT_STARTED_VALUES.items())
+        return not_started and past_start_deadline(self.start_deadline, now)
 
     @property
     def release_time(self) -> datetime:
