@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_periodic import clock
+from django_periodic import bounds, clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
-from django_periodic.engine import horizon, overlap, pg_claims, pg_sql, planner
+from django_periodic.engine import claims, horizon, overlap, pg_claims, pg_sql, planner
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
@@ -207,6 +207,24 @@ def test_a_claimed_run_is_too_late_when_its_run_was_before_the_claim():
         assert Claim(claimed, uuid.uuid4()).too_late(at) == waiting.too_late_to_start(at)
     retried = Run(status=RunStatus.RUNNING, attempt=2, start_deadline=at - SECOND)
     assert not Claim(retried, uuid.uuid4()).too_late(at)  # only a first start is judged
+
+
+@pytest.mark.django_db
+def test_the_claim_statement_refuses_the_leases_can_lease_refuses(postgres, now):
+    edge = bounds.LATEST - now  # the longest lease_timeout whose lease still ends in range
+    timeouts = (timedelta(minutes=5), edge - timedelta(microseconds=1), edge, edge + SECOND)
+    sql = (
+        "WITH t AS (SELECT %(now)s::timestamptz AS now),"
+        " s AS (SELECT %(lease_timeout)s::interval AS lease_timeout)"
+        f" SELECT {pg_claims.UNLEASABLE} FROM s CROSS JOIN t"
+    )
+    with connection.cursor() as cursor:
+        for lease_timeout in timeouts:
+            params = {"now": now, "lease_timeout": lease_timeout, "latest": bounds.LATEST}
+            cursor.execute(sql, params)
+            (unleasable,) = cursor.fetchone()
+            assert unleasable == (not claims.can_lease(lease_timeout, now)), lease_timeout
+    assert claims.can_lease(timeouts[1], now) and not claims.can_lease(timeouts[2], now)
 
 
 def every_claim_combination(now) -> list[Run]:

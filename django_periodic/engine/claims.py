@@ -44,7 +44,7 @@ logger = logging.getLogger("django_periodic")
 
 def can_lease(lease_timeout: timedelta, now: datetime) -> bool:
     """Whether a lease taken at ``now`` expires within the range of stored times
-    (``pg_claims.CLAIM_SQL`` says the same in SQL)."""
+    (``pg_claims.UNLEASABLE`` says the opposite in SQL)."""
     return lease_timeout < bounds.LATEST - now
 
 

@@ -52,7 +52,7 @@ picked AS (
 ),
 judged AS (
     SELECT p.id, p.late,
-           NOT p.late AND NOT s.lease_timeout < %(latest)s::timestamptz - t.now AS unleasable
+           NOT p.late AND {unleasable} AS unleasable
     FROM picked p JOIN {schedule} s ON s.id = p.schedule_id CROSS JOIN t
 ),
 skipped AS (
@@ -126,6 +126,8 @@ CLAIMABLE_AHEAD = (
     f"r.status = 'pending' AND {RELEASE} > (SELECT now FROM t)"
     f" AND {RELEASE} <= (SELECT now FROM t) + %(ahead)s"
 )
+# A lease that cannot be taken: not claims.can_lease (tests/test_rules.py checks).
+UNLEASABLE = "NOT s.lease_timeout < %(latest)s::timestamptz - t.now"
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
 OF_JOBS = "r.job_name = ANY(%(jobs)s)"
@@ -139,6 +141,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE} AND {OF_JOBS}",
         release=RELEASE,
         late=LATE,
+        unleasable=UNLEASABLE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
         skip_locked="" if by_id else "SKIP LOCKED",
