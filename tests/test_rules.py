@@ -18,6 +18,7 @@ from django_periodic.engine.claimed import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
+    RELEASE,
     SNAPSHOT_FIELDS,
     Lease,
     Run,
@@ -225,6 +226,27 @@ def test_the_claim_statement_refuses_the_leases_can_lease_refuses(postgres, now)
             (unleasable,) = cursor.fetchone()
             assert unleasable == (not claims.can_lease(lease_timeout, now)), lease_timeout
     assert claims.can_lease(timeouts[1], now) and not claims.can_lease(timeouts[2], now)
+
+
+@pytest.mark.django_db
+def test_the_release_time_is_one_rule_as_a_property_an_expression_and_in_the_claim(postgres):
+    schedule = ScheduleFactory()
+    staggers = (None, -SECOND, SECOND)  # none, and a release before or after the plan time
+    runs = []
+    for n, stagger in enumerate(staggers):
+        plan_time = START + timedelta(minutes=n)
+        release_at = None if stagger is None else plan_time + stagger
+        run = RunFactory(
+            schedule=schedule, plan_time=plan_time, release_at=release_at, exclusive=False
+        )
+        runs.append(run)
+    by_property = {run.pk: run.release_time for run in runs}
+    by_expression = dict(Run.objects.annotate(release=RELEASE).values_list("pk", "release"))
+    table = connection.ops.quote_name(Run._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT r.id, {pg_claims.RELEASE} FROM {table} r")
+        by_claim = dict(cursor.fetchall())
+    assert by_property == by_expression == by_claim
 
 
 def every_claim_combination(now) -> list[Run]:

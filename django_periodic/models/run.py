@@ -40,7 +40,9 @@ def past_start_deadline(start_deadline: datetime | None, at: datetime) -> bool:
 
 
 # When a run may first start: its plan time, or later by its schedule's stagger
-# (release_at). Claims, the look ahead and lag read it; the claim index holds it.
+# (release_at). Claims, the look ahead and lag read it; the claim index holds it. Run's
+# release_time says it of one run, pg_claims.RELEASE in the claim statement (tests/
+# test_rules.py checks both agree with it); other statements compile it (engine/pg_sql.py).
 RELEASE = Coalesce("release_at", "plan_time")
 
 
@@ -288,7 +290,8 @@ class Run(models.Model):
 
     @property
     def release_time(self) -> datetime:
-        """When it may first start: its plan time, or later by its schedule's stagger."""
+        """When it may first start: its plan time, or later by its schedule's stagger
+        (``RELEASE``, as a query)."""
         return self.release_at or self.plan_time
 
     @property
