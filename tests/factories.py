@@ -1,9 +1,13 @@
-from datetime import timedelta
+import dataclasses
+from datetime import datetime, timedelta
+from typing import Any
 
 import factory
+from django.core.exceptions import FieldDoesNotExist
 from factory.django import DjangoModelFactory
 
 from django_periodic import clock
+from django_periodic.engine.decisions import Due
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 
@@ -56,6 +60,37 @@ class LeaseFactory(DjangoModelFactory):
     expires_at = factory.LazyAttribute(
         lambda lease: lease.heartbeat_at + lease.run.schedule.lease_timeout
     )
+
+
+def due_row(at: datetime, **columns: Any) -> Due:
+    """A due schedule's columns as the planner loads them, built in memory so that they may
+    hold what the database's checks refuse: a new schedule's defaults, every minute from
+    ``at`` and due then; ``columns`` set any of them."""
+    values = {
+        field.name: _new_schedules(field.name)
+        for field in dataclasses.fields(Due)
+        if field.default is dataclasses.MISSING
+    }
+    values |= {
+        "pk": 1,
+        "name": "row",
+        "job": "tests.jobs.noop",
+        "timezone": "UTC",
+        "interval": timedelta(minutes=1),
+        "start_at": at,
+        "created_at": None,  # loaded only where it anchors an interval
+        "next_fire_at": at,
+    }
+    return Due(**(values | columns))
+
+
+def _new_schedules(column: str) -> Any:
+    """What a new schedule holds in ``column`` (None for a column without a default)."""
+    try:
+        field = Schedule._meta.get_field(column)
+    except FieldDoesNotExist:
+        return None
+    return field.get_default() if field.has_default() else None
 
 
 def schedule_form_data(**overrides) -> dict:

@@ -20,9 +20,8 @@ from django.urls import reverse
 from django_periodic import bounds, clock, triggers
 from django_periodic.bounds import CENTURY, EARLIEST, LATEST, UNPLANNED
 from django_periodic.engine import planner
-from django_periodic.engine.decisions import Due
 from django_periodic.models import Schedule
-from tests.factories import ScheduleFactory
+from tests.factories import ScheduleFactory, due_row
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 US = timedelta(microseconds=1)
@@ -189,15 +188,6 @@ def test_the_admin_lists_schedules_at_the_ends_of_the_ranges(admin_client, setti
 # -- MIN_INTERVAL: below it, a stored interval gives no trigger -----------------------------
 
 
-def due_row(interval: timedelta) -> Due:
-    return Due(
-        pk=1, name="fast", job="tests.jobs.noop", cron="", timezone="UTC", interval=interval,
-        run_at=None, start_at=None, end_at=None, created_at=T0, next_fire_at=T0,
-        overlap="skip", max_queued=1, max_concurrent=None, misfire="latest",
-        misfire_grace=timedelta(minutes=1), planning_failures=0, scopes="",
-    )  # fmt: skip
-
-
 def test_clean_refuses_an_interval_below_the_min_interval_setting(settings):
     every = timedelta(milliseconds=500)
     expected = "The interval (500 ms) must be at least MIN_INTERVAL (1 s)."
@@ -214,10 +204,10 @@ def test_a_row_below_the_min_interval_gets_no_trigger(settings):
     with pytest.raises(triggers.InvalidTrigger) as from_schedule:
         Schedule(interval=fast, created_at=T0).trigger  # noqa: B018 (building it refuses it)
     with pytest.raises(triggers.InvalidTrigger) as from_due_row:
-        due_row(fast).trigger()
+        due_row(T0, interval=fast).trigger()
     assert str(from_schedule.value) == str(from_due_row.value) == expected
     settings.DJANGO_PERIODIC = {"MIN_INTERVAL": fast}
-    assert due_row(fast).trigger().next_after(T0) == T0 + fast
+    assert due_row(T0, interval=fast).trigger().next_after(T0) == T0 + fast
 
 
 @pytest.mark.django_db

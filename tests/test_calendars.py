@@ -22,7 +22,7 @@ from django_periodic.models import Calendar, Run, Schedule
 from django_periodic.open_fires import OpenTrigger, PlanningTrigger
 from django_periodic.policies import Occupancy
 from django_periodic.testing import fire_times
-from tests.factories import ScheduleFactory
+from tests.factories import ScheduleFactory, due_row
 
 BERLIN = ZoneInfo("Europe/Berlin")
 WEEKEND = frozenset({5, 6})
@@ -181,22 +181,20 @@ def test_open_fires_are_the_shifted_fires_in_order_and_found_both_ways(
 # -- deciding, without the database -----------------------------------------------------------
 
 
-def due_row(**columns) -> Due:
+def weekend_row(**columns) -> Due:
     """A schedule every second, due at Saturday 00:00 Berlin, closed on weekends."""
-    saturday = berlin(2026, 3, 7)
-    values = {
-        "pk": 1, "name": "row", "job": "tests.jobs.noop", "cron": "", "timezone": "UTC",
-        "interval": SECOND, "run_at": None, "start_at": berlin(2026, 1, 1), "end_at": None,
-        "created_at": None, "next_fire_at": saturday, "overlap": "skip", "max_queued": 1,
-        "max_concurrent": None, "misfire": "latest", "misfire_grace": timedelta(minutes=1),
-        "planning_failures": 0, "scopes": "", "on_closed_day": "skip", "has_calendars": True,
+    weekend = {
+        "interval": SECOND,
+        "next_fire_at": berlin(2026, 3, 7),
+        "on_closed_day": "skip",
+        "has_calendars": True,
         "closures": weekends(),
-    }  # fmt: skip
-    return Due(**(values | columns))
+    }
+    return due_row(berlin(2026, 1, 1), **(weekend | columns))
 
 
 def test_a_closed_weekend_of_a_per_second_schedule_is_one_skipped_run():
-    row = due_row()
+    row = weekend_row()
     decision = decisions.decide(row, berlin(2026, 3, 7, 0, 0, 30), Occupancy())
     (fire,) = decision.fires
     assert (fire.plan_time, fire.status, fire.error_code) == (
@@ -211,8 +209,8 @@ def test_a_closed_weekend_of_a_per_second_schedule_is_one_skipped_run():
 
 
 def test_a_bad_calendar_fails_its_schedule_alone():
-    bad = due_row(pk=2, closures=None, calendar_error="Calendar 'x': bad zone.")
-    good = due_row(has_calendars=False, closures=None, next_fire_at=berlin(2026, 3, 6, 12))
+    bad = weekend_row(pk=2, closures=None, calendar_error="Calendar 'x': bad zone.")
+    good = weekend_row(has_calendars=False, closures=None, next_fire_at=berlin(2026, 3, 6, 12))
     found = decisions.decide_all([bad, good], berlin(2026, 3, 6, 12), {})
     assert found[0].error == "Cannot plan: Calendar 'x': bad zone."
     assert [fire.status for fire in found[1].fires] == ["pending"]

@@ -15,10 +15,9 @@ from django.utils import timezone
 from django_periodic import clock
 from django_periodic.choices import ErrorCode
 from django_periodic.engine import decisions, planner
-from django_periodic.engine.decisions import Due
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
-from tests.factories import ScheduleFactory
+from tests.factories import ScheduleFactory, due_row
 from tests.helpers import set_cursor
 from tests.processes import wait_for
 
@@ -27,23 +26,12 @@ MINUTE = timedelta(minutes=1)
 LIST_URL = reverse("admin:django_periodic_schedule_changelist")
 
 
-def due_row(**columns) -> Due:
-    """A schedule every minute from T0, due at T0, as the planner loads it."""
-    values = {
-        "pk": 1, "name": "row", "job": "tests.jobs.noop", "cron": "", "timezone": "UTC",
-        "interval": MINUTE, "run_at": None, "start_at": T0, "end_at": None, "created_at": None,
-        "next_fire_at": T0, "overlap": "skip", "max_queued": 1, "max_concurrent": None,
-        "misfire": "latest", "misfire_grace": MINUTE, "planning_failures": 0, "scopes": "",
-    }  # fmt: skip
-    return Due(**(values | columns))
-
-
 # -- deciding, without the database ----------------------------------------------------------
 
 
 def test_a_fire_during_the_pause_is_one_skipped_run_and_the_cursor_leaves_the_pause():
     until = T0 + timedelta(minutes=30, seconds=20)
-    row = due_row(paused_until=until, pause_reason="freeze", paused_by="ops")
+    row = due_row(T0, paused_until=until, pause_reason="freeze", paused_by="ops")
     decision = decisions.decide(row, T0 + timedelta(minutes=5), Occupancy())
     (fire,) = decision.fires
     assert (fire.plan_time, fire.status, fire.error_code) == (T0, "skipped", ErrorCode.PAUSED)
@@ -52,14 +40,14 @@ def test_a_fire_during_the_pause_is_one_skipped_run_and_the_cursor_leaves_the_pa
 
 
 def test_a_fire_at_the_end_of_the_pause_runs():
-    row = due_row(next_fire_at=T0 + MINUTE, paused_until=T0 + MINUTE, pause_reason="freeze")
+    row = due_row(T0, next_fire_at=T0 + MINUTE, paused_until=T0 + MINUTE, pause_reason="freeze")
     decision = decisions.decide(row, T0 + MINUTE, Occupancy())
     assert [fire.status for fire in decision.fires] == ["pending"]
 
 
 def test_a_paused_schedule_does_not_share_the_decision_of_its_unpaused_twin():
-    paused = due_row(pk=2, paused_until=T0 + timedelta(hours=1), pause_reason="freeze")
-    found = decisions.decide_all([due_row(), paused], T0, {})
+    paused = due_row(T0, pk=2, paused_until=T0 + timedelta(hours=1), pause_reason="freeze")
+    found = decisions.decide_all([due_row(T0), paused], T0, {})
     assert [[fire.status for fire in decision.fires] for decision in found] == [
         ["pending"],
         ["skipped"],

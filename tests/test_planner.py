@@ -6,9 +6,8 @@ from django.db import connection, connections
 
 from django_periodic import bounds, clock, policies, triggers
 from django_periodic.engine import decisions, pg_arrays, planner
-from django_periodic.engine.decisions import Due
 from django_periodic.models import Run, Schedule
-from tests.factories import RunFactory, ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory, due_row
 from tests.helpers import set_cursor
 from tests.threads import Thread
 
@@ -237,26 +236,12 @@ def test_a_schedule_that_plans_again_forgets_its_failures():
     assert [status for _, status, _ in runs_of(schedule)] == ["pending"]
 
 
-def due_row(**columns) -> Due:
-    """A due schedule's row as the planner loads it: every fire pending, 10 s apart from T0.
-
-    Built in memory, so that it may hold what the database's checks refuse.
-    """
-    values = {
-        "pk": 1, "name": "row", "job": "tests.jobs.noop", "cron": "", "timezone": "UTC",
-        "interval": EVERY, "run_at": None, "start_at": T0, "end_at": None, "created_at": None,
-        "next_fire_at": T0, "overlap": "concurrent", "max_queued": 1, "max_concurrent": None,
-        "misfire": "latest", "misfire_grace": timedelta(minutes=1), "planning_failures": 0,
-        "scopes": "",
-    }  # fmt: skip
-    return Due(**(values | columns))
-
-
 @pytest.mark.parametrize("grace", [timedelta(days=999_999), timedelta.max])
 def test_a_misfire_grace_past_the_range_of_times_misses_nothing(grace):
     # Once stopped both schedulers at every start: now - grace overflowed, outside any try.
     now = T0 + timedelta(seconds=42)
-    decision = decisions.decide(due_row(misfire_grace=grace), now, policies.Occupancy())
+    row = due_row(T0, interval=EVERY, overlap="concurrent", misfire_grace=grace)
+    decision = decisions.decide(row, now, policies.Occupancy())
     assert decision.error == ""
     assert [(f.plan_time, f.status) for f in decision.fires] == [
         (T0 + i * EVERY, "pending") for i in range(5)
