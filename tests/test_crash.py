@@ -1,5 +1,6 @@
 """The crash suite: real run_scheduler processes killed with SIGKILL, and PostgreSQL restarted
-under them, must keep the promises of DESIGN.md section 3.
+under them, must keep the promises of docs/semantics.md ("Planning: exactly once per plan
+time", "Failures of the process itself", "Failure cases").
 
 Each test fires schedules every second for a while, breaks things, stops the schedulers
 gracefully, lets one ``run_scheduler --once`` sweep what the dead left, then reads the

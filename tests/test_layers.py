@@ -1,5 +1,5 @@
-"""The package's layers (DESIGN.md, section 4; docs/contributing.md, "Module map"): each
-module imports only from its own layer or those below, and nothing imports in a circle.
+"""The package's layers (docs/contributing.md, "Module map"): each module imports only from
+its own layer or those below, and nothing imports in a circle.
 
 From the bottom: the pure core (no models), the models, the engine, operations, and the
 interface over them all (admin, commands, views, the public top level). A module-level
