@@ -6,6 +6,7 @@ rows its SQL form selects, or writes, on every combination of the columns it rea
 
 import itertools
 import uuid
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -13,7 +14,15 @@ from django.db import connection
 
 from django_periodic import bounds, clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
-from django_periodic.engine import claims, horizon, overlap, pg_claims, pg_sql, planner
+from django_periodic.engine import (
+    claims,
+    horizon,
+    outcomes,
+    overlap,
+    pg_claims,
+    pg_sql,
+    planner,
+)
 from django_periodic.engine.claimed import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
@@ -336,6 +345,64 @@ def test_a_lease_held_through_a_relation_is_one_the_queryset_calls_held(now):
     runs = set(Run.objects.filter(held_through("leases")).values_list("pk", flat=True))
     assert runs == set(Lease.objects.held().values_list("run_id", flat=True))
     assert len(runs) < len(leases)
+
+
+def attempt_endings(now) -> list:
+    """Every way an attempt ends (each outcome builder), one function of a claim each."""
+    failure = outcomes.Failure("ValueError", "boom", "Traceback: ...")
+    return [
+        lambda claim: outcomes.succeeded(claim, {"n": 1}),
+        lambda claim: outcomes.succeeded(claim, None, started_at=now - SECOND),
+        lambda claim: outcomes.failed(claim, failure),
+        lambda claim: outcomes.failed(claim, replace(failure, retryable=False)),
+        outcomes.timed_out,
+        outcomes.cancelled,
+        outcomes.skipped_late,
+        outcomes.released,
+        outcomes.unstarted,
+        lambda claim: outcomes.not_storable(outcomes.succeeded(claim, 1), ValueError("no")),
+    ]
+
+
+@pytest.mark.django_db
+def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postgres, now):
+    """``outcomes.OUTCOMES_SQL`` (PostgreSQL) and ``_run_fields`` (the ORM) write the same
+    run and lease, for twin runs ended alike at the same time."""
+    claims_made = itertools.count()
+
+    def claimed(schedule: Schedule, max_attempts: int) -> Claim:
+        run = RunFactory(
+            schedule=schedule,
+            plan_time=now - timedelta(minutes=1, microseconds=next(claims_made)),
+            status=RunStatus.RUNNING,
+            attempt=1,
+            max_attempts=max_attempts,
+            started_at=now - timedelta(seconds=5),
+            exclusive=False,
+        )
+        return Claim(run, LeaseFactory(run=run).token)
+
+    by_sql, by_orm = [], []
+    for reentry in (False, True):
+        schedule = ScheduleFactory(name=f"reentry-{reentry}", allow_stale_reentry=reentry)
+        for end, max_attempts in itertools.product(attempt_endings(now), (1, 3)):
+            outcome = end(claimed(schedule, max_attempts))  # its retry delay drawn once
+            by_sql.append(outcome)
+            by_orm.append(replace(outcome, claim=claimed(schedule, max_attempts)))
+    assert outcomes._record_postgresql(by_sql, now, "default") == {o.claim.run.pk for o in by_sql}
+    assert outcomes._record_orm(by_orm, now, "default") == {o.claim.run.pk for o in by_orm}
+    unwritten = {"id", "plan_time", "created_at"}
+    fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unwritten]
+    for sql, orm in zip(by_sql, by_orm, strict=True):
+        assert Run.objects.values(*fields).get(pk=sql.claim.run.pk) == Run.objects.values(
+            *fields
+        ).get(pk=orm.claim.run.pk), sql.status
+        lease = ("released_at", "outcome", "process_id")
+        assert Lease.objects.values(*lease).get(token=sql.claim.token) == Lease.objects.values(
+            *lease
+        ).get(token=orm.claim.token)
+    statuses = {o.status for o in by_sql}
+    assert statuses == set(RunStatus) - {RunStatus.QUEUED, RunStatus.RUNNING}
 
 
 @pytest.mark.django_db

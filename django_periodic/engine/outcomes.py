@@ -315,10 +315,18 @@ def _record_orm(outcomes: Sequence[AttemptOutcome], now: datetime, using: str) -
     return recorded
 
 
+# What an ended attempt writes on its run depends on its new status: a run skipped (claimed
+# ahead, too late to start) never started, and one given back (pending) has not ended, so
+# neither has a duration. _run_fields and OUTCOMES_SQL (built from these) both read them;
+# tests/test_rules.py checks that the two write the same.
+NEVER_STARTED = (Run.Status.SKIPPED,)
+NOT_ENDED = (Run.Status.PENDING,)
+
+
 def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
-    never_started = outcome.status == Run.Status.SKIPPED
+    never_started = outcome.status in NEVER_STARTED
     started_at = None if never_started else outcome.started_at or outcome.claim.run.started_at
-    ended = outcome.status != Run.Status.PENDING
+    ended = outcome.status not in NOT_ENDED
     retry = outcome.retry_in
     return {
         "status": outcome.status,
@@ -334,7 +342,8 @@ def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
     }
 
 
-# The same as _record_orm, for a whole batch in one statement.
+# The same as _record_orm (the run's fields as _run_fields writes them), for a whole batch
+# in one statement.
 OUTCOMES_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 v AS (
@@ -356,10 +365,10 @@ UPDATE {run} r SET
     status = v.status, result = v.result::jsonb, error_code = v.error_code,
     error_message = v.error_message, traceback = v.traceback,
     next_retry_at = t.now + v.retry_in,
-    started_at = CASE WHEN v.status = 'skipped' THEN NULL
+    started_at = CASE WHEN v.status IN ({never_started}) THEN NULL
                       ELSE COALESCE(v.started_at, r.started_at) END,
-    finished_at = CASE WHEN v.status = 'pending' THEN NULL ELSE t.now END,
-    duration = CASE WHEN v.status IN ('pending', 'skipped') THEN NULL
+    finished_at = CASE WHEN v.status IN ({not_ended}) THEN NULL ELSE t.now END,
+    duration = CASE WHEN v.status IN ({not_ended}) OR v.status IN ({never_started}) THEN NULL
                     ELSE t.now - COALESCE(v.started_at, r.started_at) END,
     interruptions = r.interruptions + v.interrupted
 FROM v JOIN released x ON x.run_id = v.run_id CROSS JOIN t
@@ -377,7 +386,13 @@ def _record_sql(using: str) -> str:
         lease=quote(Lease._meta.db_table),
         release=release,
         held=HELD_SQL,
+        never_started=_statuses(NEVER_STARTED),
+        not_ended=_statuses(NOT_ENDED),
     )
+
+
+def _statuses(statuses: Sequence[str]) -> str:
+    return ", ".join(f"'{status}'" for status in statuses)
 
 
 def _record_postgresql(
