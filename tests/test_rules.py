@@ -35,6 +35,7 @@ from django_periodic.models import (
     kind_of,
 )
 from django_periodic.models.processes import HELD_SQL, held_through
+from django_periodic.models.run import past_start_deadline, past_start_deadline_filter
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 
@@ -190,6 +191,16 @@ def test_too_late_to_start_is_one_rule_as_a_method_and_as_a_query(now):
     selected = set(Run.objects.too_late_to_start(now).values_list("pk", flat=True))
     assert selected == {run.pk for run in runs if run.too_late_to_start(now)}
     assert len(selected) == 1  # pending, attempt 0, deadline before now
+
+
+@pytest.mark.django_db
+def test_the_start_deadline_filter_selects_the_runs_past_their_start_deadline(now):
+    """``past_start_deadline_filter`` (too_late_to_start, and fleet.py's skip of runs of
+    any waiting status) is ``past_start_deadline`` as a query."""
+    runs = every_start_combination(now)
+    selected = set(Run.objects.filter(past_start_deadline_filter(now)).values_list("pk", flat=True))
+    assert selected == {run.pk for run in runs if past_start_deadline(run.start_deadline, now)}
+    assert selected
 
 
 @pytest.mark.django_db

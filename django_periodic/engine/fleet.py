@@ -30,6 +30,7 @@ from django_periodic.conf import get_settings
 from django_periodic.engine.claimed import announce_ended
 from django_periodic.engine.decisions import Due
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Run, Schedule, SchedulerProcess
+from django_periodic.models.run import past_start_deadline_filter
 
 logger = logging.getLogger("django_periodic")
 
@@ -104,7 +105,9 @@ def skip_undeployed(now: datetime, using: str) -> list[int]:
     if known is None:
         return []
     grace = get_settings().UNKNOWN_JOB_GRACE
-    too_late = Q(start_deadline__lt=now) | Q(waited_since__lt=now - grace)
+    # Pending or retrying, at any attempt: the start deadline's comparison is the one that
+    # skips a first start too late (models/run.py), the grace is fleet's own.
+    too_late = past_start_deadline_filter(now) | Q(waited_since__lt=now - grace)
     waiting = (
         Run.objects.using(using)
         .executed_here()

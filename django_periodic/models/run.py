@@ -39,6 +39,12 @@ def past_start_deadline(start_deadline: datetime | None, at: datetime) -> bool:
     return start_deadline is not None and at > start_deadline
 
 
+def past_start_deadline_filter(at: datetime) -> Q:
+    """``past_start_deadline`` as a query: the runs whose start deadline comes before
+    ``at`` (none without one). ``too_late_to_start`` and fleet.py's skip read it."""
+    return Q(start_deadline__lt=at)
+
+
 # When a run may first start: its plan time, or later by its schedule's stagger
 # (release_at). Claims, the look ahead and lag read it; the claim index holds it. Run's
 # release_time says it of one run, pg_claims.RELEASE in the claim statement (tests/
@@ -97,7 +103,7 @@ class RunQuerySet(models.QuerySet["Run"]):
     def too_late_to_start(self, now: datetime) -> "RunQuerySet":
         """Runs not started yet whose start deadline passed before ``now``: to be skipped
         (``Run.too_late_to_start``; ``pg_claims.LATE`` in SQL)."""
-        return self.filter(**NOT_STARTED_VALUES, start_deadline__lt=now)
+        return self.filter(past_start_deadline_filter(now), **NOT_STARTED_VALUES)
 
     def executed_here(self) -> "RunQuerySet":
         """Runs that ``run_scheduler``'s own workers execute (none handed to a tasks backend)."""
