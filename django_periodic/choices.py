@@ -28,6 +28,9 @@ FINAL_STATUSES = (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.SKIPPED, RunS
 SLOT_STATUSES = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.RETRYING)
 # A worker may claim them when due (and a claim that cannot take one fails it).
 CLAIMABLE_STATUSES = (RunStatus.PENDING, RunStatus.RETRYING)
+# Failures, which stand out in the logs: an attempt that ends in one logs at WARNING, in the
+# executor's log and in the run log (operations/runlog.py); every other status at INFO.
+WARNING_STATUSES = frozenset({RunStatus.FAILED, RunStatus.RETRYING})
 
 
 class RunTrigger(models.TextChoices):

@@ -16,14 +16,13 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_periodic import clock, policies, registry
-from django_periodic.choices import ErrorCode
+from django_periodic.choices import WARNING_STATUSES, ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.engine import eventloop, leases, outcomes, worker_connections
 from django_periodic.engine.claimed import Claim
 from django_periodic.engine.context import JobContext, StopRequest
 from django_periodic.error_texts import error_text, shown, traceback_text
 from django_periodic.escaping import escaped
-from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
 
@@ -167,7 +166,7 @@ def _log(outcome: outcomes.AttemptOutcome, recorded: bool) -> None:
     run = outcome.claim.run
     if not recorded:
         logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)
-    elif outcome.status in (Run.Status.FAILED, Run.Status.RETRYING):
+    elif outcome.status in WARNING_STATUSES:
         logger.warning(
             "Run %s of %s %s: %s",
             run.pk,

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.dispatch import Signal
 
-from django_periodic import signals
+from django_periodic import choices, signals
 from django_periodic.escaping import escaped
 
 logger = logging.getLogger("django_periodic.runs")
@@ -44,8 +44,6 @@ EVENTS = {
     signals.run_skipped: "skipped",
     signals.lease_lost: "lease_lost",
 }
-# Failures stand out: everything else is INFO.
-WARNING_STATUSES = frozenset({"failed", "retrying"})
 
 
 def follow() -> bool:
@@ -68,7 +66,7 @@ def _switch(signal: Signal, receiver: Any, on: bool) -> None:
 def log_run(signal: Signal, **kwargs: Any) -> None:
     """Log one run transition (a receiver of every run signal)."""
     event = EVENTS[signal]
-    failed = kwargs["status"] in WARNING_STATUSES or signal is signals.lease_lost
+    failed = kwargs["status"] in choices.WARNING_STATUSES or signal is signals.lease_lost
     level = logging.WARNING if failed else logging.INFO
     if not logger.isEnabledFor(level):
         return
