@@ -15,6 +15,7 @@ from django.db import connection
 from django_periodic import bounds, clock
 from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
 from django_periodic.engine import (
+    backfill,
     claims,
     horizon,
     outcomes,
@@ -110,6 +111,32 @@ def test_a_rule_compiled_for_a_statement_selects_what_its_query_selects(postgres
         cursor.execute(f"SELECT id FROM {table} WHERE {condition}", params)
         selected = {pk for (pk,) in cursor.fetchall()}
     assert selected == {run.pk for run in runs if run.awaits_release}
+
+
+def run_rows(runs) -> list[dict]:
+    """The runs' stored fields but their ids and schedule, in plan time and scope order."""
+    unshared = {"id", "schedule_id"}
+    fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unshared]
+    return list(runs.order_by("plan_time", "scope").values(*fields))
+
+
+def twin_schedules(**fields) -> tuple[Schedule, Schedule]:
+    """Two schedules alike but for their names: one for a statement, one for its ORM path."""
+    return tuple(ScheduleFactory(name=f"{twin}-{uuid.uuid4()}", **fields) for twin in "ab")
+
+
+@pytest.mark.django_db
+def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(postgres, now):
+    """``backfill.INSERT_SQL`` (PostgreSQL) and ``_run`` (the ORM) record alike: runs
+    awaiting their release (``AWAITING_RELEASE_VALUES``)."""
+    by_sql, by_orm = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC")
+    start, spacing = now - timedelta(hours=1), timedelta(seconds=2)
+    for schedule, insert in ((by_sql, backfill._insert_postgresql), (by_orm, backfill._insert_orm)):
+        insert(schedule, backfill._in_range(schedule, start, now, now), now, spacing, "default")
+    rows = run_rows(Run.objects.filter(schedule=by_sql))
+    assert len(rows) == 6
+    assert rows == run_rows(Run.objects.filter(schedule=by_orm))
+    assert all(run.awaits_release for run in Run.objects.all())
 
 
 def test_the_ledger_conflict_target_is_the_ledger_constraint():

@@ -29,6 +29,7 @@ from django_periodic.models import (
     closures_of,
     open_trigger_of,
 )
+from django_periodic.models.run import AWAITING_RELEASE_VALUES
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
@@ -127,8 +128,8 @@ def _planned_events(
             schedule=schedule.name,
             scope=scope,
             plan_time=plan_time,
-            attempt=0,
-            status=Run.Status.RETRYING,
+            attempt=int(AWAITING_RELEASE_VALUES["attempt"]),
+            status=str(AWAITING_RELEASE_VALUES["status"]),
             using=using,
         )
         for run_id, scope, plan_time, _ in inserted
@@ -239,8 +240,7 @@ def _run(
     run = Run.for_schedule(
         schedule,
         plan_time,
-        trigger=Run.Trigger.BACKFILL,
-        status=Run.Status.RETRYING,
+        **AWAITING_RELEASE_VALUES,
         next_retry_at=release,
         scope=scope,
         created_at=now,
@@ -260,7 +260,8 @@ LOCK_SQL = "SELECT 1 FROM {schedule} WHERE id = %s FOR KEY SHARE"
 # backfilled run (or now); the range's plan times that have a run of any trigger are left
 # out; and one that another backfill or the planner records meanwhile is ignored by the
 # ledger's unique constraint (ON CONFLICT), so no plan time is recorded twice. The release
-# times are numbered over the runs inserted, so they come exactly ``spacing`` apart.
+# times are numbered over the runs inserted, so they come exactly ``spacing`` apart. A run
+# inserted awaits its release (AWAITING_RELEASE_VALUES, as _run() writes it).
 INSERT_SQL = """
 WITH t AS (
     SELECT GREATEST(%(now)s::timestamptz, MAX(next_retry_at) + %(spacing)s::interval) AS first
@@ -276,11 +277,11 @@ WITH t AS (
     )
 )
 INSERT INTO {run} (
-    schedule_id, scope, plan_time, trigger, schedule_revision, status, attempt, max_attempts,
+    schedule_id, scope, plan_time, {awaiting_columns}, schedule_revision, max_attempts,
     interruptions, exclusive, next_retry_at, error_code, error_message, traceback, job_name,
     args, kwargs, tasks_backend, task_id, created_at
 )
-SELECT %(schedule)s, f.scope, f.plan_time, 'backfill', %(revision)s, 'retrying', 0,
+SELECT %(schedule)s, f.scope, f.plan_time, {awaiting_values}, %(revision)s,
        %(max_attempts)s, 0, false, t.first + f.n * %(spacing)s::interval, '', '', '', %(job)s,
        %(args)s, %(kwargs)s, %(tasks_backend)s, '', %(now)s
 FROM fresh f CROSS JOIN t
@@ -301,10 +302,13 @@ def _insert_postgresql(
     sql = INSERT_SQL.format(
         run=quote(Run._meta.db_table),
         awaiting_release=awaiting,
+        awaiting_columns=", ".join(AWAITING_RELEASE_VALUES),
+        awaiting_values=", ".join(f"%(new_{name})s" for name in AWAITING_RELEASE_VALUES),
         ledger=pg_sql.ledger_conflict(),
     )
     params = {
         **awaiting_params,
+        **{f"new_{name}": value for name, value in AWAITING_RELEASE_VALUES.items()},
         "now": now,
         "spacing": spacing,
         "schedule": schedule.pk,

@@ -21,7 +21,7 @@ CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
 BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
 # A backfilled run not started yet: it waits in retrying, attempt 0, until next_retry_at.
 # The values once: the query below and Run.awaits_release read them.
-AWAITING_RELEASE_VALUES = {
+AWAITING_RELEASE_VALUES: dict[str, str | int] = {
     "trigger": choices.RunTrigger.BACKFILL,
     "status": choices.RunStatus.RETRYING,
     "attempt": 0,
