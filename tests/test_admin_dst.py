@@ -3,6 +3,7 @@ preview, which lists each DST change of the next two years that skips or repeats
 wall times, with the rule applied and what runs."""
 
 from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -180,3 +181,15 @@ def test_start_and_end_bound_the_changes_listed():
     )
     dates = [change.date() for change in preview.preview(bounded, NOW).dst.changes]
     assert dates == ["Sun 2026-10-25", "Sun 2027-03-28"]
+
+
+def test_the_table_in_docs_dst_md_is_what_the_preview_lists():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "dst.md").read_text()
+    skip_both = Schedule(
+        cron="30 2 * * *", timezone="Europe/Berlin", dst_gap="skip", dst_repeat="both"
+    )
+    changes = preview.preview(skip_both, NOW).dst.changes
+    for change in changes:
+        row = [change.date(), change.offsets(), change.walls(), change.rule(), change.result()]
+        assert f"| {' | '.join(row)} |" in page, row
+    assert len(changes) == 4
