@@ -16,7 +16,7 @@ VIEW_PERMISSIONS = ("django_periodic.view_schedule", "django_periodic.change_sch
 @require_GET
 def health_view(request: HttpRequest) -> JsonResponse:
     """``{"ok": ..., "now": ..., "problems": [{"check", "message"}]}``; a constant number of
-    queries (the database's clock and :func:`django_periodic.health.attention`'s five).
+    queries (the database's clock and :func:`django_periodic.operations.health.attention`'s five).
 
     Anyone who can reach it learns how many schedules are broken; only a signed-in user
     allowed to view schedules learns which (their names)."""

@@ -55,6 +55,8 @@ autodoc_mock_imports = ["health_check"]
 nitpick_ignore_regex = [
     ("py:class", r"(datetime|collections\.abc|typing|types|django(\.\w+)*)\.\w+"),
     ("py:class", r"django_periodic\.(choices|triggers|registry|scopes)\.\w+"),
+    # What Schedule.backfill() returns: its fields are described under "Backfill", not a page.
+    ("py:class", r"BackfillResult"),
     # prometheus-client's, an optional dependency without intersphinx here.
     ("py:class", r"(prometheus_client\.)?CollectorRegistry"),
 ]

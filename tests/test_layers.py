@@ -22,9 +22,9 @@ PACKAGE = Path(django_periodic.__file__).parent
 
 CORE, MODELS, ENGINE, OPERATIONS, INTERFACE = range(5)
 LAYER_NAMES = ("pure core", "models", "engine", "operations", "interface")
-# Top-level modules that are documented import paths of a lower package's code, or the
-# engine's entry point for django.tasks (its path is the task's name in every backend).
-FACADES = {"backfill": ENGINE, "tasks": ENGINE, "health": OPERATIONS, "metrics": OPERATIONS}
+# Top-level modules whose code is a lower layer's: the engine's entry point for django.tasks
+# (its path is the task's name in every backend).
+FACADES = {"tasks": ENGINE}
 INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "urls", "checks"}
 INTERFACE_MODULES |= {"apps"}
 PURE_CORE = (

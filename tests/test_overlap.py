@@ -187,12 +187,6 @@ def test_cancel_ends_waiting_runs_and_asks_running_ones_to_stop(process, now):
     assert leases.request_cancel(Run.objects.filter(pk=running.pk), now) == (0, 0)
 
 
-def test_the_documented_import_of_the_leases_module_still_works():
-    from django_periodic import leases as documented  # docs/backfill.md, before cancel()
-
-    assert documented is leases
-
-
 @pytest.mark.django_db
 def test_cancelling_the_active_run_starts_the_queued_one(now):
     schedule = every_second(overlap="queue")

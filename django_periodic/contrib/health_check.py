@@ -15,7 +15,7 @@ from django_periodic.operations import health
 
 @dataclasses.dataclass
 class PeriodicHealth(HealthCheck):  # type: ignore[misc]  # untyped package
-    """Unavailable when :func:`django_periodic.health.attention` finds a problem."""
+    """Unavailable when :func:`django_periodic.operations.health.attention` finds a problem."""
 
     using: str = "default"
 

@@ -3,7 +3,8 @@
 One home for each rule: ``periodic_status``, the health view and the django-health-check
 check all ask :func:`attention`; the command's report comes from :func:`gather`. Both are
 functions of an explicit ``now`` (the database's clock) and cost a constant number of
-queries however many schedules, runs and processes there are.
+queries however many schedules, runs and processes there are. They and the values they
+return (:class:`Problem`, :class:`Report`, :class:`Lag`) are public, at this path.
 """
 
 from collections.abc import Mapping

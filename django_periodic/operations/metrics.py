@@ -7,7 +7,7 @@ prometheus-client, nothing listens and nothing is imported. Gauges are the datab
 view, shared by every scheduler, read when Prometheus scrapes (three aggregate queries; a
 fourth for the per-schedule series of ``METRICS_SCHEDULE_LABELS``).
 The metrics live in their own registry (``registry()``), not prometheus-client's global
-one: only what is ours is served.
+one: only what is ours is served. ``registry()`` and ``serve()`` are public, at this path.
 """
 
 from collections.abc import Iterator

@@ -1,4 +1,4 @@
-"""The status report (:func:`django_periodic.health.gather`) as text: plain lines, rich
+"""The status report (:func:`django_periodic.operations.health.gather`) as text: plain lines, rich
 tables (when the optional ``rich`` package is installed), or JSON for machines.
 
 Names, errors, pause reasons and scopes are stored text: every cell is escaped for the
