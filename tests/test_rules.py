@@ -11,9 +11,17 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import F, Value
 
 from django_periodic import bounds, clock
-from django_periodic.choices import LEDGER_TRIGGERS, RunStatus, RunTrigger, ScheduleKind
+from django_periodic.choices import (
+    LEDGER_TRIGGERS,
+    ErrorCode,
+    Overlap,
+    RunStatus,
+    RunTrigger,
+    ScheduleKind,
+)
 from django_periodic.engine import (
     backfill,
     claims,
@@ -23,8 +31,10 @@ from django_periodic.engine import (
     pg_claims,
     pg_sql,
     planner,
+    recording,
 )
 from django_periodic.engine.claimed import Claim
+from django_periodic.engine.decisions import Decision, Due, Fire
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -36,7 +46,11 @@ from django_periodic.models import (
     kind_of,
 )
 from django_periodic.models.processes import HELD_SQL, held_through
-from django_periodic.models.run import past_start_deadline, past_start_deadline_filter
+from django_periodic.models.run import (
+    finished_when_recorded,
+    past_start_deadline,
+    past_start_deadline_filter,
+)
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 
@@ -165,6 +179,50 @@ def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
     run.refresh_from_db()
     assert planner.plan_retry(run, now).snapshot == run.snapshot
+
+
+def loaded(schedule: Schedule) -> Due:
+    """A schedule as the planner's ORM path loads it (with the snapshot's columns)."""
+    rows = Schedule.objects.filter(pk=schedule.pk)
+    rows = rows.annotate(anchor=F("created_at"), has_calendars=Value(False))
+    fields = (*planner.DECISION_FIELDS, *planner.SNAPSHOT_COLUMNS_LOADED)
+    return Due(*rows.values_list(*fields).get())
+
+
+def fires_of_each_status(now) -> tuple[Fire, ...]:
+    """A fire recorded in each status a decision gives: skipped, queued and pending."""
+    return (
+        Fire(now - 2 * SECOND, RunStatus.SKIPPED, ErrorCode.MISSED, "missed"),
+        Fire(now - SECOND, RunStatus.QUEUED),
+        Fire(now, RunStatus.PENDING),
+    )
+
+
+@pytest.mark.django_db
+def test_the_planners_statement_and_its_orm_path_record_the_same_runs(postgres, now):
+    """``recording.PLAN_SQL`` (PostgreSQL) and ``_fire_run`` (the ORM) record a decision's
+    fires alike, for twin schedules: a skipped fire finished as it is recorded
+    (``finished_when_recorded``), the others not."""
+    by_sql, by_orm = [], []
+    settings = itertools.product(("", "dummy"), (Overlap.SKIP, Overlap.CONCURRENT), (1, 3))
+    for tasks_backend, overlap_policy, max_attempts in settings:
+        twins = twin_schedules(
+            tasks_backend=tasks_backend, overlap=overlap_policy, max_attempts=max_attempts
+        )
+        sql, orm = (loaded(schedule) for schedule in twins)
+        assert sql.next_fire_at is not None
+        cursor = sql.next_fire_at + timedelta(hours=1)
+        by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
+        by_orm.append(Decision(orm, cursor, fires_of_each_status(now)))
+    assert recording._record_postgresql(by_sql, now, "default", None) == by_sql
+    recording._advance_cursors_serialized(by_orm, "default")
+    recording._insert_runs(by_orm, now, "default")
+    for sql, orm in zip(by_sql, by_orm, strict=True):
+        rows = run_rows(Run.objects.filter(schedule_id=sql.schedule.pk))
+        assert rows == run_rows(Run.objects.filter(schedule_id=orm.schedule.pk))
+        finished = [row["finished_at"] for row in rows]
+        assert finished == [finished_when_recorded(row["status"], now) for row in rows]
+        assert finished == [now, None, None]  # skipped, queued, pending
 
 
 def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():

@@ -23,6 +23,7 @@ from django_periodic.engine.decisions import Decision, Due, Fire
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import SNAPSHOT_FIELDS, Run, Schedule
+from django_periodic.models.run import FINISHED_WHEN_RECORDED, finished_when_recorded
 
 logger = logging.getLogger("django_periodic")
 
@@ -179,7 +180,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         error_code=fire.error_code,
         error_message=fire.error_message,
         start_deadline=_start_deadline(schedule, fire, release, now),
-        finished_at=now if fire.status == Run.Status.SKIPPED else None,
+        finished_at=finished_when_recorded(fire.status, now),
         created_at=now,
     )
 
@@ -239,7 +240,7 @@ WITH batch AS (
     )
     SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, m.max_attempts, 0,
            f.exclusive, f.start_deadline,
-           CASE WHEN f.status = 'skipped' THEN %(now)s::timestamptz END,
+           CASE WHEN f.status IN ({finished_when_recorded}) THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '',
            COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s,
            {snapshot_of_moved}
@@ -268,8 +269,9 @@ PLAN_INSERTED = (
 
 @cache
 def _record_sql(using: str) -> str:
-    """PLAN_SQL for ``using``, with the snapshot's columns (``SNAPSHOT_FIELDS``); the
-    returning clauses are left to fill."""
+    """PLAN_SQL for ``using``, with the snapshot's columns (``SNAPSHOT_FIELDS``) and the
+    statuses finished when recorded (``FINISHED_WHEN_RECORDED``); the returning clauses are
+    left to fill."""
     quote = connections[using].ops.quote_name
     return PLAN_SQL.format(
         run=quote(Run._meta.db_table),
@@ -278,6 +280,7 @@ def _record_sql(using: str) -> str:
         snapshot=", ".join(SNAPSHOT_FIELDS),
         snapshot_of_schedule=", ".join(f"s.{of}" for of in SNAPSHOT_FIELDS.values()),
         snapshot_of_moved=", ".join(f"m.{of}" for of in SNAPSHOT_FIELDS.values()),
+        finished_when_recorded=", ".join(f"'{status}'" for status in FINISHED_WHEN_RECORDED),
         returning="{returning}",
         inserted="{inserted}",
     )

@@ -52,6 +52,17 @@ def past_start_deadline_filter(at: datetime) -> Q:
 RELEASE = Coalesce("release_at", "plan_time")
 
 
+# A fire recorded skipped (missed, paused, closed, ...) is final as it is recorded: it is
+# finished then, and a run recorded in any other status is not. The planner's ORM path
+# reads finished_when_recorded, its statement (engine/recording.py) these statuses.
+FINISHED_WHEN_RECORDED = (choices.RunStatus.SKIPPED,)
+
+
+def finished_when_recorded(status: str, now: datetime) -> datetime | None:
+    """The ``finished_at`` of a run recorded at ``now`` in ``status``."""
+    return now if status in FINISHED_WHEN_RECORDED else None
+
+
 # What a run keeps of its schedule when it is recorded, run field: schedule field. It calls
 # this whatever the schedule becomes; a retry repeats it. The planner's statement copies
 # the same columns (engine/recording.py builds its SQL from this).
