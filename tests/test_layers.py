@@ -9,6 +9,7 @@ for type checking only (``if TYPE_CHECKING``) run nowhere and are not counted.
 """
 
 import ast
+import re
 import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
@@ -27,6 +28,14 @@ LAYER_NAMES = ("pure core", "models", "engine", "operations", "interface")
 FACADES = {"tasks": ENGINE}
 INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "urls", "checks"}
 INTERFACE_MODULES |= {"apps"}
+# Imports of the machinery one level down: the engine, the admin's and the models' modules,
+# and operations but for the documented health and metrics.
+INTERNAL_IMPORT = re.compile(
+    r"(?:from|import)\s+django_periodic\."
+    r"(?:engine|admin\.\w+|models\.\w+|operations\.(?!health\b|metrics\b)\w+)\b"
+)
+# Pages for contributors, which show the machinery on purpose.
+CONTRIBUTOR_PAGES = {"contributing.md", "performance.md"}
 PURE_CORE = (
     "bounds", "business_days", "choices", "clock", "conf", "dst", "error_texts", "escaping",
     "open_fires", "policies", "registry", "scopes", "signals", "stagger", "taskbackends",
@@ -159,3 +168,15 @@ def test_the_pure_core_never_reaches_the_models(module):
             reached.add(imported)
             todo.append(imported)
     assert "django_periodic.models" not in reached, sorted(reached)
+
+
+def test_the_docs_import_only_public_paths():
+    root = PACKAGE.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    found = [
+        f"{page.name}: {match[0]}"
+        for page in pages
+        if page.name not in CONTRIBUTOR_PAGES
+        for match in INTERNAL_IMPORT.finditer(page.read_text())
+    ]
+    assert found == []
