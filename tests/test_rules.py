@@ -47,9 +47,11 @@ from django_periodic.models import (
 )
 from django_periodic.models.processes import HELD_SQL, held_through
 from django_periodic.models.run import (
+    COPIED_FROM_SCHEDULE,
     finished_when_recorded,
     past_start_deadline,
     past_start_deadline_filter,
+    taken_from_schedule,
 )
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
@@ -139,17 +141,41 @@ def twin_schedules(**fields) -> tuple[Schedule, Schedule]:
     return tuple(ScheduleFactory(name=f"{twin}-{uuid.uuid4()}", **fields) for twin in "ab")
 
 
+def schedule_settings() -> list[dict]:
+    """Schedules' settings a new run reads: where it executes, its slot, its attempts."""
+    settings = itertools.product(("", "dummy"), (Overlap.SKIP, Overlap.CONCURRENT), (1, 3))
+    return [
+        {"tasks_backend": backend, "overlap": overlap_policy, "max_attempts": attempts}
+        for backend, overlap_policy, attempts in settings
+    ]
+
+
+def taken(row: dict) -> dict:
+    """The fields of a run's row that it takes from its schedule."""
+    return {name: row[name] for name in taken_from_schedule(Schedule())}
+
+
 @pytest.mark.django_db
-def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(postgres, now):
+@pytest.mark.parametrize("tasks_backend", ["", "default"])  # the TASKS_BACKEND setting
+def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(
+    postgres, now, settings, tasks_backend
+):
     """``backfill.INSERT_SQL`` (PostgreSQL) and ``_run`` (the ORM) record alike: runs
-    awaiting their release (``AWAITING_RELEASE_VALUES``)."""
-    by_sql, by_orm = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC")
+    awaiting their release (``AWAITING_RELEASE_VALUES``), not exclusive, with what they
+    take from their schedule (``taken_from_schedule``)."""
+    settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
     start, spacing = now - timedelta(hours=1), timedelta(seconds=2)
-    for schedule, insert in ((by_sql, backfill._insert_postgresql), (by_orm, backfill._insert_orm)):
-        insert(schedule, backfill._in_range(schedule, start, now, now), now, spacing, "default")
-    rows = run_rows(Run.objects.filter(schedule=by_sql))
-    assert len(rows) == 6
-    assert rows == run_rows(Run.objects.filter(schedule=by_orm))
+    for settings in schedule_settings():
+        twins = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC", **settings)
+        inserts = (backfill._insert_postgresql, backfill._insert_orm)
+        for schedule, insert in zip(twins, inserts, strict=True):
+            in_range = backfill._in_range(schedule, start, now, now)
+            insert(schedule, in_range, now, spacing, "default")
+        rows = run_rows(Run.objects.filter(schedule=twins[0]))
+        assert len(rows) == 6
+        assert rows == run_rows(Run.objects.filter(schedule=twins[1]))
+        expected = {**taken_from_schedule(twins[0]), "exclusive": False}
+        assert all(taken(row) == expected for row in rows)
     assert all(run.awaits_release for run in Run.objects.all())
 
 
@@ -199,17 +225,18 @@ def fires_of_each_status(now) -> tuple[Fire, ...]:
 
 
 @pytest.mark.django_db
-def test_the_planners_statement_and_its_orm_path_record_the_same_runs(postgres, now):
+@pytest.mark.parametrize("tasks_backend", ["", "default"])  # the TASKS_BACKEND setting
+def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
+    postgres, now, settings, tasks_backend
+):
     """``recording.PLAN_SQL`` (PostgreSQL) and ``_fire_run`` (the ORM) record a decision's
-    fires alike, for twin schedules: a skipped fire finished as it is recorded
+    fires alike, for twin schedules: with what a run takes from its schedule
+    (``taken_from_schedule``), a skipped fire finished as it is recorded
     (``finished_when_recorded``), the others not."""
+    settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
     by_sql, by_orm = [], []
-    settings = itertools.product(("", "dummy"), (Overlap.SKIP, Overlap.CONCURRENT), (1, 3))
-    for tasks_backend, overlap_policy, max_attempts in settings:
-        twins = twin_schedules(
-            tasks_backend=tasks_backend, overlap=overlap_policy, max_attempts=max_attempts
-        )
-        sql, orm = (loaded(schedule) for schedule in twins)
+    for settings in schedule_settings():
+        sql, orm = (loaded(schedule) for schedule in twin_schedules(**settings))
         assert sql.next_fire_at is not None
         cursor = sql.next_fire_at + timedelta(hours=1)
         by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
@@ -223,12 +250,13 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(postgres, 
         finished = [row["finished_at"] for row in rows]
         assert finished == [finished_when_recorded(row["status"], now) for row in rows]
         assert finished == [now, None, None]  # skipped, queued, pending
+        assert all(taken(row) == taken_from_schedule(sql.schedule) for row in rows)
 
 
 def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():
     loaded = {*planner.DECISION_FIELDS, *planner.SNAPSHOT_COLUMNS_LOADED}
-    assert set(SNAPSHOT_FIELDS.values()) <= loaded
-    assert {"max_attempts", "tasks_backend", "overlap"} <= loaded  # Run.for_schedule reads them
+    assert set(COPIED_FROM_SCHEDULE.values()) <= loaded
+    assert {"tasks_backend", "overlap"} <= loaded  # taken_from_schedule reads them too
 
 
 @pytest.mark.django_db

@@ -15,6 +15,7 @@ scheduler that dies mid-backfill loses nothing (they are rows).
 import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import connections, transaction
 from django.db.models import Max
@@ -29,7 +30,7 @@ from django_periodic.models import (
     closures_of,
     open_trigger_of,
 )
-from django_periodic.models.run import AWAITING_RELEASE_VALUES
+from django_periodic.models.run import AWAITING_RELEASE_VALUES, taken_from_schedule
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
@@ -234,20 +235,28 @@ def _release_of(run: Run) -> datetime:
     return run.next_retry_at
 
 
+# A backfilled run awaits its release, and is released by rate, not by the schedule's slot
+# (see docs/backfill.md): what it has of its own over what it takes from its schedule.
+BACKFILLED: dict[str, Any] = {**AWAITING_RELEASE_VALUES, "exclusive": False}
+
+
+def _new_run_fields(schedule: Schedule) -> dict[str, Any]:
+    """The fields every run of one backfill of ``schedule`` has alike."""
+    return {**taken_from_schedule(schedule), **BACKFILLED}
+
+
 def _run(
     schedule: Schedule, plan_time: datetime, scope: str, release: datetime, now: datetime
 ) -> Run:
-    run = Run.for_schedule(
-        schedule,
-        plan_time,
-        **AWAITING_RELEASE_VALUES,
-        next_retry_at=release,
+    fields = _new_run_fields(schedule)
+    return Run(
+        schedule=schedule,
+        plan_time=plan_time,
         scope=scope,
+        next_retry_at=release,
         created_at=now,
+        **fields,
     )
-    # Released by rate, not by the schedule's slot: see docs/backfill.md.
-    run.exclusive = False
-    return run
 
 
 # First, the lock the runs' foreign key takes at commit, taken now: the planner, which
@@ -260,8 +269,8 @@ LOCK_SQL = "SELECT 1 FROM {schedule} WHERE id = %s FOR KEY SHARE"
 # backfilled run (or now); the range's plan times that have a run of any trigger are left
 # out; and one that another backfill or the planner records meanwhile is ignored by the
 # ledger's unique constraint (ON CONFLICT), so no plan time is recorded twice. The release
-# times are numbered over the runs inserted, so they come exactly ``spacing`` apart. A run
-# inserted awaits its release (AWAITING_RELEASE_VALUES, as _run() writes it).
+# times are numbered over the runs inserted, so they come exactly ``spacing`` apart. The
+# fields all its runs have alike are _run()'s (_new_run_fields), one parameter each.
 INSERT_SQL = """
 WITH t AS (
     SELECT GREATEST(%(now)s::timestamptz, MAX(next_retry_at) + %(spacing)s::interval) AS first
@@ -277,13 +286,11 @@ WITH t AS (
     )
 )
 INSERT INTO {run} (
-    schedule_id, scope, plan_time, {awaiting_columns}, schedule_revision, max_attempts,
-    interruptions, exclusive, next_retry_at, error_code, error_message, traceback, job_name,
-    args, kwargs, tasks_backend, task_id, created_at
+    schedule_id, scope, plan_time, next_retry_at, interruptions, error_code, error_message,
+    traceback, task_id, created_at, {new_columns}
 )
-SELECT %(schedule)s, f.scope, f.plan_time, {awaiting_values}, %(revision)s,
-       %(max_attempts)s, 0, false, t.first + f.n * %(spacing)s::interval, '', '', '', %(job)s,
-       %(args)s, %(kwargs)s, %(tasks_backend)s, '', %(now)s
+SELECT %(schedule)s, f.scope, f.plan_time, t.first + f.n * %(spacing)s::interval, 0, '', '',
+       '', '', %(now)s, {new_values}
 FROM fresh f CROSS JOIN t
 ORDER BY f.n
 ON CONFLICT {ledger} DO NOTHING
@@ -295,31 +302,28 @@ def _insert_postgresql(
     schedule: Schedule, in_range: _Range, now: datetime, spacing: timedelta, using: str
 ) -> list[BackfilledRow]:
     connection = connections[using]
-    run = Run.for_schedule(schedule, now)
-    json_field = Run._meta.get_field("args")
     quote = connection.ops.quote_name
     awaiting, awaiting_params = pg_sql.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
+    fields = {field.name: field for field in Run._meta.concrete_fields}
+    new = _new_run_fields(schedule)
     sql = INSERT_SQL.format(
         run=quote(Run._meta.db_table),
         awaiting_release=awaiting,
-        awaiting_columns=", ".join(AWAITING_RELEASE_VALUES),
-        awaiting_values=", ".join(f"%(new_{name})s" for name in AWAITING_RELEASE_VALUES),
+        new_columns=", ".join(new),  # fields named as their columns
+        new_values=", ".join(f"%(new_{name})s" for name in new),
         ledger=pg_sql.ledger_conflict(),
     )
     params = {
         **awaiting_params,
-        **{f"new_{name}": value for name, value in AWAITING_RELEASE_VALUES.items()},
+        **{
+            f"new_{name}": fields[name].get_db_prep_save(value, connection)
+            for name, value in new.items()
+        },
         "now": now,
         "spacing": spacing,
         "schedule": schedule.pk,
         "plan_time": in_range.times,
         "scope": in_range.scopes,
-        "revision": run.schedule_revision,
-        "max_attempts": run.max_attempts,
-        "job": run.job_name,
-        "args": json_field.get_db_prep_value(run.args, connection),
-        "kwargs": json_field.get_db_prep_value(run.kwargs, connection),
-        "tasks_backend": run.tasks_backend,
     }
     with transaction.atomic(using=using), connection.cursor() as cursor:
         cursor.execute(LOCK_SQL.format(schedule=quote(Schedule._meta.db_table)), [schedule.pk])

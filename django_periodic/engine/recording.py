@@ -22,8 +22,13 @@ from django_periodic.engine import overlap, pg_arrays, pg_sql
 from django_periodic.engine.decisions import Decision, Due, Fire
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
-from django_periodic.models import SNAPSHOT_FIELDS, Run, Schedule
-from django_periodic.models.run import FINISHED_WHEN_RECORDED, finished_when_recorded
+from django_periodic.models import Run, Schedule
+from django_periodic.models.run import (
+    COPIED_FROM_SCHEDULE,
+    FINISHED_WHEN_RECORDED,
+    finished_when_recorded,
+    taken_from_schedule,
+)
 
 logger = logging.getLogger("django_periodic")
 
@@ -172,10 +177,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         scope=fire.scope,
         plan_time=fire.plan_time,
         release_at=release,
-        **{field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()},
-        max_attempts=schedule.max_attempts,
-        tasks_backend=tasks_backend_for(schedule.tasks_backend),
-        exclusive=policies.is_exclusive(schedule.overlap),
+        **taken_from_schedule(schedule),
         status=fire.status,
         error_code=fire.error_code,
         error_message=fire.error_message,
@@ -210,8 +212,11 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, dat
 
 
 # One statement for the whole batch: move every cursor by compare-and-set, then insert the
-# runs of the schedules whose cursor moved, with the snapshot of job and arguments taken
-# from the rows the UPDATE returns (this transaction has locked them). Only a plan time
+# runs of the schedules whose cursor moved, with what a run copies of its schedule (job,
+# arguments, attempts: COPIED_FROM_SCHEDULE) taken from the rows the UPDATE returns (this
+# transaction has locked them), its tasks backend by conf.tasks_backend_for's rule in SQL,
+# and exclusive as policies.is_exclusive decides it in Python: taken_from_schedule's
+# values, which tests/test_rules.py checks the runs against. Only a plan time
 # already recorded is ignored: any other conflict (a second active run) is an error that
 # rolls the batch back. It returns the ids whose cursor did not move.
 #
@@ -231,19 +236,19 @@ WITH batch AS (
     FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
         WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
     WHERE s.id = ANY(%(id)s::bigint[]) AND s.id = batch.id AND s.next_fire_at = c.old_cursor
-    RETURNING s.id, batch.shape, s.max_attempts, s.tasks_backend, {snapshot_of_schedule}
+    RETURNING s.id, batch.shape, s.tasks_backend, {copied_of_schedule}
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, scope, plan_time, release_at, trigger, status, attempt, max_attempts,
+        schedule_id, scope, plan_time, release_at, trigger, status, attempt,
         interruptions, exclusive, start_deadline, finished_at, error_code, error_message, traceback,
-        tasks_backend, task_id, created_at, {snapshot}
+        tasks_backend, task_id, created_at, {copied}
     )
-    SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, m.max_attempts, 0,
+    SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, 0,
            f.exclusive, f.start_deadline,
            CASE WHEN f.status IN ({finished_when_recorded}) THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '',
            COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s,
-           {snapshot_of_moved}
+           {copied_of_moved}
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
@@ -269,7 +274,7 @@ PLAN_INSERTED = (
 
 @cache
 def _record_sql(using: str) -> str:
-    """PLAN_SQL for ``using``, with the snapshot's columns (``SNAPSHOT_FIELDS``) and the
+    """PLAN_SQL for ``using``, with the columns copied (``COPIED_FROM_SCHEDULE``) and the
     statuses finished when recorded (``FINISHED_WHEN_RECORDED``); the returning clauses are
     left to fill."""
     quote = connections[using].ops.quote_name
@@ -277,9 +282,9 @@ def _record_sql(using: str) -> str:
         run=quote(Run._meta.db_table),
         schedule=quote(Schedule._meta.db_table),
         ledger=pg_sql.ledger_conflict(),
-        snapshot=", ".join(SNAPSHOT_FIELDS),
-        snapshot_of_schedule=", ".join(f"s.{of}" for of in SNAPSHOT_FIELDS.values()),
-        snapshot_of_moved=", ".join(f"m.{of}" for of in SNAPSHOT_FIELDS.values()),
+        copied=", ".join(COPIED_FROM_SCHEDULE),
+        copied_of_schedule=", ".join(f"s.{of}" for of in COPIED_FROM_SCHEDULE.values()),
+        copied_of_moved=", ".join(f"m.{of}" for of in COPIED_FROM_SCHEDULE.values()),
         finished_when_recorded=", ".join(f"'{status}'" for status in FINISHED_WHEN_RECORDED),
         returning="{returning}",
         inserted="{inserted}",

@@ -2,7 +2,7 @@
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import models
 from django.db.models import F, Q
@@ -72,6 +72,45 @@ SNAPSHOT_FIELDS = {
     "kwargs": "kwargs",
     "schedule_revision": "revision",
 }
+
+
+# The fields a new run copies from its schedule as they are, run field: schedule field: the
+# snapshot, and how many attempts it may make. The planner's statement copies the same
+# columns (engine/recording.py builds its SQL from this).
+COPIED_FROM_SCHEDULE = {**SNAPSHOT_FIELDS, "max_attempts": "max_attempts"}
+
+
+class NewRunSource(Protocol):
+    """What a new run reads of its schedule: a ``Schedule``, or a due row the planner loaded."""
+
+    @property
+    def job(self) -> str: ...
+    @property
+    def args(self) -> Any: ...
+    @property
+    def kwargs(self) -> Any: ...
+    @property
+    def revision(self) -> int: ...
+    @property
+    def max_attempts(self) -> int: ...
+    @property
+    def tasks_backend(self) -> str: ...
+    @property
+    def overlap(self) -> str: ...
+
+
+def taken_from_schedule(schedule: NewRunSource) -> dict[str, Any]:
+    """The fields a new run takes from its schedule, whatever records it: those it copies
+    (``COPIED_FROM_SCHEDULE``), where it executes (``conf.tasks_backend_for``) and whether
+    it holds the schedule's one active slot (``policies.is_exclusive``).
+
+    ``Run.for_schedule`` and the planner's ORM path read it; the planner's statement and
+    backfill's are built from it or checked against it (tests/test_rules.py)."""
+    return {
+        **{field: getattr(schedule, of) for field, of in COPIED_FROM_SCHEDULE.items()},
+        "tasks_backend": tasks_backend_for(schedule.tasks_backend),
+        "exclusive": policies.is_exclusive(schedule.overlap),
+    }
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -318,13 +357,9 @@ class Run(models.Model):
 
     @classmethod
     def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":
-        """An unsaved run of ``schedule`` with a snapshot of what it will call."""
-        snapshot = {field: getattr(schedule, of) for field, of in SNAPSHOT_FIELDS.items()}
+        """An unsaved run of ``schedule`` with what it takes from it
+        (``taken_from_schedule``: a snapshot of what it will call, ...); ``fields`` set the
+        rest, or override them."""
         return cls(
-            schedule=schedule,
-            plan_time=plan_time,
-            max_attempts=schedule.max_attempts,
-            tasks_backend=tasks_backend_for(schedule.tasks_backend),
-            exclusive=policies.is_exclusive(schedule.overlap),
-            **{**snapshot, **fields},
+            schedule=schedule, plan_time=plan_time, **{**taken_from_schedule(schedule), **fields}
         )
