@@ -1,8 +1,12 @@
 """The closed sets of strings the app stores, one ``TextChoices`` each.
 
-Used alike by the models, the planner's decisions, the forms and the admin. Importing this
-module loads no models, so pure code (``policies.py``) can use the same values.
+Used alike by the models, the planner's decisions, the forms and the admin; beside the
+trigger kinds, the field that carries each (``KIND_FIELDS``) and its value unset. Importing
+this module loads no models, so pure code (``policies.py``, ``registry.py``) can use the
+same values.
 """
+
+from typing import Any
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -50,6 +54,18 @@ class ScheduleKind(models.TextChoices):
     CRON = "cron", _("cron")
     INTERVAL = "interval", _("interval")
     ONCE = "once", _("one-shot")
+
+
+# The field that carries each kind of trigger (keyed by ScheduleKind, or its plain str
+# value): a schedule sets exactly one, and they are @job(...)'s trigger options.
+KIND_FIELDS: dict[str, str] = {
+    ScheduleKind.CRON: "cron",
+    ScheduleKind.INTERVAL: "interval",
+    ScheduleKind.ONCE: "run_at",
+}
+# Each of those fields as it is stored when it is not the schedule's trigger (its default):
+# what a code-defined or imported schedule, or the admin's form, sets the other kinds' to.
+UNSET_TRIGGER: dict[str, Any] = {"cron": "", "interval": None, "run_at": None}
 
 
 class Overlap(models.TextChoices):

@@ -10,9 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from django_periodic import triggers
+from django_periodic.choices import KIND_FIELDS
 
-# The trigger options of @job(...): a code-defined schedule has exactly one.
-TRIGGER_OPTIONS = ("cron", "interval", "run_at")
+# The trigger options of @job(...), the fields of the trigger kinds: a code-defined
+# schedule has exactly one.
+TRIGGER_OPTIONS = tuple(KIND_FIELDS.values())
 
 # A job function: @job returns it unchanged, so its own type.
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -13,9 +13,11 @@ import pytest
 from django.db import connection
 from django.db.models import F, Value
 
-from django_periodic import bounds, clock
+from django_periodic import bounds, clock, registry
 from django_periodic.choices import (
+    KIND_FIELDS,
     LEDGER_TRIGGERS,
+    UNSET_TRIGGER,
     ErrorCode,
     Overlap,
     RunStatus,
@@ -92,6 +94,18 @@ def test_the_rows_anchored_at_creation_are_those_whose_trigger_reads_created_at(
         row.pk for row in rows if kind_of(row) == ScheduleKind.INTERVAL and row.start_at is None
     }
     assert selected == reads_created_at
+
+
+def test_an_unset_trigger_field_is_the_schedules_default_and_makes_no_kind():
+    """``UNSET_TRIGGER`` (code-defined and imported schedules, the admin's form) holds the
+    fields of ``KIND_FIELDS`` (@job's ``TRIGGER_OPTIONS``) as a schedule stores them unset."""
+    assert registry.TRIGGER_OPTIONS == tuple(KIND_FIELDS.values()) == tuple(UNSET_TRIGGER)
+    for name, unset in UNSET_TRIGGER.items():
+        assert Schedule._meta.get_field(name).get_default() == unset, name
+    assert kind_of(Schedule(**UNSET_TRIGGER)) == ""
+    for kind, name in KIND_FIELDS.items():
+        set_one = {"cron": "* * * * *", "interval": timedelta(minutes=1), "run_at": START}
+        assert kind_of(Schedule(**{**UNSET_TRIGGER, name: set_one[name]})) == kind
 
 
 def every_release_combination(schedule: Schedule) -> list[Run]:

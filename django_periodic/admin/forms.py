@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import registry, taskbackends, triggers
 from django_periodic import scopes as scope_providers
+from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.conf import get_settings
 from django_periodic.models import (
     ALERT_FIELDS,
@@ -278,9 +279,10 @@ class ScheduleForm(_ScheduleModelForm):
         """Clear the fields of the kinds not chosen; require the chosen kind's field."""
         for other, name in KIND_FIELDS.items():
             if other != kind and name in self.fields:
-                cleaned[name] = "" if name == "cron" else None
+                cleaned[name] = UNSET_TRIGGER[name]
         name = KIND_FIELDS[kind]
-        if name in self.fields and cleaned.get(name) in (None, "") and name not in self.errors:
+        unset = cleaned.get(name, UNSET_TRIGGER[name]) == UNSET_TRIGGER[name]
+        if name in self.fields and unset and name not in self.errors:
             self.add_error(name, KIND_REQUIRED[kind])
             self._trigger_missing = True
 

@@ -8,6 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_periodic import registry
+from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.error_texts import shown
 from django_periodic.escaping import escaped
 from django_periodic.models import SCHEDULE_OPTIONS, Schedule
@@ -34,7 +35,7 @@ def code_defined_values(job: registry.Job) -> dict[str, Any]:
         raise TypeError(f"@job got unknown options: {', '.join(sorted(unknown))}.")
     by_name = {f.name: f for f in Schedule._meta.concrete_fields}
     defaults = {name: by_name[name].get_default() for name in SCHEDULE_OPTIONS}
-    values = {**defaults, "cron": "", "interval": None, "run_at": None, **job.schedule}
+    values = {**defaults, **UNSET_TRIGGER, **job.schedule}
     return {**values, "job": job.name, "defined_in": job.defined_in}
 
 

@@ -12,16 +12,14 @@ from typing import Protocol
 from django.db.models import Q
 
 from django_periodic import bounds, business_days, open_fires, triggers
+
+# KIND_FIELDS is pure (@job reads it too); models.KIND_FIELDS is this name.
+from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 
-# The field that carries each kind of trigger (keyed by Schedule.Kind, or its plain str value).
-KIND_FIELDS: dict[str, str] = {
-    ScheduleKind.CRON: "cron",
-    ScheduleKind.INTERVAL: "interval",
-    ScheduleKind.ONCE: "run_at",
-}
-# The same rule in SQL: which rows are of each kind (cron wins, then interval, then run_at).
+# The kind rule in SQL: which rows are of each kind, by the field that carries it
+# (KIND_FIELDS): cron wins, then interval, then run_at.
 KIND_FILTERS = {
     ScheduleKind.CRON: ~Q(cron=""),
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),

@@ -20,6 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_periodic import triggers
+from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.models import Schedule
 from django_periodic.operations.celerybeat_rows import (
     CRON_FIELDS,
@@ -255,7 +256,7 @@ def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) ->
     action = CREATE if schedule is None else UPDATE
     schedule = schedule or Schedule(name=mapping.name)
     # A schedule of another kind loses its old trigger.
-    for key, value in {"cron": "", "interval": None, "run_at": None, **mapping.values}.items():
+    for key, value in {**UNSET_TRIGGER, **mapping.values}.items():
         setattr(schedule, key, value)
     try:
         schedule.full_clean(validate_unique=False, validate_constraints=False)
