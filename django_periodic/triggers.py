@@ -2,7 +2,8 @@
 
 Pure functions of (trigger, instant): no Django, no database. Every returned datetime is aware UTC.
 croniter is used only as a "next wall time in these sets" engine behind this module; parsing,
-validation, the Vixie day-of-month/day-of-week rule and DST handling are done here.
+validation, the Vixie day-of-month/day-of-week rule and DST handling are done here (each
+field's syntax in cron_fields.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import abc
 import copy
 import functools
-import re
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +20,15 @@ from croniter import CroniterError, croniter
 
 from django_periodic import bounds
 from django_periodic.choices import DstGap, DstRepeat
+from django_periodic.cron_fields import (
+    FIELDS,
+    MONTH_LENGTHS,
+    FieldError,
+    croniter_args,
+    item_values,
+)
+from django_periodic.cron_fields import MACROS as MACROS  # re-exported: triggers.MACROS stays
+from django_periodic.cron_fields import CronSpec as _CronSpec
 
 _ZERO = timedelta(0)
 _MINUTE = timedelta(minutes=1)
@@ -41,95 +50,15 @@ def parse_timezone(name: str) -> zoneinfo.ZoneInfo:
         raise InvalidTrigger(f"Unknown time zone {name!r}.") from exc
 
 
-# The cron macros and the five fields each stands for.
-MACROS = {
-    "@yearly": "0 0 1 1 *",
-    "@annually": "0 0 1 1 *",
-    "@monthly": "0 0 1 * *",
-    "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *",
-    "@midnight": "0 0 * * *",
-    "@hourly": "0 * * * *",
-}
-_MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
-_WEEKDAYS = ["sun", "mon", "tue", "wed", "thu", "fri", "sat"]
-# (name, low, high, names); day-of-week allows 7 for Sunday, as in Vixie cron.
-_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
-    ("minute", 0, 59, {}),
-    ("hour", 0, 23, {}),
-    ("day-of-month", 1, 31, {}),
-    ("month", 1, 12, {n: i + 1 for i, n in enumerate(_MONTHS)}),
-    ("day-of-week", 0, 7, {n: i for i, n in enumerate(_WEEKDAYS)}),
-)
-_MONTH_LENGTHS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # Feb 29 exists sometimes
-_UNSUPPORTED = {  # croniter extensions, refused so that schedules stay portable cron
-    "?": "'?' is not supported; use '*'",
-    "#": "'#' (nth weekday) is not supported",
-    "l": "'L' (last) is not supported",
-    "w": "'W' (nearest weekday) is not supported",
-    "h": "'H' (hashed) is not supported",
-}
-_DIGITS = re.compile(r"[0-9]+")
-
-
-class _FieldError(Exception):
-    """Reason an item of one field is invalid; turned into InvalidTrigger naming the field."""
-
-
-@dataclass(frozen=True)
-class _CronSpec:
-    minutes: frozenset[int]
-    hours: frozenset[int]
-    days: frozenset[int]
-    months: frozenset[int]
-    weekdays: frozenset[int]  # 0-6, Sunday = 0
-    days_and: bool  # Vixie: a day field starting with '*' makes both day fields required
-    fixed_time: bool  # Debian DST rule: follows the wall clock rather than real time
-
-
-def _value(text: str, item: str, low: int, high: int, names: dict[str, int]) -> int:
-    if _DIGITS.fullmatch(text):
-        if not low <= int(text) <= high:
-            raise _FieldError(f"{int(text)} is out of range {low}-{high}")
-        return int(text)
-    if text.lower() in names:
-        return names[text.lower()]
-    for char, reason in _UNSUPPORTED.items():
-        if char in item.lower():
-            raise _FieldError(reason)
-    if not text:
-        raise _FieldError(f"'{item}' is malformed")
-    raise _FieldError(f"unknown name '{text}'" if names else f"'{text}' is not a number")
-
-
-def _item(item: str, low: int, high: int, names: dict[str, int]) -> range:
-    base, slash, step_text = item.partition("/")
-    step = 1
-    if slash:
-        if not _DIGITS.fullmatch(step_text):
-            raise _FieldError(f"step '{step_text}' is not a number")
-        step = int(step_text)
-        if step == 0:
-            raise _FieldError("step must be at least 1")
-    if base == "*":
-        return range(low, high + 1, step)
-    first_text, dash, last_text = base.partition("-")
-    first = _value(first_text, item, low, high, names)
-    last = _value(last_text, item, low, high, names) if dash else (high if slash else first)
-    if first > last:
-        raise _FieldError(f"range {first_text}-{last_text} is reversed")
-    return range(first, last + 1, step)
-
-
 def _field(text: str, index: int) -> frozenset[int]:
-    name, low, high, names = _FIELDS[index]
+    name, low, high, names = FIELDS[index]
     values: set[int] = set()
     try:
         for item in text.split(","):
             if not item:
-                raise _FieldError("empty list item")
-            values.update(_item(item, low, high, names))
-    except _FieldError as exc:
+                raise FieldError("empty list item")
+            values.update(item_values(item, low, high, names))
+    except FieldError as exc:
         raise InvalidTrigger(f"Invalid {name} field '{text}': {exc}.") from None
     return frozenset(values)
 
@@ -150,7 +79,7 @@ def _parse_cron(expression: str) -> _CronSpec:
         )
     minutes, hours, days, months, weekdays = (_field(p, i) for i, p in enumerate(parts))
     days_and = parts[2].startswith("*") or parts[4].startswith("*")
-    if days_and and min(days) > max(_MONTH_LENGTHS[m - 1] for m in months):
+    if days_and and min(days) > max(MONTH_LENGTHS[m - 1] for m in months):
         raise InvalidTrigger(
             f"Cron expression never fires: day-of-month '{parts[2]}' does not occur in month "
             f"'{parts[3]}'."
@@ -166,24 +95,6 @@ def _parse_cron(expression: str) -> _CronSpec:
 def validate_cron(expression: str) -> None:
     """Raise InvalidTrigger, naming the offending field, unless `expression` is a valid cron."""
     _parse_cron(expression)
-
-
-def _compact(values: frozenset[int], low: int, high: int) -> str:
-    return "*" if len(values) == high - low + 1 else ",".join(map(str, sorted(values)))
-
-
-def _croniter_args(spec: _CronSpec) -> tuple[str, bool]:
-    """Plain numeric expression plus day_or flag, so croniter's own parsing quirks never matter."""
-    dom, dow = _compact(spec.days, 1, 31), _compact(spec.weekdays, 0, 6)
-    day_or = not spec.days_and
-    if day_or and "*" in (dom, dow):
-        dom = dow = "*"  # OR with a field that covers every day
-    elif day_or and min(spec.days) > max(_MONTH_LENGTHS[m - 1] for m in spec.months):
-        # e.g. '31 2 mon': the day-of-month side never occurs; croniter would search 50 years
-        # for it on every call before settling for the weekdays.
-        dom, day_or = "*", False
-    fields = (_compact(spec.minutes, 0, 59), _compact(spec.hours, 0, 23), dom)
-    return " ".join((*fields, _compact(spec.months, 1, 12), dow)), day_or
 
 
 def _naive_utc(value: datetime, what: str) -> datetime:
@@ -238,7 +149,7 @@ class CronTrigger(Trigger):
         spec = _parse_cron(self.expression)
         object.__setattr__(self, "_spec", spec)
         object.__setattr__(self, "_tz", parse_timezone(self.timezone))
-        expression, day_or = _croniter_args(spec)
+        expression, day_or = croniter_args(spec)
         # Parsing dominates croniter's cost, so keep a parsed prototype and copy it per call;
         # the prototype itself is never advanced, which keeps the trigger safe to share.
         prototype = croniter(expression, datetime(2000, 1, 1), day_or=day_or)

@@ -37,9 +37,9 @@ INTERNAL_IMPORT = re.compile(
 # Pages for contributors, which show the machinery on purpose.
 CONTRIBUTOR_PAGES = {"contributing.md", "performance.md"}
 PURE_CORE = (
-    "bounds", "business_days", "choices", "clock", "conf", "dst", "error_texts", "escaping",
-    "open_fires", "policies", "registry", "scopes", "signals", "stagger", "taskbackends",
-    "triggers",
+    "bounds", "business_days", "choices", "clock", "conf", "cron_fields", "dst", "error_texts",
+    "escaping", "open_fires", "policies", "registry", "scopes", "signals", "stagger",
+    "taskbackends", "triggers",
 )  # fmt: skip
 
 
