@@ -1,11 +1,12 @@
 """The scheduler loop: plan, sweep, heartbeat, claim, then sleep until there is work.
 
 Decisions live in planner.py and leases.py, the heartbeat, sweep and probe for dead
-holders in housekeeping.py, the watch over runs in flight in watching.py; this module only
-orders them in time, owns the worker threads and the wake-ups, and survives a database
-that goes away, and any other error of a step: logged, backed off, carried on. A bad row
-fails alone where it is handled (planning, claiming, hand-off, watching); an error that
-still reaches the loop is a bug, and must not stop the process either.
+holders in housekeeping.py, the watch over runs in flight in watching.py, the stop in
+shutdown.py; this module only orders them in time, owns the worker threads and the
+wake-ups, and survives a database that goes away, and any other error of a step: logged,
+backed off, carried on (guarding.py). A bad row fails alone where it is handled (planning,
+claiming, hand-off, watching); an error that still reaches the loop is a bug, and must not
+stop the process either.
 """
 
 import gc
@@ -13,23 +14,21 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, InterfaceError, connections, transaction
+from django.db import transaction
 
 from django_periodic import clock
 from django_periodic.conf import get_settings
 from django_periodic.engine import (
     claims,
     code_schedules,
-    executor,
     fleet,
+    guarding,
     handoff,
     horizon,
     housekeeping,
-    outcomes,
     planner,
     pooling,
     presence,
@@ -37,14 +36,13 @@ from django_periodic.engine import (
     watching,
 )
 from django_periodic.engine import workers as workers_
-from django_periodic.engine.context import StopRequest
 from django_periodic.engine.recorder import Recorder
+from django_periodic.engine.shutdown import shut_down
 from django_periodic.engine.stop_signals import StopSignals
 from django_periodic.models import Run, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
 
-MAX_ERROR_BACKOFF = 30.0
 # Runs claimed ahead per statement: small enough that other processes, woken by the
 # planner's NOTIFY, claim their share of a burst at the same time.
 AHEAD_BATCH = 100
@@ -71,7 +69,8 @@ class Scheduler:
         self.stop = stop or StopSignals()
         # One alarm ends every sleep: a stop signal, a NOTIFY, a finished job.
         self._alarm = self.stop.alarm
-        self._failures = 0
+        # Each step of the loop: an error is logged and backed off, never the process's end.
+        self._guarded = guarding.Guard(self.stop)
         self.recorder = Recorder()
         self.pool = (
             workers_.WorkerPool(
@@ -360,33 +359,6 @@ class Scheduler:
                 return
             self._claim_freed_capacity()
 
-    def _guarded(self, step: Callable[[], object]) -> bool:
-        """Run a step; on an error log it, reconnect later, back off 1, 2, 4... 30 s.
-
-        A database error is expected (it went away); any other error is logged with its
-        traceback. Neither stops the process: only KeyboardInterrupt and SystemExit,
-        which are not Exceptions, do.
-        """
-        try:
-            step()
-        except Exception as exc:
-            self._failures += 1
-            delay = min(2.0 ** (self._failures - 1), MAX_ERROR_BACKOFF)
-            if isinstance(exc, (DatabaseError, InterfaceError)):
-                logger.error("Database error (%s); retrying in %.0f s.", exc, delay)
-            else:
-                logger.exception("Unexpected error; retrying in %.0f s.", delay)
-            connections.close_all()
-            self._sleep_unless_stopped(delay)
-            return False
-        self._failures = 0
-        return True
-
-    def _sleep_unless_stopped(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.stop.requested and (left := deadline - time.monotonic()) > 0:
-            self._alarm.wait(left)
-
     def _run_once(self) -> None:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""
         while not self.stop.requested:
@@ -407,45 +379,4 @@ class Scheduler:
 
     def shutdown(self) -> None:
         """Let running jobs finish within the grace, release what is left, unregister."""
-        if self.pool:
-            running = len(self.pool.in_flight())
-            logger.info(
-                "Stopping: %d running jobs get up to %s to finish (a second signal stops waiting).",
-                running,
-                self.settings.SHUTDOWN_GRACE,
-            )
-            self._drain()
-            self.pool.stop()
-        self.recorder.stop(timeout=executor.RECORD_PATIENCE)
-        # Last: its connection holds this process's session lock, which says to the others
-        # that it is alive (presence.py) while it finishes and records its runs.
-        self.listener.stop()
-        if self.process:
-            SchedulerProcess.objects.using(self.using).filter(pk=self.process.pk).delete()
-            logger.info("Scheduler %s stopped.", self.process)
-
-    def _drain(self) -> None:
-        """Wait out the grace for running jobs (a second stop signal ends it), then release."""
-        pool = self.pool
-        assert pool is not None
-        # Runs not started yet go back at once, for another process to start on time.
-        unstarted = pool.withdraw_unstarted()
-        self._give_up([outcomes.unstarted(claim) for claim in unstarted], "not started")
-        now = clock.now(self.using)
-        deadline = now + self.settings.SHUTDOWN_GRACE
-        while now < deadline and not pool.idle() and not self.stop.hurried:
-            self._alarm.wait(min(self.settings.HEARTBEAT_INTERVAL, deadline - now).total_seconds())
-            now = clock.now(self.using)
-            if now >= self.housekeeper.next_heartbeat:
-                self.housekeeper.heartbeat(self.process, now)
-        if self.stop.hurried:
-            logger.warning("Second stop signal: giving up the running jobs now.")
-        # Taken before the jobs are told: one that ends at once still gets released here.
-        # All started: runs not started were withdrawn above, and none is claimed since.
-        unfinished = pool.in_flight()
-        pool.stop_all(StopRequest.SHUTDOWN)
-        self._give_up([outcomes.released(claim) for claim in unfinished], "unfinished")
-
-    def _give_up(self, given_up: list[outcomes.AttemptOutcome], state: str) -> None:
-        for run_id in outcomes.record(given_up, using=self.using) if given_up else ():
-            logger.warning("Gave up run %s %s at shutdown.", run_id, state)
+        shut_down(self)
