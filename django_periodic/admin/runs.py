@@ -1,7 +1,7 @@
 """Runs in the admin: read-only history with its leases inline; retry and cancel."""
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
@@ -26,8 +26,15 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic import clock
 from django_periodic.admin import display
+from django_periodic.admin.run_list import (
+    RunChangeList,
+    RunHolder,
+    ScheduleFilter,
+    ScopeFilter,
+    holders,
+)
 from django_periodic.engine import leases, planner
-from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models import Lease, Run
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts, _FieldsetSpec
@@ -40,79 +47,8 @@ else:
     _LeaseInline = admin.TabularInline
     _RunAdmin = admin.ModelAdmin
 
-SCHEDULE_FILTER_LIMIT = 100
 # A run's leases, as its page lists them (read-only).
 LEASE_FIELDS = ("attempt", "holder", "acquired", "heartbeat", "expires", "released", "outcome")
-
-
-class RunHolder(TypedDict):
-    """What RunChangeList (or RunAdmin.holder, on a run's own page) sets on each run."""
-
-    holder_name: str
-
-
-class ScheduleFilter(admin.SimpleListFilter):
-    """Runs of one schedule. With many schedules only the chosen one is listed (search finds
-    the others), so the sidebar never renders thousands of links."""
-
-    title = gettext_lazy("schedule")
-    parameter_name = "schedule"
-
-    # The stubs want str values; Django str()s them (here: primary keys) for the query string.
-    def lookups(  # type: ignore[override]
-        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
-    ) -> list[tuple[int, str]]:
-        schedules = Schedule.objects.order_by("name").values_list("pk", "name")
-        listed = list(schedules[: SCHEDULE_FILTER_LIMIT + 1])
-        if len(listed) <= SCHEDULE_FILTER_LIMIT:
-            return listed
-        value = self.value()
-        return list(schedules.filter(pk=value)) if value and value.isdigit() else []
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(schedule_id=self.value()) if self.value() else queryset
-
-
-class ScopeFilter(admin.SimpleListFilter):
-    """Runs of one scope key (``?scope=acme``; the schedule page links each scope's runs), or
-    the unscoped ones. A fanned-out history has thousands of keys, so none is listed but the
-    chosen one; the search box finds a key too."""
-
-    title = gettext_lazy("scope")
-    parameter_name = "scope"
-    UNSCOPED = "-"
-
-    def lookups(
-        self, request: HttpRequest, model_admin: "admin.ModelAdmin[Any]"
-    ) -> "list[tuple[str, StrOrPromise]]":
-        choices: list[tuple[str, StrOrPromise]] = [(self.UNSCOPED, _("none (not fanned out)"))]
-        value = self.value()
-        if value and value != self.UNSCOPED:
-            choices.append((value, value))
-        return choices
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        if not value:
-            return queryset
-        return queryset.filter(scope="" if value == self.UNSCOPED else value)
-
-
-def holders(run_ids: list[int], using: str) -> dict[int, str]:
-    """The holder of each run's latest lease, in one query."""
-    leases = Lease.objects.using(using).filter(run_id__in=run_ids).order_by("run_id", "attempt")
-    return dict(leases.values_list("run_id", "holder"))  # the latest attempt is last
-
-
-class RunChangeList(ChangeList):
-    """Loads the holders of the page's runs in one query, after the page is cut."""
-
-    def get_results(self, request: HttpRequest) -> None:
-        super().get_results(request)
-        runs = list(self.result_list)
-        names = holders([run.pk for run in runs], self.queryset.db)
-        for run in runs:
-            run.holder_name = names.get(run.pk, "")
 
 
 class LeaseInline(_LeaseInline):
