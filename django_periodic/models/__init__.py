@@ -33,7 +33,8 @@ from django_periodic.models.run import (
     Run,
     RunQuerySet,
 )
-from django_periodic.models.schedule import Schedule, ScheduleQuerySet, default_timezone
+from django_periodic.models.schedule import Schedule, default_timezone
+from django_periodic.models.schedule_queries import ScheduleQuerySet
 from django_periodic.models.trigger_rows import (
     ANCHORED_AT_CREATION,
     KIND_FIELDS,

@@ -2,7 +2,7 @@
 
 from collections.abc import Collection
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models
@@ -11,29 +11,19 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import bounds, choices, clock, triggers
-from django_periodic import scopes as scope_providers
 from django_periodic.choices import AttentionReason, ScheduleKind
-from django_periodic.models import alerting, pausing, validation
+from django_periodic.models import alerting, extra_runs, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
-from django_periodic.models.field_groups import (
-    ATTENTION_FIELDS,
-    CURSOR_FIELDS,
-    PAUSE_FIELDS,
-    REVISION_FIELDS,
-)
+from django_periodic.models.field_groups import CURSOR_FIELDS, PAUSE_FIELDS
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
+from django_periodic.models.schedule_queries import ScheduleQuerySet
 from django_periodic.models.tracking import TrackedChanges
 from django_periodic.models.trigger_rows import (
-    KIND_FILTERS,
     first_fire_time_of,
     kind_of,
     open_trigger_of,
     trigger_of,
 )
-
-if TYPE_CHECKING:
-    from django_periodic.engine.backfill import BackfillResult
-    from django_periodic.models.run import Run
 
 
 def _range_constraints() -> list[models.CheckConstraint]:
@@ -53,67 +43,10 @@ def _range_constraints() -> list[models.CheckConstraint]:
     return constraints
 
 
-def wake_schedulers(using: str) -> None:
-    """Tell sleeping schedulers that a cursor moved (a NOTIFY on PostgreSQL, on commit)."""
-    from django_periodic.engine import wakeups
-
-    wakeups.notify(using)
-
-
 def default_timezone() -> str:
     from django.conf import settings
 
     return settings.TIME_ZONE or "UTC"
-
-
-class ScheduleQuerySet(models.QuerySet["Schedule"]):
-    def enabled(self) -> "ScheduleQuerySet":
-        """Schedules the planner looks at (not paused or disabled)."""
-        return self.filter(enabled=True)
-
-    def with_alerts(self) -> "ScheduleQuerySet":
-        """Schedules whose alerts the scheduler judges: enabled, with at least one set."""
-        return self.filter(alerting.WITH_ALERTS)
-
-    def paused(self, now: datetime) -> "ScheduleQuerySet":
-        """Schedules a pause holds at ``now`` (``Schedule.is_paused``, models/pausing.py)."""
-        return self.filter(pausing.paused(now))
-
-    def needing_attention(self) -> "ScheduleQuerySet":
-        """Schedules the scheduler last found needing attention (models/alerting.py)."""
-        return self.exclude(attention_reason="")
-
-    def of_kind(self, kind: str) -> "ScheduleQuerySet":
-        """Schedules whose trigger is of this ``Schedule.Kind``."""
-        return self.filter(KIND_FILTERS[ScheduleKind(kind)])
-
-    def due(self, now: datetime) -> "ScheduleQuerySet":
-        """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
-        return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
-
-    def update(self, **kwargs: Any) -> int:
-        """Update these rows; writing any of ``REVISION_FIELDS`` bumps their revision.
-
-        Bumped in the same statement, changed value or not (the database would have to
-        compare every field to tell), so ``bulk_update()`` of those fields bumps too.
-        """
-        if "revision" not in kwargs and not kwargs.keys().isdisjoint(REVISION_FIELDS):
-            kwargs["revision"] = F("revision") + 1
-        return super().update(**kwargs)
-
-    def reschedule(self, now: datetime | None = None) -> int:
-        """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""
-        now = now or clock.now(self.db)
-        changed = []
-        for schedule in self.prefetch_related("calendars").iterator(chunk_size=2000):
-            if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
-                continue  # a fired one-shot stays fired
-            schedule.next_fire_at = schedule.first_fire_time(now)
-            changed.append(schedule)
-        updated = self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
-        if updated:
-            wake_schedulers(self.db)
-        return updated
 
 
 class Schedule(TrackedChanges):
@@ -353,7 +286,7 @@ class Schedule(TrackedChanges):
     def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
         touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
-        moved = touches_trigger and self._move_cursor(kwargs.get("using") or "default")
+        moved = touches_trigger and saving.move_cursor(self, kwargs.get("using") or "default")
         if moved and update_fields is not None:
             kwargs["update_fields"] = {*update_fields, "next_fire_at"}
         revised = self._revised(update_fields)
@@ -362,8 +295,8 @@ class Schedule(TrackedChanges):
             self.revision = F("revision") + 1
             if update_fields is not None:
                 kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
-        if update_fields is None and not args and self._writes_every_field(kwargs):
-            kwargs["update_fields"] = self._edited_fields()
+        if update_fields is None and not args and saving.writes_every_field(self, kwargs):
+            kwargs["update_fields"] = saving.edited_fields(self)
         super().save(*args, **kwargs)
         if revised:
             saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
@@ -371,46 +304,7 @@ class Schedule(TrackedChanges):
         self._remember_saved(update_fields)
         if moved:
             # Sleeping schedulers look at the new cursor.
-            wake_schedulers(self._state.db or "default")
-
-    def _writes_every_field(self, kwargs: dict[str, Any]) -> bool:
-        """Whether this save would UPDATE every field of the existing row."""
-        same_database = kwargs.get("using") in (None, self._state.db)
-        return not self._state.adding and same_database and not kwargs.get("force_insert")
-
-    def _edited_fields(self) -> list[str]:
-        """Every loaded field but ``ATTENTION_FIELDS``, which only the scheduler writes: an
-        edit saved from a form loaded before a transition must not undo it."""
-        deferred = self.get_deferred_fields()
-        return [
-            field.name
-            for field in self._meta.concrete_fields
-            if not field.primary_key
-            and field.name not in ATTENTION_FIELDS
-            and field.attname not in deferred
-        ]
-
-    def _move_cursor(self, using: str) -> bool:
-        """Set ``next_fire_at`` after a change that affects it; return whether it moved.
-
-        A new schedule, an edited trigger and a resumed schedule (enabled again, or its
-        pause ended) restart from now (time spent paused is not a misfire). Disabling and
-        pausing keep the cursor, and a one-shot keeps it unless ``run_at`` changed, so that
-        a fired one-shot can never fire again.
-        """
-        changed = self._changed_cursor_fields()
-        if not self._state.adding:
-            if not changed or (changed == {"enabled"} and not self.enabled):
-                return False
-            if changed == {"paused_until"} and self.paused_until is not None:
-                return False  # pausing: the planner skips the fires of the pause
-            if self.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
-                return False
-        now = clock.now(using)
-        if self._state.adding:
-            self.created_at = now  # an interval's anchor: the database's clock, like all times
-        self.next_fire_at = self.first_fire_time(now)
-        return True
+            saving.wake_schedulers(self._state.db or "default")
 
     @property
     def trigger_kind(self) -> str:
@@ -478,83 +372,13 @@ class Schedule(TrackedChanges):
         """Whether a pause holds its fires at ``now``."""
         return pausing.holds(self.paused_until, now)
 
-    def run_now(self, scope: str = "") -> "Run":
-        """Record a manual run for a scheduler to execute; never runs the job in this thread.
-
-        On a fanned-out schedule (``scopes`` set), ``scope`` names the scope key to run for;
-        ``run_now_for_all_scopes()`` runs every key the provider returns.
-        """
-        if self.scopes and not scope:
-            raise ValueError(
-                f"Schedule {self.name!r} is fanned out per scope ({self.scopes}): name the "
-                "scope key to run for, or run all of them (run_now_for_all_scopes())."
-            )
-        now = clock.now(self._state.db or "default")
-        return self.plan_extra_run(
-            now, trigger=choices.RunTrigger.MANUAL, plan_time=now, scope=scope
-        )
-
-    def run_now_for_all_scopes(self) -> list["Run"]:
-        """Record manual runs as a fire would: one per scope key of a fanned-out schedule
-        (its provider is called here, before any row is locked), else ``run_now()``'s one."""
-        if not self.scopes:
-            return [self.run_now()]
-        keys = scope_providers.scope_keys(self.scopes)
-        now = clock.now(self._state.db or "default")
-        return self.plan_extra_runs(
-            now, trigger=choices.RunTrigger.MANUAL, plan_time=now, scopes=keys
-        )
-
-    def backfill(
-        self,
-        start: datetime,
-        end: datetime,
-        *,
-        rate: float | None = None,
-        now: datetime | None = None,
-    ) -> "BackfillResult":
-        """Record a run (trigger ``backfill``) for each plan time of the trigger in
-        ``[start, end)`` that has no run yet, one per scope key on a fanned-out schedule.
-
-        Only past plan times are recorded (``end`` is clamped to the database's clock);
-        the cursor does not move. Runs wait until released ``rate`` per second (default
-        ``backfill.DEFAULT_RATE``), after the schedule's runs already waiting from an earlier
-        backfill. Raises ValueError for a bad range, or more than ``backfill.MAX_RUNS`` runs.
-        See docs/backfill.md.
-        """
-        from django_periodic.engine import backfill
-
-        rate = backfill.DEFAULT_RATE if rate is None else rate
-        return backfill.backfill(self, start, end, rate=rate, now=now)
-
-    def plan_extra_run(
-        self, now: datetime, *, trigger: str, plan_time: datetime, scope: str = "", **snapshot: Any
-    ) -> "Run":
-        """Record a run outside the trigger's plan times (manual, retry) under the overlap
-        policy of its scope, like any fire. ``snapshot`` may override the job name,
-        arguments and revision (a retry repeats what the failed run called).
-        """
-        runs = self.plan_extra_runs(
-            now, trigger=trigger, plan_time=plan_time, scopes=[scope], **snapshot
-        )
-        return runs[0]
-
-    def plan_extra_runs(
-        self,
-        now: datetime,
-        *,
-        trigger: str,
-        plan_time: datetime,
-        scopes: list[str],
-        **snapshot: Any,
-    ) -> list["Run"]:
-        """Record one extra run per scope key, each under its scope's overlap policy, as a
-        fire would (the engine's ``overlap.plan_extra_runs``)."""
-        from django_periodic.engine import overlap
-
-        return overlap.plan_extra_runs(
-            self, now, trigger=trigger, plan_time=plan_time, scopes=scopes, **snapshot
-        )
+    # The runs it records on request (manual, backfill, extra), through the engine: defined
+    # in models/extra_runs.py, set here by name.
+    run_now = extra_runs.run_now
+    run_now_for_all_scopes = extra_runs.run_now_for_all_scopes
+    backfill = extra_runs.backfill
+    plan_extra_run = extra_runs.plan_extra_run
+    plan_extra_runs = extra_runs.plan_extra_runs
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
