@@ -1,3 +1,4 @@
+import logging
 import os
 
 import pytest
@@ -7,6 +8,7 @@ from django.db import connection, connections
 
 from django_periodic import clock, registry
 from django_periodic.engine import pooling
+from django_periodic.operations import runlog
 from tests import processes
 from tests.factories import SchedulerProcessFactory
 
@@ -141,3 +143,14 @@ def children(transactional_db):
     for child in started:
         child.kill()
     processes.wait_for_children_to_disconnect()
+
+
+@pytest.fixture
+def run_log():
+    """The run log enabled for INFO (as LOGGING would), restored afterwards."""
+    level = runlog.logger.level
+    runlog.logger.setLevel(logging.INFO)
+    assert runlog.follow()
+    yield
+    runlog.logger.setLevel(level)
+    runlog.follow()

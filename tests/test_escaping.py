@@ -10,7 +10,7 @@ from django.core.management import CommandError, call_command
 
 from django_periodic.escaping import escaped
 from django_periodic.models import Schedule
-from django_periodic.operations import runlog, status_output
+from django_periodic.operations import status_output
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
 
@@ -72,17 +72,6 @@ def test_periodic_status_escapes_the_names_in_its_error_message(now):
     with pytest.raises(CommandError) as failed:
         status()
     assert "\x1b" not in str(failed.value) and escaped(FORGED) in str(failed.value)
-
-
-@pytest.fixture
-def run_log():
-    """The run log enabled for INFO, restored afterwards."""
-    level = runlog.logger.level
-    runlog.logger.setLevel(logging.INFO)
-    assert runlog.follow()
-    yield
-    runlog.logger.setLevel(level)
-    runlog.follow()
 
 
 @pytest.mark.django_db(transaction=True)

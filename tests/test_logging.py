@@ -11,17 +11,6 @@ from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
 
 
-@pytest.fixture
-def run_log():
-    """The run log enabled for INFO (as LOGGING would), restored afterwards."""
-    level = runlog.logger.level
-    runlog.logger.setLevel(logging.INFO)
-    assert runlog.follow()
-    yield
-    runlog.logger.setLevel(level)
-    runlog.follow()
-
-
 def run_records(caplog) -> list[logging.LogRecord]:
     return [r for r in caplog.records if r.name == "django_periodic.runs"]
 
