@@ -65,9 +65,11 @@ def judge_jobs(schedules: list[Due], now: datetime, using: str) -> list[Due]:
     foreign = {s.job for s in schedules} - local
     known = fleet_jobs(now, using) if foreign else frozenset(local)
     unknown = [s for s in schedules if known is not None and s.job not in known]
-    found_again = [s.pk for s in schedules if s.job_unknown_since and s not in unknown]
+    unknown_pks = {s.pk for s in unknown}
+    found_again = [s.pk for s in schedules if s.job_unknown_since and s.pk not in unknown_pks]
     grace = get_settings().UNKNOWN_JOB_GRACE
     disabled = [s for s in unknown if now - (s.job_unknown_since or now) >= grace]
+    # A grace of 0 disables at first sight: nothing to note then.
     first_seen = [s.pk for s in unknown if s.job_unknown_since is None and s not in disabled]
     rows = Schedule.objects.using(using)
     if found_again:
