@@ -91,6 +91,17 @@ def test_a_live_process_that_does_not_say_its_jobs_may_have_any(now, settings):
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("stored", [5, "tests.jobs.removed_from_code", {"a": 1}, [1, None]])
+def test_an_odd_jobs_value_stored_by_hand_fails_no_planning(now, settings, stored):
+    settings.DJANGO_PERIODIC = {"UNKNOWN_JOB_GRACE": 0}
+    SchedulerProcessFactory(started_at=now, jobs=stored)
+    schedule = of_job(GONE, now)
+    result = planner.plan_due(now)
+    assert result.failed == [] or result.disabled == [schedule.name]
+    assert fleet.skip_undeployed(now, "default") == []
+
+
+@pytest.mark.django_db
 def test_a_schedule_of_a_job_here_costs_no_query_about_the_others(now):
     of_job("tests.jobs.noop", now)
     with CaptureQueriesContext(connection) as counted:

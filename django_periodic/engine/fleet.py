@@ -48,9 +48,11 @@ def fleet_jobs(now: datetime, using: str) -> frozenset[str] | None:
     stated = SchedulerProcess.objects.using(using).alive(now).values_list("jobs", flat=True)
     known = set(local_jobs())
     for jobs in stated:
-        if jobs is None:
+        if not isinstance(jobs, list):
+            # NULL, or a value no release writes (stored by hand): as a process that
+            # does not say, it may have any job.
             return None
-        known.update(jobs)
+        known.update(str(job) for job in jobs)
     return frozenset(known)
 
 
