@@ -28,8 +28,9 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from measure import QueryCounter  # noqa: E402
 
-from django_periodic import clock, scopes  # noqa: E402
-from django_periodic.engine import planner  # noqa: E402
+from django_periodic import scopes  # noqa: E402
+from django_periodic.db import clock  # noqa: E402
+from django_periodic.engine.planning import planner  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
 
 KEYS: list[str] = []

@@ -38,9 +38,10 @@ from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 from measure import QueryCounter, plan_everything_due  # noqa: E402
 
-from django_periodic import clock, scopes  # noqa: E402
-from django_periodic.engine import planner  # noqa: E402
-from django_periodic.engine.scheduler import Scheduler  # noqa: E402
+from django_periodic import scopes  # noqa: E402
+from django_periodic.db import clock  # noqa: E402
+from django_periodic.engine.loop.scheduler import Scheduler  # noqa: E402
+from django_periodic.engine.planning import planner  # noqa: E402
 from django_periodic.models import (  # noqa: E402
     Calendar,
     Lease,

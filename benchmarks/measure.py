@@ -8,7 +8,7 @@ import time
 from django.db import connection
 
 from django_periodic.conf import get_settings
-from django_periodic.engine import planner
+from django_periodic.engine.planning import planner
 
 
 class QueryCounter:

@@ -30,7 +30,7 @@ django.setup()
 from django.core.management import call_command  # noqa: E402
 from django.db import connection  # noqa: E402
 
-from django_periodic import clock  # noqa: E402
+from django_periodic.db import clock  # noqa: E402
 from django_periodic.management.commands.prune_runs import DEFAULT_BATCH_SIZE  # noqa: E402
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess  # noqa: E402
 

@@ -9,7 +9,7 @@ class PeriodicConfig(AppConfig):
 
     def ready(self) -> None:
         from django_periodic import checks, error_texts  # noqa: F401  (the checks
-        from django_periodic.engine import stop_signals
+        from django_periodic.engine.loop import stop_signals
         from django_periodic.operations import alert_mail, runlog
 
         # No database row values in what the package logs, its tracebacks included.

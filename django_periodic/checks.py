@@ -9,10 +9,12 @@ from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
-from django_periodic import business_days, taskbackends
+from django_periodic import taskbackends
 from django_periodic.conf import SETTING_NAME, InvalidSetting, Refusal, parse
-from django_periodic.engine import code_schedules, pooling
+from django_periodic.db import pooling
+from django_periodic.engine.planning import code_schedules
 from django_periodic.models import Calendar, Schedule
+from django_periodic.timing import business_days
 
 
 # Untagged, so every command that runs checks shows it (runserver, run_scheduler, check);
@@ -163,7 +165,7 @@ def check_alert_mail(
 @register(Tags.compatibility)
 def check_pooling(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Any]:
     """Through a pooler in transaction mode, wake-ups need a direct connection
-    (``WAKEUP_DATABASE``, engine/pooling.py), and that alias must be one."""
+    (``WAKEUP_DATABASE``, db/pooling.py), and that alias must be one."""
     configured = getattr(settings, SETTING_NAME, None)
     wakeup = configured.get("WAKEUP_DATABASE") if isinstance(configured, dict) else None
     if wakeup is not None and not isinstance(wakeup, str):

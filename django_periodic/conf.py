@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_periodic import bounds
+from django_periodic.timing import bounds
 
 SETTING_NAME = "DJANGO_PERIODIC"
 
@@ -35,7 +35,7 @@ class PeriodicSettings:
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
     PLANNING_FAILURE_LIMIT: int = 3
-    # Mixed releases (engine/fleet.py): how long no live process may have a schedule's job
+    # Mixed releases (engine/planning/fleet.py): how long no live process may have a schedule's job
     # before the planners disable the schedule (a rolling deploy that adds a job takes
     # less than this to start a process that has it).
     UNKNOWN_JOB_GRACE: timedelta = timedelta(minutes=10)
@@ -62,7 +62,7 @@ class PeriodicSettings:
     KEEP_FAILED_RUNS_FOR: timedelta | None = None
     PRUNE_INTERVAL: timedelta = timedelta(hours=1)
     PRUNE_BATCH_SIZE: int = 1000
-    # Alerts (engine/attention.py): how often a scheduler judges which schedules need
+    # Alerts (engine/planning/attention.py): how often a scheduler judges which schedules need
     # attention (at least ALERT_INTERVAL_FLOOR, check E007), and whether each change is
     # also mailed to the ADMINS. Metrics: a per-schedule series of whether each schedule
     # with alerts needs attention, off by default (one series per schedule).

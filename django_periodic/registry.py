@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from django_periodic import triggers
 from django_periodic.choices import KIND_FIELDS
+from django_periodic.timing import triggers
 
 # The trigger options of @job(...), the fields of the trigger kinds: a code-defined
 # schedule has exactly one.

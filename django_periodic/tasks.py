@@ -25,12 +25,14 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.dispatch import receiver
 
-from django_periodic import clock, taskbackends
+from django_periodic import taskbackends
 from django_periodic.conf import get_settings
-from django_periodic.engine import claims, executor, leases, worker_connections
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.context import StopRequest
-from django_periodic.engine.outcomes import AttemptOutcome
+from django_periodic.db import clock
+from django_periodic.engine.loop import executor, worker_connections
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.runs import claims, leases
+from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.runs.outcomes import AttemptOutcome
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")

@@ -5,7 +5,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.operations import health
 
 # Who may read which schedules need attention: who may view them in the admin.

@@ -6,8 +6,8 @@ from asgiref.sync import SyncToAsync
 from django.conf import settings
 from django.db import connection, connections
 
-from django_periodic import clock, registry
-from django_periodic.engine import pooling
+from django_periodic import registry
+from django_periodic.db import clock, pooling
 from django_periodic.operations import runlog
 from tests import processes
 from tests.factories import SchedulerProcessFactory

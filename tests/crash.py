@@ -20,7 +20,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests import processes
 from tests.models import Execution

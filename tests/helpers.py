@@ -8,11 +8,12 @@ from django.core.management import call_command
 from django.db import transaction
 from django.urls import reverse
 
-from django_periodic import dst, triggers
-from django_periodic.engine import claims, planner
-from django_periodic.engine.claimed import Claim
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import claims
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import retention
+from django_periodic.timing import dst, triggers
 from tests.factories import RunFactory, ScheduleFactory
 
 

@@ -4,9 +4,10 @@ batches (``outcomes.record``) and never needs these."""
 from datetime import datetime
 from typing import Any
 
-from django_periodic.engine import executor, outcomes
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.context import StopRequest
+from django_periodic.engine.loop import executor
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.runs import outcomes
+from django_periodic.engine.runs.claim_types import Claim
 
 
 def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:

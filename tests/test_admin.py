@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 

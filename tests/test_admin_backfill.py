@@ -7,8 +7,8 @@ from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils import timezone
 
-from django_periodic import clock
-from django_periodic.engine import backfill
+from django_periodic.db import clock
+from django_periodic.engine.planning import backfill
 from django_periodic.models import Run
 from tests.factories import RunFactory, ScheduleFactory
 

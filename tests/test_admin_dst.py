@@ -9,8 +9,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.urls import reverse
 
-from django_periodic import clock
 from django_periodic.admin import preview
+from django_periodic.db import clock
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory, schedule_form_data
 

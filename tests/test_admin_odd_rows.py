@@ -13,8 +13,9 @@ from django.contrib.auth.models import Permission, User
 from django.db import connection
 from django.urls import reverse
 
-from django_periodic import bounds, clock
+from django_periodic.db import clock
 from django_periodic.models import Schedule
+from django_periodic.timing import bounds
 from tests.factories import RunFactory, ScheduleFactory
 
 LIST_URL = reverse("admin:django_periodic_schedule_changelist")

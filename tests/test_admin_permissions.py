@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import run_url

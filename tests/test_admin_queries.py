@@ -7,8 +7,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import clock
 from django_periodic.admin import history
+from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import LeaseFactory, ScheduleFactory, SchedulerProcessFactory
 

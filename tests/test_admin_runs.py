@@ -5,7 +5,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import run_url

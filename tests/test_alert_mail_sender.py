@@ -11,8 +11,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_periodic import clock
-from django_periodic.engine import attention
+from django_periodic.db import clock
+from django_periodic.engine.planning import attention
 from django_periodic.models import Schedule
 from django_periodic.operations import alert_mail
 from tests.factories import RunFactory, ScheduleFactory

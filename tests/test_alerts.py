@@ -14,11 +14,12 @@ from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import clock, signals
+from django_periodic import signals
 from django_periodic.checks import check_alert_mail, check_settings
 from django_periodic.choices import AttentionReason, ErrorCode, RunTrigger
-from django_periodic.engine import attention
-from django_periodic.engine.scheduler import Scheduler
+from django_periodic.db import clock
+from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.engine.planning import attention
 from django_periodic.models import Run, Schedule
 from django_periodic.models.alerting import Facts, reason
 from django_periodic.operations import alert_mail, health

@@ -6,8 +6,10 @@ from django.core.management import call_command
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic import clock, signals, taskbackends
-from django_periodic.engine import backfill, handoff, leases, planner
+from django_periodic import signals, taskbackends
+from django_periodic.db import clock
+from django_periodic.engine.planning import backfill, planner
+from django_periodic.engine.runs import handoff, leases
 from django_periodic.models import Lease, Run
 from django_periodic.operations import health
 from django_periodic.testing import fire_times, run_due

@@ -16,9 +16,11 @@ from django.db import DatabaseError, connection, transaction
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from django_periodic import bounds, clock
-from django_periodic.engine import claims, horizon, planner
+from django_periodic.db import clock
+from django_periodic.engine.planning import look_ahead, planner
+from django_periodic.engine.runs import claims
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.timing import bounds
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.processes import wait_for
 
@@ -192,7 +194,7 @@ def test_the_look_ahead_holds_times_python_cannot(unchecked, postgres):
     with connection.cursor() as cursor:
         table = connection.ops.quote_name(Lease._meta.db_table)
         cursor.execute(f"UPDATE {table} SET expires_at = '275817-08-07 00:00:00+00'")
-    ahead = horizon.look_ahead()
+    ahead = look_ahead.look_ahead()
     assert (ahead.next_fire, ahead.next_expiry) == (bounds.EARLIEST, bounds.LATEST)
 
 

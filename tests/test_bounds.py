@@ -17,10 +17,11 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic import bounds, clock, triggers
-from django_periodic.bounds import CENTURY, EARLIEST, LATEST, UNPLANNED
-from django_periodic.engine import planner
+from django_periodic.db import clock
+from django_periodic.engine.planning import planner
 from django_periodic.models import Schedule
+from django_periodic.timing import bounds, triggers
+from django_periodic.timing.bounds import CENTURY, EARLIEST, LATEST, UNPLANNED
 from tests.factories import ScheduleFactory, due_row
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

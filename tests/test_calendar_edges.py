@@ -13,8 +13,11 @@ from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import clock, triggers
-from django_periodic.business_days import (
+from django_periodic.db import clock
+from django_periodic.models import Calendar, Schedule
+from django_periodic.testing import fire_times
+from django_periodic.timing import triggers
+from django_periodic.timing.business_days import (
     MAX_BLACKOUTS,
     MAX_CLOSED_DATES,
     MAX_SHIFT_DAYS,
@@ -22,9 +25,7 @@ from django_periodic.business_days import (
     CalendarRules,
     Closures,
 )
-from django_periodic.models import Calendar, Schedule
-from django_periodic.open_fires import OpenTrigger, PlanningTrigger
-from django_periodic.testing import fire_times
+from django_periodic.timing.open_fires import OpenTrigger, PlanningTrigger
 from tests.factories import ScheduleFactory, schedule_form_data
 
 BERLIN = ZoneInfo("Europe/Berlin")

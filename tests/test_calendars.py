@@ -13,15 +13,16 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import business_days, clock, triggers
-from django_periodic.business_days import CalendarRules, Closures
 from django_periodic.choices import ErrorCode
-from django_periodic.engine import decisions, planner
-from django_periodic.engine.decisions import Due
+from django_periodic.db import clock
+from django_periodic.engine.planning import decisions, planner
+from django_periodic.engine.planning.decisions import Due
 from django_periodic.models import Calendar, Run, Schedule
-from django_periodic.open_fires import OpenTrigger, PlanningTrigger
 from django_periodic.policies import Occupancy
 from django_periodic.testing import fire_times
+from django_periodic.timing import business_days, triggers
+from django_periodic.timing.business_days import CalendarRules, Closures
+from django_periodic.timing.open_fires import OpenTrigger, PlanningTrigger
 from tests.factories import ScheduleFactory, due_row
 
 BERLIN = ZoneInfo("Europe/Berlin")

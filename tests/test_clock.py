@@ -5,7 +5,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_periodic import clock
+from django_periodic.db import clock
 from tests.processes import wait_for
 
 

@@ -4,7 +4,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import output_of

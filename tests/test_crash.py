@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 import pytest
 from django.db import connection
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests import crash, processes
 

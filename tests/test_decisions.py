@@ -7,8 +7,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_periodic import bounds, policies
+from django_periodic import policies
 from django_periodic.choices import ErrorCode, Misfire, Overlap, RunStatus
+from django_periodic.timing import bounds
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 times = st.datetimes(

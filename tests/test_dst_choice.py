@@ -10,10 +10,11 @@ from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import clock, dst, triggers
-from django_periodic.engine import planner
+from django_periodic.db import clock
+from django_periodic.engine.planning import planner
 from django_periodic.models import Run, Schedule
-from django_periodic.triggers import CronTrigger, InvalidTrigger, fire_times
+from django_periodic.timing import dst, triggers
+from django_periodic.timing.triggers import CronTrigger, InvalidTrigger, fire_times
 from tests.factories import ScheduleFactory
 from tests.helpers import affected_changes, set_cursor, utc
 

@@ -5,8 +5,8 @@ import threading
 
 import pytest
 
-from django_periodic.engine import eventloop
-from django_periodic.engine.eventloop import EventLoop, EventLoopStopped
+from django_periodic.engine.loop import eventloop
+from django_periodic.engine.loop.eventloop import EventLoop, EventLoopStopped
 from tests.threads import Thread
 
 

@@ -9,11 +9,12 @@ from asgiref.sync import sync_to_async
 from django.db import connections
 
 from django_periodic import JobContext, job
-from django_periodic.engine import claims, eventloop, executor
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.context import StopRequest
-from django_periodic.engine.recorder import Recorder
-from django_periodic.engine.workers import WorkerPool
+from django_periodic.engine.loop import eventloop, executor
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.runs import claims
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 
 from django_periodic import scopes
-from django_periodic.engine import overlap, planner
+from django_periodic.engine.planning import overlap, planner
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests import jobs

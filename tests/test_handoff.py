@@ -20,8 +20,9 @@ from django.utils.module_loading import import_string
 from django_tasks_db.models import DBTaskResult
 
 from django_periodic import checks, taskbackends, tasks
-from django_periodic.engine import claims, handoff, leases, planner
-from django_periodic.engine.scheduler import Scheduler
+from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import claims, handoff, leases
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import set_cursor

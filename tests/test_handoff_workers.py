@@ -11,7 +11,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import ScheduleFactory
 from tests.models import Execution

@@ -13,8 +13,9 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from django_periodic import clock, triggers
+from django_periodic.db import clock
 from django_periodic.models import Schedule
+from django_periodic.timing import triggers
 from tests.factories import ScheduleFactory
 
 beat = pytest.importorskip("django_celery_beat.models")

@@ -21,8 +21,8 @@ import django_periodic
 
 PACKAGE = Path(django_periodic.__file__).parent
 
-CORE, MODELS, ENGINE, OPERATIONS, INTERFACE = range(5)
-LAYER_NAMES = ("pure core", "models", "engine", "operations", "interface")
+CORE, DATABASE, MODELS, ENGINE, OPERATIONS, INTERFACE = range(6)
+LAYER_NAMES = ("pure core", "database", "models", "engine", "operations", "interface")
 # Top-level modules whose code is a lower layer's: the engine's entry point for django.tasks
 # (its path is the task's name in every backend).
 FACADES = {"tasks": ENGINE}
@@ -37,9 +37,8 @@ INTERNAL_IMPORT = re.compile(
 # Pages for contributors, which show the machinery on purpose.
 CONTRIBUTOR_PAGES = {"contributing.md", "performance.md"}
 PURE_CORE = (
-    "bounds", "business_days", "choices", "clock", "conf", "cron_fields", "dst", "error_texts",
-    "escaping", "open_fires", "policies", "registry", "scopes", "signals", "stagger",
-    "taskbackends", "triggers",
+    "choices", "conf", "error_texts", "escaping", "policies", "registry", "scopes", "signals",
+    "taskbackends", "timing",
 )  # fmt: skip
 
 
@@ -47,6 +46,8 @@ def layer(module: str) -> int:
     """The layer of a module of the package, by its dotted name."""
     name = module.removeprefix("django_periodic").lstrip(".")
     top = name.split(".")[0]
+    if top == "db":
+        return DATABASE
     if top == "models":
         return MODELS
     if top == "engine":

@@ -11,7 +11,8 @@ from django.contrib.auth.models import Permission
 from django.db import IntegrityError, connection, transaction
 
 from django_periodic import job
-from django_periodic.engine import claims, planner
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import claims
 from django_periodic.error_texts import error_text
 from django_periodic.models import Run, Schedule
 from tests import ledger

@@ -5,8 +5,9 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections, transaction
 
-from django_periodic.engine import claims, leases, outcomes, pg_claims
-from django_periodic.engine.claimed import Claim
+from django_periodic.engine.backends.postgresql import claims as pg_claims
+from django_periodic.engine.runs import claims, leases, outcomes
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory

@@ -3,7 +3,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from django_periodic.engine import pg_timestamps
+from django_periodic.db import timestamps
 
 SQL = """
 SELECT t, t + interval '1 day' FROM (VALUES
@@ -28,7 +28,7 @@ def timestamptz_loader():
 @pytest.mark.django_db
 def test_timestamps_parsed_once_load_what_django_loads(postgres):
     plain = fetch()
-    with pg_timestamps.timestamps_parsed_once("default"):
+    with timestamps.timestamps_parsed_once("default"):
         once = fetch()
     assert once == plain
     assert once[0][0] == datetime(2026, 1, 1, tzinfo=UTC) and once[0][0].tzinfo is UTC
@@ -41,7 +41,7 @@ def test_timestamps_parsed_once_load_what_django_loads(postgres):
 def test_the_connection_gets_its_own_loader_back(postgres):
     connection.ensure_connection()
     before = timestamptz_loader()
-    with pytest.raises(ZeroDivisionError), pg_timestamps.timestamps_parsed_once("default"):
+    with pytest.raises(ZeroDivisionError), timestamps.timestamps_parsed_once("default"):
         assert timestamptz_loader() is not before
         raise ZeroDivisionError
     assert timestamptz_loader() is before
@@ -49,6 +49,6 @@ def test_the_connection_gets_its_own_loader_back(postgres):
 
 @pytest.mark.django_db
 def test_timestamps_parsed_once_does_nothing_elsewhere(sqlite):
-    with pg_timestamps.timestamps_parsed_once("default"), connection.cursor() as cursor:
+    with timestamps.timestamps_parsed_once("default"), connection.cursor() as cursor:
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)

@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from django_periodic import clock, tasks
-from django_periodic.engine import outcomes, storable
-from django_periodic.engine.recorder import Recorder
+from django_periodic import tasks
+from django_periodic.db import clock
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.runs import outcomes, storable
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import claimed

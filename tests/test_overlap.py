@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from django_periodic.engine import claims, leases, overlap, planner
+from django_periodic.engine.planning import overlap, planner
+from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Run, Schedule
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory

@@ -12,9 +12,9 @@ from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
-from django_periodic import clock
 from django_periodic.choices import ErrorCode
-from django_periodic.engine import decisions, planner
+from django_periodic.db import clock
+from django_periodic.engine.planning import decisions, planner
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
 from tests.factories import ScheduleFactory, due_row

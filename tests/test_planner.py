@@ -4,9 +4,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, connections
 
-from django_periodic import bounds, clock, policies, triggers
-from django_periodic.engine import decisions, pg_arrays, planner
+from django_periodic import policies
+from django_periodic.db import arrays, clock
+from django_periodic.engine.planning import decisions, planner
 from django_periodic.models import Run, Schedule
+from django_periodic.timing import bounds, triggers
 from tests.factories import RunFactory, ScheduleFactory, due_row
 from tests.helpers import set_cursor
 from tests.threads import Thread
@@ -485,6 +487,6 @@ def test_a_batch_records_for_each_schedule_what_it_decided_alone():
 
 
 def test_array_literals_quote_what_postgresql_would_misread():
-    assert pg_arrays.literal([1, None, True]) == "{1,NULL,t}"
-    assert pg_arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
-    assert pg_arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"
+    assert arrays.literal([1, None, True]) == "{1,NULL,t}"
+    assert arrays.literal(['a "b"', "c\\d", ""]) == '{"a \\"b\\"","c\\\\d",""}'
+    assert arrays.literal([T0]) == "{2026-01-01T00:00:00+00:00}"

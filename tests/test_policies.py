@@ -10,8 +10,9 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from django_periodic import clock
-from django_periodic.engine import leases, wakeups
+from django_periodic.db import clock
+from django_periodic.engine.loop import wakeups
+from django_periodic.engine.runs import leases
 from django_periodic.models import Run, Schedule
 from tests.factories import ScheduleFactory
 from tests.helpers import set_cursor

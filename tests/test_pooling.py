@@ -1,6 +1,6 @@
 """Through PgBouncer in transaction mode: what needs a session goes to the direct connection
 (WAKEUP_DATABASE) or is done without one, and a listener that gets no notification is
-never trusted (engine/pooling.py, wakeups.Listener._probe).
+never trusted (db/pooling.py, wakeups.Listener._probe).
 
 The tests that need PgBouncer run in the PgBouncer run of scripts/test.sh, where "default"
 goes through it and "direct" does not; elsewhere they skip.
@@ -14,7 +14,9 @@ import pytest
 from django.db import connection
 
 from django_periodic.checks import pooling_warnings, wakeup_database_errors
-from django_periodic.engine import pg_prepared, pooling, presence, wakeups
+from django_periodic.db import pooling, prepared
+from django_periodic.engine.loop import wakeups
+from django_periodic.engine.runs import presence
 from django_periodic.models import Run, SchedulerProcess
 from django_periodic.operations import retention
 from tests.factories import RunFactory, ScheduleFactory
@@ -139,7 +141,7 @@ def test_our_statements_are_not_prepared_through_pgbouncer_and_are_on_the_direct
 ):
     assert not pooling.prepares("default")  # PgBouncer 1.18 would lose them
     assert pooling.prepares("direct")
-    with pg_prepared.cursor("default") as cursor:
+    with prepared.cursor("default") as cursor:
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
 

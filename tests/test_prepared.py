@@ -1,11 +1,11 @@
 """The claim, outcome and start-mark statements are prepared on the server once per
-connection (engine/pg_prepared.py), without turning preparing on for the jobs' queries, and
+connection (db/prepared.py), without turning preparing on for the jobs' queries, and
 not at all when the database's OPTIONS say ``prepare_threshold: None`` (PgBouncer)."""
 
 import pytest
 from django.db import connection
 
-from django_periodic.engine import claims, leases
+from django_periodic.engine.runs import claims, leases
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
 

@@ -10,7 +10,7 @@ from django.db.models import signals
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic.conf import get_settings
-from django_periodic.engine import planner
+from django_periodic.engine.planning import planner
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import output_of, overdue_schedule, set_cursor

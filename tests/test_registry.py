@@ -5,7 +5,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
 from django_periodic import checks, job, registry
-from django_periodic.engine import code_schedules
+from django_periodic.engine.planning import code_schedules
 from django_periodic.models import Run, Schedule
 
 

@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic import checks, job
-from django_periodic.engine import code_schedules, planner
+from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.operations import pruner, retention
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, schedule_form_data

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from django_periodic import job, registry
-from django_periodic.engine import code_schedules, planner
+from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.models import REVISION_FIELDS, TRIGGER_FIELDS, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 from tests.helpers import set_cursor

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.db.models import F, Value
 
-from django_periodic import bounds, clock, registry
+from django_periodic import registry
 from django_periodic.choices import (
     KIND_FIELDS,
     LEDGER_TRIGGERS,
@@ -24,19 +24,13 @@ from django_periodic.choices import (
     RunTrigger,
     ScheduleKind,
 )
-from django_periodic.engine import (
-    backfill,
-    claims,
-    horizon,
-    outcomes,
-    overlap,
-    pg_claims,
-    pg_sql,
-    planner,
-    recording,
-)
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.decisions import Decision, Due, Fire
+from django_periodic.db import clock
+from django_periodic.engine.backends.postgresql import claims as pg_claims
+from django_periodic.engine.backends.postgresql import rules
+from django_periodic.engine.planning import backfill, look_ahead, overlap, planner, recording
+from django_periodic.engine.planning.decisions import Decision, Due, Fire
+from django_periodic.engine.runs import claims, outcomes
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -55,6 +49,7 @@ from django_periodic.models.run import (
     past_start_deadline_filter,
     taken_from_schedule,
 )
+from django_periodic.timing import bounds
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 
@@ -136,7 +131,7 @@ def test_awaiting_release_is_one_rule_as_a_property_and_as_a_query():
 def test_a_rule_compiled_for_a_statement_selects_what_its_query_selects(postgres):
     runs = every_release_combination(ScheduleFactory())
     table = connection.ops.quote_name(Run._meta.db_table)
-    condition, params = pg_sql.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
+    condition, params = rules.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT id FROM {table} WHERE {condition}", params)
         selected = {pk for (pk,) in cursor.fetchall()}
@@ -200,7 +195,7 @@ def test_the_ledger_conflict_target_is_the_ledger_constraint():
     columns = ", ".join(Run._meta.get_field(name).column for name in constraint.fields)
     assert constraint.condition.children == [("trigger__in", LEDGER_TRIGGERS)]
     quoted = ", ".join(f"'{trigger}'" for trigger in LEDGER_TRIGGERS)
-    assert pg_sql.ledger_conflict() == f"({columns}) WHERE trigger IN ({quoted})"
+    assert rules.ledger_conflict() == f"({columns}) WHERE trigger IN ({quoted})"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -287,8 +282,8 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
                    tasks_backend="default", exclusive=False,
                    enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
     LeaseFactory(expires_at=now + timedelta(seconds=30))
-    by_sql = horizon._look_ahead_sql("default", judge=False)
-    by_orm = horizon._look_ahead_orm("default")
+    by_sql = look_ahead._look_ahead_sql("default", judge=False)
+    by_orm = look_ahead._look_ahead_orm("default")
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
     assert by_sql.next_pending == now  # not the plan time of the run released later
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}

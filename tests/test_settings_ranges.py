@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, event, example, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from django_periodic import bounds, clock
 from django_periodic.checks import check_settings
 from django_periodic.conf import (
     BOOLEAN_KEYS,
@@ -28,7 +27,9 @@ from django_periodic.conf import (
     PeriodicSettings,
     get_settings,
 )
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule
+from django_periodic.timing import bounds
 from tests.helpers import set_cursor
 
 SECOND = timedelta(seconds=1)

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection, transaction
 
 from django_periodic import signals
-from django_periodic.engine import claims, leases, planner
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests.factories import RunFactory, ScheduleFactory

@@ -8,10 +8,12 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from django_periodic import clock, stagger
-from django_periodic.engine import claims, horizon
+from django_periodic.db import clock
+from django_periodic.engine.planning import look_ahead
+from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import health
+from django_periodic.timing import stagger
 from tests import jobs
 from tests.factories import ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import fire, set_cursor
@@ -105,7 +107,7 @@ def test_a_run_is_claimed_at_its_release_not_at_its_plan_time(process):
     before = release - timedelta(microseconds=1)
     assert not Run.objects.claimable(before).exists()
     assert claimed_ids(process, before) == set()
-    looked = horizon.look_ahead()
+    looked = look_ahead.look_ahead()
     assert looked.next_pending == release
     assert set(Run.objects.claimable(release)) == {run}
     assert claimed_ids(process, release) == {run.pk}

@@ -6,11 +6,11 @@ from datetime import timedelta
 import pytest
 from django.db import connections
 
-from django_periodic import clock
-from django_periodic.engine import claims, leases, starts
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.recorder import Recorder
-from django_periodic.engine.workers import WorkerPool
+from django_periodic.db import clock
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.runs import claims, leases, starts
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution

@@ -1,7 +1,7 @@
 import os
 import signal
 
-from django_periodic.engine.stop_signals import StopSignals, starting_scheduler
+from django_periodic.engine.loop.stop_signals import StopSignals, starting_scheduler
 
 
 def test_a_stop_signal_is_counted_and_rings_the_alarm():

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_periodic import testing
-from django_periodic.bounds import EARLIEST, LATEST, UNPLANNED
-from django_periodic.triggers import (
+from django_periodic.timing.bounds import EARLIEST, LATEST, UNPLANNED
+from django_periodic.timing.triggers import (
     MACROS,
     BoundedTrigger,
     CronTrigger,

@@ -14,7 +14,7 @@ from django.apps import apps
 from django.db.models import Count, Field, Model
 from django.db.models.expressions import Value
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests import crash, previous_release, processes
 from tests.models import Execution

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic.engine import wakeups
+from django_periodic.engine.loop import wakeups
 from tests.processes import wait_for, wait_for_children_to_disconnect
 
 WAKE_TIMEOUT = 10  # seconds; a wake-up normally takes milliseconds

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.db import connection, connections, transaction
 
-from django_periodic import clock
-from django_periodic.engine import worker_connections
+from django_periodic.db import clock
+from django_periodic.engine.loop import worker_connections
 from django_periodic.models import Run, Schedule
 from tests import processes
 from tests.factories import ScheduleFactory

@@ -7,13 +7,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections, transaction
 
-from django_periodic.engine import claims, outcomes
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.context import StopRequest
-from django_periodic.engine.holding import STALE_DEADLINES, Deadlines, Holder
-from django_periodic.engine.recorder import Recorder
-from django_periodic.engine.scheduler import Scheduler
-from django_periodic.engine.workers import WorkerPool
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.loop.holding import STALE_DEADLINES, Deadlines, Holder
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.runs import claims, outcomes
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution

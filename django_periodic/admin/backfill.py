@@ -18,8 +18,8 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import clock
-from django_periodic.engine import backfill
+from django_periodic.db import clock
+from django_periodic.engine.planning import backfill
 from django_periodic.models import Schedule
 
 if TYPE_CHECKING:

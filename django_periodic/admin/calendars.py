@@ -13,8 +13,8 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from django_periodic import business_days
 from django_periodic.models import Calendar, Schedule
+from django_periodic.timing import business_days
 
 if TYPE_CHECKING:
     _CalendarAdmin = admin.ModelAdmin[Calendar]

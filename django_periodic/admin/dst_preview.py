@@ -1,6 +1,6 @@
 """The preview's DST changes: each change of a cron schedule's time zone in the next two
 years that skips or repeats one of its wall times, in words, with the rule applied and what
-runs (the math is the core's, ``django_periodic.dst``)."""
+runs (the math is the core's, ``django_periodic.timing.dst``)."""
 
 import zoneinfo
 from dataclasses import dataclass, field
@@ -10,8 +10,8 @@ from typing import Any
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import dst, triggers
 from django_periodic.choices import DstGap, DstRepeat
+from django_periodic.timing import dst, triggers
 
 HORIZON = timedelta(days=731)  # two years, whichever holds a leap day
 # Wall times and fires named per change: a per-minute job has sixty of each an hour.

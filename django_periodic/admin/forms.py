@@ -14,7 +14,7 @@ from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import registry, taskbackends, triggers
+from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.conf import get_settings
@@ -30,6 +30,7 @@ from django_periodic.models import (
     closures_from,
 )
 from django_periodic.models.calendars import expect_calendars
+from django_periodic.timing import triggers
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrPromise

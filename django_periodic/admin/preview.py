@@ -11,10 +11,10 @@ from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_periodic import business_days, open_fires, triggers
 from django_periodic.admin import display, dst_preview
-from django_periodic.business_days import Closures
 from django_periodic.models import Schedule, open_trigger_of
+from django_periodic.timing import business_days, open_fires, triggers
+from django_periodic.timing.business_days import Closures
 
 FIRE_TIMES = 10
 # The closed fires listed at most among the next fires (a per-second schedule has 172,800

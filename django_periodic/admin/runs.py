@@ -24,7 +24,6 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import clock
 from django_periodic.admin import display
 from django_periodic.admin.run_list import (
     RunChangeList,
@@ -33,7 +32,9 @@ from django_periodic.admin.run_list import (
     ScopeFilter,
     holders,
 )
-from django_periodic.engine import leases, planner
+from django_periodic.db import clock
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import leases
 from django_periodic.models import Lease, Run
 
 if TYPE_CHECKING:

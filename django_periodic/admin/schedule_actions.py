@@ -14,12 +14,13 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic import clock, triggers
 from django_periodic.admin import backfill as backfill_page
 from django_periodic.admin import display
 from django_periodic.admin import pause as pause_page
-from django_periodic.engine import wakeups
+from django_periodic.db import clock
+from django_periodic.engine.loop import wakeups
 from django_periodic.models import Schedule
+from django_periodic.timing import triggers
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin

@@ -14,12 +14,13 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from django_periodic import clock, triggers
 from django_periodic.admin import display, history, preview
 from django_periodic.admin.forms import KIND_LABELS
-from django_periodic.business_days import Closures
 from django_periodic.choices import ErrorCode
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule, closures_of
+from django_periodic.timing import triggers
+from django_periodic.timing.business_days import Closures
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations

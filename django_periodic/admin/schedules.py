@@ -25,7 +25,6 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
-from django_periodic import clock
 from django_periodic.admin import deletion, display, preview, schedule_actions
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
@@ -35,6 +34,7 @@ from django_periodic.admin.schedule_filters import (
     LastStatusFilter,
     TriggerKindFilter,
 )
+from django_periodic.db import clock
 from django_periodic.models import (
     ALERT_FIELDS,
     CALENDAR_FIELDS,

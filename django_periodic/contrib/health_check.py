@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from health_check.base import HealthCheck
 from health_check.exceptions import ServiceUnavailable
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.operations import health
 
 

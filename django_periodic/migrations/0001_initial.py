@@ -3,7 +3,7 @@
 import datetime
 import django.core.validators
 import django.db.models.deletion
-import django_periodic.clock
+import django_periodic.db.clock
 import django_periodic.models
 import uuid
 from django.db import migrations, models
@@ -57,7 +57,7 @@ class Migration(migrations.Migration):
                 ('next_fire_at', models.DateTimeField(blank=True, editable=False, null=True)),
                 ('last_error', models.TextField(blank=True, editable=False)),
                 ('defined_in', models.CharField(blank=True, editable=False, help_text='Code location of a @job schedule.', max_length=300)),
-                ('created_at', models.DateTimeField(default=django_periodic.clock.wall_now, editable=False)),
+                ('created_at', models.DateTimeField(default=django_periodic.db.clock.wall_now, editable=False)),
                 ('updated_at', models.DateTimeField(auto_now=True)),
             ],
             options={
@@ -86,7 +86,7 @@ class Migration(migrations.Migration):
                 ('job_name', models.CharField(max_length=200)),
                 ('args', models.JSONField(default=list)),
                 ('kwargs', models.JSONField(default=dict)),
-                ('created_at', models.DateTimeField(default=django_periodic.clock.wall_now, editable=False)),
+                ('created_at', models.DateTimeField(default=django_periodic.db.clock.wall_now, editable=False)),
                 ('schedule', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='runs', to='django_periodic.schedule')),
             ],
             options={

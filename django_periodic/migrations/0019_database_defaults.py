@@ -5,7 +5,7 @@
 
 import datetime
 import django.db.models.functions.datetime
-import django_periodic.clock
+import django_periodic.db.clock
 from django.db import migrations, models
 
 
@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='run',
             name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.clock.wall_now, editable=False),
+            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.db.clock.wall_now, editable=False),
         ),
         migrations.AlterField(
             model_name='run',
@@ -144,7 +144,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='schedule',
             name='created_at',
-            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.clock.wall_now, editable=False),
+            field=models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.db.clock.wall_now, editable=False),
         ),
         migrations.AlterField(
             model_name='schedule',

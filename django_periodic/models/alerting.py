@@ -13,7 +13,7 @@ last success*, that is with a plan time after the latest plan time of its succee
   time, all failed. Cancelled and skipped runs neither count nor end a streak.
 
 Failing is the reason given when both hold. The scheduler judges every schedule at once
-(engine/attention.py) and stores the verdict on it (``attention_reason``,
+(engine/planning/attention.py) and stores the verdict on it (``attention_reason``,
 ``attention_since``); a schedule disabled, or with neither field set, needs no attention.
 """
 
@@ -22,8 +22,8 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from django_periodic import bounds
 from django_periodic.choices import AttentionReason, ErrorCode
+from django_periodic.timing import bounds
 
 # Why a fire was skipped when nobody expected it to run: it does not count as unsucceeded.
 NOT_EXPECTED = (ErrorCode.PAUSED, ErrorCode.CLOSED)

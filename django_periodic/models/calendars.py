@@ -19,11 +19,12 @@ from django.db import models, transaction
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import business_days, clock
-from django_periodic.business_days import CalendarRules, Closures
 from django_periodic.choices import OnClosedDay
+from django_periodic.db import clock
 from django_periodic.models.trigger_rows import TriggerRow, first_fire_time_of, trigger_of
-from django_periodic.triggers import InvalidTrigger
+from django_periodic.timing import business_days
+from django_periodic.timing.business_days import CalendarRules, Closures
+from django_periodic.timing.triggers import InvalidTrigger
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule

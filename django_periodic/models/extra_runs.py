@@ -8,11 +8,12 @@ class under its name.
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django_periodic import choices, clock
+from django_periodic import choices
 from django_periodic import scopes as scope_providers
+from django_periodic.db import clock
 
 if TYPE_CHECKING:
-    from django_periodic.engine.backfill import BackfillResult
+    from django_periodic.engine.planning.backfill import BackfillResult
     from django_periodic.models.run import Run
     from django_periodic.models.schedule import Schedule
 
@@ -63,7 +64,7 @@ def backfill(
     backfill. Raises ValueError for a bad range, or more than ``backfill.MAX_RUNS`` runs.
     See docs/backfill.md.
     """
-    from django_periodic.engine import backfill
+    from django_periodic.engine.planning import backfill
 
     rate = backfill.DEFAULT_RATE if rate is None else rate
     return backfill.backfill(schedule, start, end, rate=rate, now=now)
@@ -99,7 +100,7 @@ def plan_extra_runs(
 ) -> list["Run"]:
     """Record one extra run per scope key, each under its scope's overlap policy, as a
     fire would (the engine's ``overlap.plan_extra_runs``)."""
-    from django_periodic.engine import overlap
+    from django_periodic.engine.planning import overlap
 
     return overlap.plan_extra_runs(
         schedule, now, trigger=trigger, plan_time=plan_time, scopes=scopes, **snapshot

@@ -45,7 +45,7 @@ CURSOR_FIELDS = (*TRIGGER_FIELDS, "on_closed_day", "enabled", "paused_until")
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
 # A schedule's pause (Schedule.pause()): until when, why, by whom.
 PAUSE_FIELDS = ("paused_until", "pause_reason", "paused_by")
-# Whether it needs attention, as the scheduler last found (engine/attention.py): written
+# Whether it needs attention, as the scheduler last found (engine/planning/attention.py): written
 # by the scheduler alone, never by a full save() (Schedule.save), so that an edit saved
 # from a stale form cannot undo a transition and have it announced twice.
 ATTENTION_FIELDS = ("attention_reason", "attention_since")

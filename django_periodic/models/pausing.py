@@ -3,7 +3,7 @@
 A paused schedule keeps its cursor; the planner, finding it due before ``paused_until``,
 records one skipped run (code ``paused``, with ``pause_note()`` as its message) and moves
 the cursor to the first fire at or after the pause's end: no fire of the pause is run, and
-none is caught up (engine/decisions.py). Pausing and resuming are refused, as a
+none is caught up (engine/planning/decisions.py). Pausing and resuming are refused, as a
 ``ValidationError``, when the schedule's calendars leave it no fire within reach after then.
 """
 
@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
-from django_periodic import bounds, triggers
 from django_periodic.models.calendars import closures_of, next_fire_error
+from django_periodic.timing import bounds, triggers
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule

@@ -9,9 +9,10 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import choices, clock, policies
+from django_periodic import choices, policies
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
+from django_periodic.db import clock
 from django_periodic.models.schedule import Schedule
 
 # The statuses of runs a worker may claim (when due): choices.py holds every status set.
@@ -48,13 +49,14 @@ def past_start_deadline_filter(at: datetime) -> Q:
 # When a run may first start: its plan time, or later by its schedule's stagger
 # (release_at). Claims, the look ahead and lag read it; the claim index holds it. Run's
 # release_time says it of one run, pg_claims.RELEASE in the claim statement (tests/
-# test_rules.py checks both agree with it); other statements compile it (engine/pg_sql.py).
+# test_rules.py checks both agree with it); other statements compile it
+# (engine/backends/postgresql/rules.py).
 RELEASE = Coalesce("release_at", "plan_time")
 
 
 # A fire recorded skipped (missed, paused, closed, ...) is final as it is recorded: it is
 # finished then, and a run recorded in any other status is not. The planner's ORM path
-# reads finished_when_recorded, its statement (engine/recording.py) these statuses.
+# reads finished_when_recorded, its statement (engine/planning/recording.py) these statuses.
 FINISHED_WHEN_RECORDED = (choices.RunStatus.SKIPPED,)
 
 
@@ -65,7 +67,7 @@ def finished_when_recorded(status: str, now: datetime) -> datetime | None:
 
 # What a run keeps of its schedule when it is recorded, run field: schedule field. It calls
 # this whatever the schedule becomes; a retry repeats it. The planner's statement copies
-# the same columns (engine/recording.py builds its SQL from this).
+# the same columns (engine/planning/recording.py builds its SQL from this).
 SNAPSHOT_FIELDS = {
     "job_name": "job",
     "args": "args",
@@ -76,7 +78,7 @@ SNAPSHOT_FIELDS = {
 
 # The fields a new run copies from its schedule as they are, run field: schedule field: the
 # snapshot, and how many attempts it may make. The planner's statement copies the same
-# columns (engine/recording.py builds its SQL from this).
+# columns (engine/planning/recording.py builds its SQL from this).
 COPIED_FROM_SCHEDULE = {**SNAPSHOT_FIELDS, "max_attempts": "max_attempts"}
 
 
@@ -138,7 +140,7 @@ class RunQuerySet(models.QuerySet["Run"]):
         """Cancel these runs that have not started, and ask running ones to stop (their
         context's ``cancelled`` turns true). Returns (cancelled, asked to stop); see
         docs/semantics.md ("Cancel")."""
-        from django_periodic.engine import leases
+        from django_periodic.engine.runs import leases
 
         return leases.request_cancel(self, now or clock.now(self.db))
 
@@ -161,7 +163,7 @@ class RunQuerySet(models.QuerySet["Run"]):
 
     def of_jobs(self, jobs: "Collection[str]") -> "RunQuerySet":
         """Runs of these jobs: a process claims only runs whose job its code registers
-        (engine/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
+        (engine/planning/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
         return self.filter(job_name__in=jobs)
 
     def handed_off(self) -> "RunQuerySet":

@@ -10,8 +10,9 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import bounds, choices, clock, triggers
+from django_periodic import choices
 from django_periodic.choices import AttentionReason, ScheduleKind
+from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.field_groups import CURSOR_FIELDS, PAUSE_FIELDS
@@ -24,6 +25,7 @@ from django_periodic.models.trigger_rows import (
     open_trigger_of,
     trigger_of,
 )
+from django_periodic.timing import bounds, triggers
 
 
 def _range_constraints() -> list[models.CheckConstraint]:
@@ -208,8 +210,8 @@ class Schedule(TrackedChanges):
         blank=True,
         help_text=_("Needs attention after this many failed runs in a row; empty: never."),
     )
-    # Whether it needs attention, as the scheduler last found (engine/attention.py); only the
-    # scheduler writes them.
+    # Whether it needs attention, as the scheduler last found
+    # (engine/planning/attention.py); only the scheduler writes them.
     attention_reason = models.CharField(
         max_length=32,
         choices=AttentionReason,

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import models
 from django.db.models import F
 
-from django_periodic import clock
 from django_periodic.choices import ScheduleKind
+from django_periodic.db import clock
 from django_periodic.models import alerting, pausing
 from django_periodic.models.field_groups import REVISION_FIELDS
 from django_periodic.models.saving import wake_schedulers

@@ -11,12 +11,11 @@ from typing import Protocol
 
 from django.db.models import Q
 
-from django_periodic import bounds, business_days, open_fires, triggers
-
 # KIND_FIELDS is pure (@job reads it too); models.KIND_FIELDS is this name.
 from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
+from django_periodic.timing import bounds, business_days, open_fires, triggers
 
 # The kind rule in SQL: which rows are of each kind, by the field that carries it
 # (KIND_FIELDS): cron wins, then interval, then run_at.

@@ -9,12 +9,14 @@ together (``calendars.next_fire_error``).
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from django_periodic import bounds, clock, registry, taskbackends, triggers
+from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
+from django_periodic.db import clock
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.field_groups import TRIGGER_FIELDS
 from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
+from django_periodic.timing import bounds, triggers
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule

@@ -1,13 +1,14 @@
 """The alert mail's outbox: notices of changes gathered off the scheduler's loop, and mailed
 by a thread of their own, one mail an ``ALERT_INTERVAL`` at most.
 
-The loop announces a change (engine/attention.py); the receiver (alert_mail.py) only posts a
-notice here, which never blocks. One daemon thread, started with the first notice, waits a
-moment for the rest of that evaluation's changes (``GATHER``), or until an ``ALERT_INTERVAL``
-has passed since its last mail, and sends everything gathered as one mail. A mail server
-that is slow, silent or gone holds up that thread only: notices keep being gathered, up to
-``SIZE`` for one mail. What is not mailed is counted, logged, and said in the next mail.
-At exit the thread gets ``PATIENCE`` to send what it holds, then is abandoned.
+The loop announces a change (engine/planning/attention.py); the receiver (alert_mail.py)
+only posts a notice here, which never blocks. One daemon thread, started with the first
+notice, waits a moment for the rest of that evaluation's changes (``GATHER``), or until an
+``ALERT_INTERVAL`` has passed since its last mail, and sends everything gathered as one
+mail. A mail server that is slow, silent or gone holds up that thread only: notices keep
+being gathered, up to ``SIZE`` for one mail. What is not mailed is counted, logged, and said
+in the next mail. At exit the thread gets ``PATIENCE`` to send what it holds, then is
+abandoned.
 """
 
 import atexit

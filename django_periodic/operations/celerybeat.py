@@ -19,7 +19,6 @@ from typing import Any
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from django_periodic import triggers
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.models import Schedule
 from django_periodic.operations.celerybeat_rows import (
@@ -31,6 +30,7 @@ from django_periodic.operations.celerybeat_rows import (
     entry,
     task_entry,
 )
+from django_periodic.timing import triggers
 
 # Routing options of a celery message; runs have no per-schedule broker route.
 ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority")

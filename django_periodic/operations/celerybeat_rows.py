@@ -21,7 +21,7 @@ from django.db import DataError, transaction
 from django.db.models import QuerySet
 from django.utils import dateparse, timezone
 
-from django_periodic import bounds, triggers
+from django_periodic.timing import bounds, triggers
 
 APP_LABEL = "django_celery_beat"
 # The schedule models a periodic task may point to, by its foreign key's name.

@@ -16,7 +16,7 @@ from django.db import connections
 from django.db.models import Count, F
 
 from django_periodic.conf import get_settings
-from django_periodic.engine import pg_sql
+from django_periodic.engine.backends.postgresql import rules
 from django_periodic.models import (
     RELEASE,
     Lease,
@@ -188,7 +188,7 @@ def fire_lag(now: datetime, using: str = "default") -> Lag:
 def _lag_in_sql(since: datetime, using: str) -> Lag:
     runs = Run.objects.using(using)
     table = connections[using].ops.quote_name(Run._meta.db_table)
-    lag = f"started_at - {pg_sql.expression(runs, RELEASE)}"
+    lag = f"started_at - {rules.expression(runs, RELEASE)}"
     sql = (
         "SELECT count(*),"
         f" percentile_cont(0.5) WITHIN GROUP (ORDER BY {lag}),"

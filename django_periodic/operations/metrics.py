@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections, connections
 from django.db.models import Count, Q
 
-from django_periodic import clock, signals
+from django_periodic import signals
 from django_periodic.conf import get_settings
+from django_periodic.db import clock
 from django_periodic.models import RELEASE, Run, Schedule, SchedulerProcess
 
 if TYPE_CHECKING:

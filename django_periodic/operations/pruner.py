@@ -10,8 +10,8 @@ import threading
 
 from django.db import DatabaseError, InterfaceError, connections
 
-from django_periodic import clock
 from django_periodic.conf import get_settings
+from django_periodic.db import clock
 from django_periodic.error_texts import shown
 from django_periodic.operations import retention
 

@@ -33,7 +33,7 @@ from django.db.models import (
 )
 
 from django_periodic.conf import get_settings
-from django_periodic.engine import pooling
+from django_periodic.db import pooling
 from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Schedule
 
 # Schedules whose cutoffs one statement computes.

@@ -5,9 +5,10 @@ from collections.abc import Awaitable, Coroutine
 from datetime import datetime
 from typing import Any
 
-from django_periodic import clock, registry
-from django_periodic.engine import eventloop
-from django_periodic.engine.context import JobContext, StopRequest
+from django_periodic import registry
+from django_periodic.db import clock
+from django_periodic.engine.loop import eventloop
+from django_periodic.engine.loop.context import JobContext, StopRequest
 from django_periodic.models import Run, Schedule
 
 

@@ -27,6 +27,6 @@ def periodic_run_due(db: None) -> Callable[..., "list[Run]"]:
 def periodic_now(db: None) -> datetime:
     """The database's clock when the test started: a ``now`` to pass to ``run_due``, and to
     compute later ones from (``periodic_now + timedelta(minutes=5)``)."""
-    from django_periodic import clock
+    from django_periodic.db import clock
 
     return clock.now()

@@ -3,11 +3,13 @@
 import time
 from datetime import datetime
 
-from django_periodic import clock
 from django_periodic.conf import get_settings
-from django_periodic.engine import claims, executor, outcomes, planner
-from django_periodic.engine.claimed import Claim
-from django_periodic.engine.context import StopRequest
+from django_periodic.db import clock
+from django_periodic.engine.loop import executor
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.planning import planner
+from django_periodic.engine.runs import claims, outcomes
+from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run
 
 HOLDER = "django_periodic.testing.run_due"

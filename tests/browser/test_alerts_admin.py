@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.processes]
 # succeed, and its last two runs would no longer both have failed.
 SETUP = """
 from datetime import timedelta
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.models import Run, Schedule
 schedule = Schedule(name="alert demo", job="demo.jobs.greet", args=["alerts"],
                     cron="0 0 1 1 *", timezone="UTC")

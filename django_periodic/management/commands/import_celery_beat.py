@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.operations import celerybeat, celerybeat_rows
 
 VERBS = {

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_periodic import clock
+from django_periodic.db import clock
 from django_periodic.operations import retention
 
 DEFAULT_BATCH_SIZE = 5000

@@ -4,8 +4,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_periodic.conf import get_settings
-from django_periodic.engine import stop_signals
-from django_periodic.engine.scheduler import Scheduler
+from django_periodic.engine.loop import stop_signals
+from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.operations import pruner, runlog
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}

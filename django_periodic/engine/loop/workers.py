@@ -1,0 +1,376 @@
+"""Executing claimed runs off the loop: the worker threads that call the jobs, the claims
+waiting for one, and those held for their plan time; the outcomes go to the recorder."""
+
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from datetime import datetime
+
+from django.db import connections
+
+from django_periodic.engine.loop import eventloop, executor, worker_connections
+from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.loop.holding import Deadlines, Holder
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.runs.outcomes import AttemptOutcome, unstarted
+from django_periodic.engine.runs.starts import StartMarks
+
+logger = logging.getLogger("django_periodic")
+
+# Claims are taken ahead of the threads (the prefetch) only while jobs are this short on
+# average: a run claimed ahead then waits milliseconds, never behind a long job.
+SHORT_JOB = 0.05
+# At most this many runs held for their plan time (claimed ahead of it) while jobs are
+# short or not yet timed; with long jobs, only as many as the threads take.
+MAX_HELD = 1000
+# At most this many async runs awaited at once on the event loop: beyond, no more claims
+# (one process must not take every I/O-bound run of a fleet).
+MAX_AWAITING = 100
+# Weight of the latest job in the running average of durations.
+DURATION_WEIGHT = 0.1
+# At most this many claims waiting for a thread marked started with another's (starts.py).
+MARK_AHEAD_LIMIT = 1000
+# Held claims are marked started this many marks' round trips before their release, and
+# at most this many seconds before (a slow database must not stretch the time between a
+# run's mark and its job's call).
+MARK_LEAD = 1.5
+MAX_MARK_LEAD = 0.05
+
+
+class WorkerPool:
+    """Threads that execute claimed runs, the claims waiting for one (the prefetch), and
+    those held for their plan time (claimed ahead of it).
+
+    ``on_done`` is called each time a claim leaves the pool (its job returned), on the
+    worker's thread (the event loop's, for an async job); the outcome goes to the recorder.
+    ``on_handoff`` is called when a thread hands an async job to the event loop, and so is
+    free again. Up to ``prefetch`` claims may wait for a thread, while the jobs are short
+    (``SHORT_JOB``).
+    """
+
+    def __init__(
+        self,
+        size: int,
+        on_done: Callable[[], None],
+        recorder: Recorder,
+        prefetch: int = 0,
+        on_handoff: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.size = size
+        self.prefetch = prefetch
+        # Unknown at first: as long as a slow job, so that there is no prefetch (claims
+        # ahead of the plan time take "unknown" as short, see room_ahead()).
+        self._average_duration = float("inf")
+        self._on_done = on_done
+        self._on_handoff = on_handoff
+        self._recorder = recorder
+        self._queue: queue.SimpleQueue[Claim | None] = queue.SimpleQueue()
+        self._lock = threading.Condition()
+        self._in_flight: dict[Claim, StopRequest] = {}
+        self._held: set[Claim] = set()  # in flight, waiting for their plan time
+        self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
+        self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
+        self._abandoned: set[Claim] = set()
+        self._queued: dict[Claim, None] = {}  # in the queue, in its order: no thread yet
+        # The loop looks at these each tick; kept as it goes, so that a tick costs nothing
+        # per claim in flight (a burst holds a thousand):
+        self._timed: dict[Claim, StopRequest] = {}  # in flight, their schedule has a timeout
+        self._deadlines = Deadlines(self._waiting, lambda: len(self._in_flight))
+        self._start_marks = StartMarks()
+        self._threads = 0
+        for _ in range(size):
+            self._start_thread()
+        self._holder = Holder(self._release, self._mark_coming, self._mark_lead)
+
+    def _start_thread(self) -> None:
+        self._threads += 1
+        name = f"periodic-worker-{self._threads}"
+        threading.Thread(target=self._work, name=name, daemon=True).start()
+
+    @property
+    def capacity(self) -> int:
+        """Threads, plus the prefetch while jobs are short."""
+        short = self._average_duration < SHORT_JOB
+        return self.size + (self.prefetch if short else 0)
+
+    def next_release(self) -> float | None:
+        """When the earliest run held for its plan time is released (time.monotonic())."""
+        return self._holder.next_release()
+
+    def free(self) -> int:
+        """How many more runs due now the pool takes: idle threads plus room in the prefetch
+        (async runs awaited on the event loop hold no thread, up to ``MAX_AWAITING``)."""
+        with self._lock:
+            waiting_or_busy = len(self._in_flight) - len(self._held) - len(self._awaiting)
+            room = min(self.capacity - waiting_or_busy, MAX_AWAITING - len(self._awaiting))
+            return max(room, 0)
+
+    def room_ahead(self) -> int:
+        """How many more runs the pool holds for their plan time: many while jobs are short
+        (or not timed yet), else as many as there are threads and prefetch free."""
+        with self._lock:
+            if self._short_so_far():
+                return max(MAX_HELD - len(self._held), 0)
+            return max(self.capacity - len(self._in_flight), 0)
+
+    def _short_so_far(self) -> bool:
+        """No job is known to be long: short on average (or none finished yet), and none
+        running longer than a short one now."""
+        if self._average_duration >= SHORT_JOB and self._average_duration != float("inf"):
+            return False
+        now = time.monotonic()
+        return all(now - since < SHORT_JOB for since in self._started.values())
+
+    def starving(self) -> bool:
+        """A thread is idle and no claim waits for one: claim now, even a single run."""
+        with self._lock:
+            busy = len(self._in_flight) - len(self._held) - len(self._awaiting)
+            return busy < self.size
+
+    def submit(self, claim: Claim) -> None:
+        """Execute a claim: at once, or at its plan time if it was claimed ahead of it."""
+        starts_at = claim.starts_at()
+        with self._lock:
+            stop = self._in_flight[claim] = StopRequest()
+            if claim.run.schedule.timeout is not None:
+                self._timed[claim] = stop
+            self._deadlines.add(claim)
+            held = starts_at > time.monotonic()
+            if held:
+                self._held.add(claim)
+            else:
+                self._enqueue(claim)
+        if held:
+            self._holder.hold(claim, starts_at)
+
+    def _mark_lead(self) -> float:
+        """How long before their release held claims are marked started: about a mark's
+        round trip, so that the marks are written as the claims come due."""
+        return min(MARK_LEAD * self._start_marks.round_trip, MAX_MARK_LEAD)
+
+    def _mark_coming(self, claims: list[Claim]) -> None:
+        """Mark the held claims about to be released started (starts.py), on the holder's
+        thread; if that fails, each thread marks its own when it takes it, as it would."""
+        with self._lock:
+            held = [claim for claim in claims if claim in self._held]
+        try:
+            self._start_marks.mark_ahead(held)
+        except Exception:
+            logger.exception("Could not mark %d runs started ahead of them.", len(held))
+
+    def _release(self, claims: list[Claim]) -> None:
+        with self._lock:
+            self._held.difference_update(claims)
+            for claim in claims:
+                self._enqueue(claim)
+
+    def _enqueue(self, claim: Claim) -> None:
+        """Hand a claim to the threads (call with the lock held: ``_queued`` keeps the
+        queue's order)."""
+        self._queued[claim] = None
+        self._queue.put(claim)
+
+    def in_flight(self) -> dict[Claim, StopRequest]:
+        with self._lock:
+            return dict(self._in_flight)
+
+    def holds(self, claim: Claim) -> bool:
+        with self._lock:
+            return claim in self._in_flight
+
+    def timed(self) -> dict[Claim, StopRequest]:
+        """The claims in flight whose schedule has a timeout: the only ones with a time to
+        watch."""
+        with self._lock:
+            return dict(self._timed)
+
+    def of_runs(self, run_ids: set[int]) -> dict[Claim, StopRequest]:
+        """The claims in flight of these runs."""
+        if not run_ids:
+            return {}
+        with self._lock:
+            return {c: stop for c, stop in self._in_flight.items() if c.run.pk in run_ids}
+
+    def withdraw_late(self) -> list[Claim]:
+        """Take back the claims still waiting for a thread past their start deadline: they
+        are skipped at once rather than when a thread frees up."""
+        with self._lock:
+            late = self._deadlines.pop_passed(time.monotonic())
+            for claim in late:
+                self._forget(claim)
+        self._start_marks.forget(late)
+        return late
+
+    def next_start_deadline(self) -> datetime | None:
+        """The earliest start deadline of the claims waiting for a thread (first starts)."""
+        with self._lock:
+            return self._deadlines.earliest()
+
+    def withdraw_unstarted(self) -> list[Claim]:
+        """Take back every claim whose job has not started (held for its plan time, or
+        waiting for a thread): none of them will start here."""
+        with self._lock:
+            unstarted = [claim for claim in self._in_flight if self._waiting(claim)]
+            for claim in unstarted:
+                self._forget(claim).set(StopRequest.SHUTDOWN)
+            self._lock.notify_all()
+        self._start_marks.forget(unstarted)
+        return unstarted
+
+    def _waiting(self, claim: Claim) -> bool:
+        """Whether the claim is in flight and no thread has started its job (call with the
+        lock held)."""
+        return claim in self._in_flight and claim not in self._started
+
+    def _forget(self, claim: Claim) -> StopRequest:
+        """Take a claim out of the pool (call with the lock held); its stop request."""
+        self._held.discard(claim)
+        self._queued.pop(claim, None)
+        self._timed.pop(claim, None)
+        return self._in_flight.pop(claim)
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._in_flight
+
+    def stop_all(self, reason: str) -> None:
+        with self._lock:
+            for stop in self._in_flight.values():
+                stop.set(reason)
+
+    def abandon(self, claim: Claim) -> None:
+        """Stop counting a run whose job overran: a new thread takes its place.
+
+        Python cannot kill a thread; the old one ends when its job returns, and its
+        late outcome is refused by the lease's token.
+        """
+        with self._lock:
+            if claim not in self._in_flight:
+                return
+            self._forget(claim)
+            self._abandoned.add(claim)
+            self._lock.notify_all()
+            self._start_thread()
+
+    def stop(self) -> None:
+        """Let each idle thread exit; a thread still running a job exits after it, and the
+        event loop after the async jobs it awaits."""
+        self._holder.stop()
+        for _ in range(self.size):
+            self._queue.put(None)
+        eventloop.stop()
+
+    def _note_duration(self, seconds: float) -> None:
+        if self._average_duration == float("inf"):
+            self._average_duration = seconds
+        else:
+            weight = DURATION_WEIGHT
+            self._average_duration += weight * (seconds - self._average_duration)
+
+    def _work(self) -> None:
+        while (claim := self._queue.get()) is not None:
+            self._execute(claim)
+            with self._lock:
+                if claim in self._abandoned:
+                    self._abandoned.discard(claim)
+                    break  # its replacement already serves the queue
+        connections.close_all()  # this thread's own connections
+
+    def _execute(self, claim: Claim) -> None:
+        with self._lock:
+            stop = self._in_flight.get(claim)
+            self._queued.pop(claim, None)
+            started = time.monotonic()
+            if stop is not None and stop.reason != StopRequest.SHUTDOWN:
+                self._started[claim] = started
+            else:
+                stop = None  # given up at shutdown before a thread took it
+        outcome = None
+        try:
+            if stop is not None:
+                # The thread's connection serves run after run (whatever CONN_MAX_AGE
+                # says), unless the last job left it unfit for the next.
+                worker_connections.prepare_for_run()
+                if not self._marked_started(claim):
+                    outcome = unstarted(claim)  # refused by its token if the lease was lost
+                    stop = None
+                started = self._calling(claim)
+            if stop is not None:
+                called = executor.call_job(claim, stop)
+                if isinstance(called, executor.AsyncRun):
+                    self._await(claim, called, started)
+                    return  # this thread is free; the run stays in flight until it ends
+                outcome = called
+        except BaseException:
+            # Never lose the thread. The run keeps its lease until it expires; the
+            # sweeper then settles it.
+            logger.exception("Could not execute run %s.", claim.run.pk)
+        self._leave(claim, outcome, started)
+
+    def _calling(self, claim: Claim) -> float:
+        """The job is called now: its time runs from here, not from the wait for its mark
+        (a slow mark must not make short jobs look long, and stop the claims ahead)."""
+        now = time.monotonic()
+        with self._lock:
+            if claim in self._started:
+                self._started[claim] = now
+        return now
+
+    def _marked_started(self, claim: Claim) -> bool:
+        """Whether the ledger now says the run started (starts.py), so that its job may be
+        called; if that cannot be written, the run is given back unstarted."""
+        try:
+            return self._start_marks.mark(claim, self._upcoming)
+        except Exception:
+            logger.exception("Could not mark run %s started; giving it back.", claim.run.pk)
+            return False
+
+    def _upcoming(self) -> tuple[list[Claim], int]:
+        """The claims waiting for a thread, and how many of them the threads will take
+        within about one mark's round trip, at the jobs' average duration (starts.py)."""
+        round_trip = self._start_marks.round_trip
+        with self._lock:
+            if not round_trip or self._average_duration >= SHORT_JOB:
+                return [], 0
+            soon = int(self.size * round_trip / max(self._average_duration, 1e-6))
+            soon = min(soon, MARK_AHEAD_LIMIT)
+            if soon <= 0:
+                return [], 0
+            # Twice as many: those marked ahead before may still wait in front.
+            queued = list(itertools.islice(self._queued, 2 * soon))
+        return queued, soon
+
+    def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
+        """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""
+
+        def ended(future: Future[AttemptOutcome | None]) -> None:  # on the event loop's thread
+            with self._lock:
+                self._awaiting.discard(claim)
+                if claim in self._abandoned:
+                    # Its timeout gave it a replacement thread, but it held none: retire one.
+                    self._abandoned.discard(claim)
+                    self._queue.put(None)
+            self._leave(claim, run.ended(future), started)
+
+        with self._lock:
+            self._awaiting.add(claim)
+        eventloop.submit(run.outcome()).add_done_callback(ended)
+        self._on_handoff()  # its thread is free for another run
+
+    def _leave(self, claim: Claim, outcome: AttemptOutcome | None, started: float) -> None:
+        """A run leaves the pool (from any thread): its outcome goes to the recorder first,
+        so that it is always held by one or the other until recorded (``Recorder.holding``)."""
+        if outcome is not None:
+            self._recorder.put(outcome)
+        with self._lock:
+            if claim in self._in_flight:
+                self._forget(claim)
+            self._started.pop(claim, None)
+            self._note_duration(time.monotonic() - started)
+            self._lock.notify_all()
+        self._on_done()
