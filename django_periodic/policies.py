@@ -9,15 +9,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
-from django.db import InterfaceError, OperationalError
-
 from django_periodic.choices import ErrorCode, Misfire, Overlap, RunStatus
 from django_periodic.timing import bounds
-
-# Errors of the database or the connection, never one row's: the loop retries them (with
-# backoff) rather than failing a schedule or a run for them. Any other exception while
-# handling one schedule or one run is that row's failure.
-CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 class Policy(Protocol):

@@ -1,7 +1,8 @@
 """The ``@job`` decorator and the registry of jobs.
 
-Pure: no models are imported here (``sync.py`` writes code-defined schedules to the
-database), so ``from django_periodic import job`` works before the apps are ready."""
+Pure: no models are imported here (``engine/planning/code_schedules.py`` writes
+code-defined schedules to the database), so ``from django_periodic import job`` works
+before the apps are ready."""
 
 import inspect
 from collections.abc import Callable

@@ -18,12 +18,9 @@ thousands of runs a second, and a transition must cost nothing unless someone as
 """
 
 import logging
-from collections.abc import Iterable
-from functools import partial
 from typing import Any
 
 from django.apps import apps
-from django.db import transaction
 from django.dispatch import Signal
 
 from django_periodic.choices import RunStatus
@@ -143,14 +140,6 @@ def of_run(signal: Signal, run: Any, **overrides: Any) -> Event:
 def recorded(run: Any) -> Event:
     """``run_planned`` (or ``run_skipped``) for a run just recorded."""
     return of_run(run_skipped if run.status == RunStatus.SKIPPED else run_planned, run)
-
-
-def send_on_commit(events: Iterable[Event], using: str) -> None:
-    """Send the events once the current transaction on ``using`` commits (at once outside
-    one); never if it rolls back."""
-    events = list(events)
-    if events:
-        transaction.on_commit(partial(send, events), using=using)
 
 
 def send(events: list[Event]) -> None:

@@ -7,7 +7,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_periodic.admin import deletion
+from django_periodic.admin.actions import deletion
 from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import ScheduleFactory, SchedulerProcessFactory

@@ -9,6 +9,7 @@ from django.db import IntegrityError, connection, connections, transaction
 
 from django_periodic import scopes
 from django_periodic.engine.planning import overlap, planner
+from django_periodic.engine.runs import retries
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
 from tests import jobs
@@ -272,7 +273,7 @@ def test_run_now_on_a_fanned_out_schedule_names_its_scope():
 def test_retrying_a_failed_scoped_run_keeps_its_scope(now):
     schedule = fanned_out()
     failed = RunFactory(schedule=schedule, scope="globex", plan_time=T0, status="failed")
-    retry = planner.plan_retry(failed, now)
+    retry = retries.plan_retry(failed, now)
     assert (retry.scope, retry.trigger, retry.status) == ("globex", "retry", "pending")
 
 

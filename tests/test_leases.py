@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, connections, transaction
 
 from django_periodic.engine.backends.postgresql import claims as pg_claims
-from django_periodic.engine.runs import claims, leases, outcomes
+from django_periodic.engine.runs import claims, leases, outcomes, retries
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests import ledger
@@ -110,9 +110,9 @@ def test_a_failure_that_is_not_retryable_fails_at_once(process, now):
 def test_backoff_doubles_with_jitter_and_is_capped():
     base = timedelta(seconds=10)
     for attempt, nominal in ((1, 10), (2, 20), (3, 40)):
-        delay = outcomes.retry_delay(base, attempt).total_seconds()
+        delay = retries.retry_delay(base, attempt).total_seconds()
         assert nominal / 2 <= delay <= nominal
-    assert outcomes.retry_delay(base, 200) <= outcomes.MAX_RETRY_DELAY
+    assert retries.retry_delay(base, 200) <= retries.MAX_RETRY_DELAY
 
 
 @pytest.mark.django_db

@@ -7,7 +7,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from django_periodic.engine.planning import overlap, planner
-from django_periodic.engine.runs import claims, leases
+from django_periodic.engine.runs import claims, leases, retries
 from django_periodic.models import Run, Schedule
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory
@@ -163,7 +163,7 @@ def test_run_now_decides_on_the_locked_row_not_on_a_stale_copy(now):
 def test_plan_retry_repeats_a_failed_run_with_its_snapshot(now):
     schedule = every_second(job="tests.jobs.add", args=[1, 2])
     failed = RunFactory(schedule=schedule, plan_time=now, status="failed", args=[5, 6])
-    retry = planner.plan_retry(failed, now + timedelta(minutes=1))
+    retry = retries.plan_retry(failed, now + timedelta(minutes=1))
     assert (retry.trigger, retry.status, retry.plan_time) == ("retry", "pending", now)
     assert (retry.job_name, retry.args) == ("tests.jobs.add", [5, 6])
 

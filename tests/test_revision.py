@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from django_periodic import job, registry
 from django_periodic.engine.planning import code_schedules, planner
+from django_periodic.engine.runs import retries
 from django_periodic.models import REVISION_FIELDS, TRIGGER_FIELDS, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 from tests.helpers import set_cursor
@@ -183,7 +184,7 @@ def test_a_retry_records_the_revision_of_the_run_it_repeats(now):
     failed = RunFactory(schedule=schedule, status=Run.Status.FAILED, plan_time=now)
     schedule.args = [1]
     schedule.save()
-    retry = planner.plan_retry(failed, now)
+    retry = retries.plan_retry(failed, now)
     assert (failed.schedule_revision, retry.schedule_revision) == (1, 1)
 
 

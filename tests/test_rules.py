@@ -25,11 +25,12 @@ from django_periodic.choices import (
     ScheduleKind,
 )
 from django_periodic.db import clock
+from django_periodic.engine.backends import portable, postgresql
 from django_periodic.engine.backends.postgresql import claims as pg_claims
 from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import backfill, look_ahead, overlap, planner, recording
+from django_periodic.engine.planning import backfill, overlap, planner
 from django_periodic.engine.planning.decisions import Decision, Due, Fire
-from django_periodic.engine.runs import claims, outcomes
+from django_periodic.engine.runs import claims, outcomes, retries
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
@@ -169,14 +170,14 @@ def taken(row: dict) -> dict:
 def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(
     postgres, now, settings, tasks_backend
 ):
-    """``backfill.INSERT_SQL`` (PostgreSQL) and ``_run`` (the ORM) record alike: runs
+    """The PostgreSQL backend's ``INSERT_SQL`` and the portable one's ORM record alike: runs
     awaiting their release (``AWAITING_RELEASE_VALUES``), not exclusive, with what they
     take from their schedule (``taken_from_schedule``)."""
     settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
     start, spacing = now - timedelta(hours=1), timedelta(seconds=2)
     for settings in schedule_settings():
         twins = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC", **settings)
-        inserts = (backfill._insert_postgresql, backfill._insert_orm)
+        inserts = (postgresql.insert_backfill, portable.insert_backfill)
         for schedule, insert in zip(twins, inserts, strict=True):
             in_range = backfill._in_range(schedule, start, now, now)
             insert(schedule, in_range, now, spacing, "default")
@@ -213,14 +214,14 @@ def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
     Schedule.objects.filter(pk=schedule.pk).update(args=[6, 7])
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
     run.refresh_from_db()
-    assert planner.plan_retry(run, now).snapshot == run.snapshot
+    assert retries.plan_retry(run, now).snapshot == run.snapshot
 
 
 def loaded(schedule: Schedule) -> Due:
     """A schedule as the planner's ORM path loads it (with the snapshot's columns)."""
     rows = Schedule.objects.filter(pk=schedule.pk)
     rows = rows.annotate(anchor=F("created_at"), has_calendars=Value(False))
-    fields = (*planner.DECISION_FIELDS, *planner.SNAPSHOT_COLUMNS_LOADED)
+    fields = (*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED)
     return Due(*rows.values_list(*fields).get())
 
 
@@ -238,7 +239,7 @@ def fires_of_each_status(now) -> tuple[Fire, ...]:
 def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
     postgres, now, settings, tasks_backend
 ):
-    """``recording.PLAN_SQL`` (PostgreSQL) and ``_fire_run`` (the ORM) record a decision's
+    """The PostgreSQL backend's ``PLAN_SQL`` and the portable one's ORM record a decision's
     fires alike, for twin schedules: with what a run takes from its schedule
     (``taken_from_schedule``), a skipped fire finished as it is recorded
     (``finished_when_recorded``), the others not."""
@@ -250,9 +251,8 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
         cursor = sql.next_fire_at + timedelta(hours=1)
         by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
         by_orm.append(Decision(orm, cursor, fires_of_each_status(now)))
-    assert recording._record_postgresql(by_sql, now, "default", None) == by_sql
-    recording._advance_cursors_serialized(by_orm, "default")
-    recording._insert_runs(by_orm, now, "default")
+    assert postgresql.record_fires(by_sql, now, "default", None) == by_sql
+    assert portable.record_fires(by_orm, now, "default", None) == by_orm
     for sql, orm in zip(by_sql, by_orm, strict=True):
         rows = run_rows(Run.objects.filter(schedule_id=sql.schedule.pk))
         assert rows == run_rows(Run.objects.filter(schedule_id=orm.schedule.pk))
@@ -263,7 +263,7 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
 
 
 def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():
-    loaded = {*planner.DECISION_FIELDS, *planner.SNAPSHOT_COLUMNS_LOADED}
+    loaded = {*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED}
     assert set(COPIED_FROM_SCHEDULE.values()) <= loaded
     assert {"tasks_backend", "overlap"} <= loaded  # taken_from_schedule reads them too
 
@@ -282,8 +282,8 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
                    tasks_backend="default", exclusive=False,
                    enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
     LeaseFactory(expires_at=now + timedelta(seconds=30))
-    by_sql = look_ahead._look_ahead_sql("default", judge=False)
-    by_orm = look_ahead._look_ahead_orm("default")
+    by_sql = postgresql.look_ahead("default", judge=False)
+    by_orm = portable.look_ahead("default", judge=False)
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
     assert by_sql.next_pending == now  # not the plan time of the run released later
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
@@ -499,7 +499,7 @@ def attempt_endings(now) -> list:
 
 @pytest.mark.django_db
 def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postgres, now):
-    """``outcomes.OUTCOMES_SQL`` (PostgreSQL) and ``_run_fields`` (the ORM) write the same
+    """The PostgreSQL backend's ``OUTCOMES_SQL`` and the portable one's ORM write the same
     run and lease, for twin runs ended alike at the same time."""
     claims_made = itertools.count()
 
@@ -522,8 +522,8 @@ def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postg
             outcome = end(claimed(schedule, max_attempts))  # its retry delay drawn once
             by_sql.append(outcome)
             by_orm.append(replace(outcome, claim=claimed(schedule, max_attempts)))
-    assert outcomes._record_postgresql(by_sql, now, "default") == {o.claim.run.pk for o in by_sql}
-    assert outcomes._record_orm(by_orm, now, "default") == {o.claim.run.pk for o in by_orm}
+    assert postgresql.record_outcomes(by_sql, now, "default") == {o.claim.run.pk for o in by_sql}
+    assert portable.record_outcomes(by_orm, now, "default") == {o.claim.run.pk for o in by_orm}
     unwritten = {"id", "plan_time", "created_at"}
     fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unwritten]
     for sql, orm in zip(by_sql, by_orm, strict=True):

@@ -6,6 +6,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
+from django_periodic.db import notifications
 from django_periodic.engine.loop import wakeups
 from tests.processes import wait_for, wait_for_children_to_disconnect
 
@@ -28,7 +29,7 @@ def notify_elsewhere(payload: str) -> None:
     try:
         wrapper.ensure_connection()
         wrapper.connection.autocommit = True
-        wrapper.connection.execute("SELECT pg_notify(%s, %s)", [wakeups.CHANNEL, payload])
+        wrapper.connection.execute("SELECT pg_notify(%s, %s)", [notifications.CHANNEL, payload])
     finally:
         wrapper.close()
 
@@ -67,7 +68,7 @@ def raw_listen(postgres, transactional_db):
     wrapper.ensure_connection()
     raw = wrapper.connection
     raw.autocommit = True
-    raw.execute(f"LISTEN {wakeups.CHANNEL}")
+    raw.execute(f"LISTEN {notifications.CHANNEL}")
     yield raw
     wrapper.close()
     wait_for_children_to_disconnect()
@@ -75,7 +76,7 @@ def raw_listen(postgres, transactional_db):
 
 def test_notify_does_nothing_on_sqlite(sqlite):
     with CaptureQueriesContext(connection) as captured:
-        wakeups.notify()
+        notifications.notify()
     assert len(captured) == 0
 
 
@@ -93,13 +94,13 @@ def test_a_listener_wakes_its_loop_as_soon_as_it_listens(listener, wake):
 
 def test_notify_wakes_a_listener(listener, wake):
     connected(wake)
-    wakeups.notify()
+    notifications.notify()
     assert wake.wait(WAKE_TIMEOUT)
 
 
 def test_a_notify_inside_a_transaction_is_delivered_at_its_commit(raw_listen):
     with transaction.atomic():
-        wakeups.notify()
+        notifications.notify()
         notify_elsewhere("committed meanwhile")
         assert payloads(raw_listen, 1) == ["committed meanwhile"]
     assert payloads(raw_listen, 1) == [""]
@@ -107,7 +108,7 @@ def test_a_notify_inside_a_transaction_is_delivered_at_its_commit(raw_listen):
 
 def test_a_notify_rolled_back_is_never_delivered(raw_listen):
     with transaction.atomic():
-        wakeups.notify()
+        notifications.notify()
         transaction.set_rollback(True)
     notify_elsewhere("after the rollback")
     assert payloads(raw_listen, 1) == ["after the rollback"]
@@ -128,7 +129,7 @@ def test_a_listener_reconnects_after_its_backend_is_terminated(listener, wake):
         "a new listening session",
     )
     assert len(others) == 1
-    wakeups.notify()
+    notifications.notify()
     assert wake.wait(WAKE_TIMEOUT)
 
 

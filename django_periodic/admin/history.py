@@ -5,20 +5,19 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from django.db import connections
-from django.db.models import F, OuterRef, Subquery, Window
-from django.db.models.functions import RowNumber
+from django.db.models import OuterRef, Subquery
 
+from django_periodic.engine.backends import ledger
 from django_periodic.models import Run
 
 STRIP_LENGTH = 20
 # A fanned-out schedule's page reads at most this many of its newest runs for the latest run
 # of each scope: a bounded read off its history index, however long the history.
 SCOPE_STATUS_RUNS = 20_000
-_FIELDS = ("pk", "schedule_id", "status", "plan_time", "trigger", "error_code", "schedule_revision")
 
 
 class RunSummary(NamedTuple):
+    # The fields of RECENT_RUN_FIELDS, in its order.
     pk: int
     schedule_id: int
     status: str
@@ -41,42 +40,13 @@ def recent_runs(
     if not ids:
         return {}
     rows: Iterable[tuple[Any, ...]]
-    if connections[using].vendor == "postgresql":
-        rows = _recent_runs_postgresql(ids, using, limit)
-    else:
-        newest_first = [F("plan_time").desc(), F("pk").desc()]
-        rank = Window(RowNumber(), partition_by=F("schedule_id"), order_by=newest_first)
-        ranked = Run.objects.using(using).filter(schedule_id__in=ids).annotate(rank=rank)
-        rows = ranked.filter(rank__lte=limit).order_by().values_list(*_FIELDS)
+    rows = ledger(using).recent_runs(ids, using, limit)
     grouped: dict[int, list[RunSummary]] = defaultdict(list)
     for row in rows:
         grouped[row[1]].append(RunSummary(*row))
     for group in grouped.values():
         group.sort(key=lambda run: (run.plan_time, run.pk), reverse=True)
     return dict(grouped)
-
-
-# One index scan with a LIMIT per schedule (periodic_run_history: schedule, -plan_time).
-_RECENT_RUNS_SQL = """
-SELECT run.id, run.schedule_id, run.status, run.plan_time, run.trigger, run.error_code,
-    run.schedule_revision
-FROM unnest(%(ids)s::bigint[]) AS listed(id)
-CROSS JOIN LATERAL (
-    SELECT id, schedule_id, status, plan_time, trigger, error_code, schedule_revision
-    FROM {table}
-    WHERE schedule_id = listed.id
-    ORDER BY plan_time DESC, id DESC
-    LIMIT %(limit)s
-) AS run
-"""
-
-
-def _recent_runs_postgresql(ids: list[int], using: str, limit: int) -> list[tuple[Any, ...]]:
-    sql = _RECENT_RUNS_SQL.format(table=connections[using].ops.quote_name(Run._meta.db_table))
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, {"ids": ids, "limit": limit})
-        rows: list[tuple[Any, ...]] = cursor.fetchall()
-    return rows
 
 
 def last_status() -> Subquery:

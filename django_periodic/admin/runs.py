@@ -33,8 +33,7 @@ from django_periodic.admin.run_list import (
     holders,
 )
 from django_periodic.db import clock
-from django_periodic.engine.planning import planner
-from django_periodic.engine.runs import leases
+from django_periodic.engine.runs import leases, retries
 from django_periodic.models import Lease, Run
 
 if TYPE_CHECKING:
@@ -299,7 +298,7 @@ class RunAdmin(_RunAdmin):
             self.message_user(request, _("None of the selected runs failed."), messages.WARNING)
             return
         now = clock.now(queryset.db)
-        statuses = Counter(planner.plan_retry(run, now).status for run in failed)
+        statuses = Counter(retries.plan_retry(run, now).status for run in failed)
         message = ngettext(
             "Retried %(n)d failed run: %(counts)s.",
             "Retried %(n)d failed runs: %(counts)s.",
@@ -329,7 +328,7 @@ class RunAdmin(_RunAdmin):
         if run.status != Run.Status.FAILED:
             self.message_user(request, _("Only a failed run can be retried."), messages.ERROR)
             return HttpResponseRedirect(self._url("change", run.pk))
-        new = planner.plan_retry(run, clock.now(run._state.db or "default"))
+        new = retries.plan_retry(run, clock.now(run._state.db or "default"))
         link = format_html('<a href="{}">{}</a>', self._url("change", new.pk), new)
         self.message_user(request, format_html(_("Retrying as a new run: {}."), link))
         return HttpResponseRedirect(self._url("change", new.pk))

@@ -25,7 +25,9 @@ from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
-from django_periodic.admin import deletion, display, preview, schedule_actions
+from django_periodic.admin import actions as schedule_actions
+from django_periodic.admin import display, preview
+from django_periodic.admin.actions import deletion
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
 from django_periodic.admin.schedule_filters import (
@@ -285,7 +287,7 @@ class ScheduleAdmin(ScheduleColumns):
 
     # -- the list's actions -------------------------------------------------------------------
 
-    # Defined in schedule_actions; set here by name, where the admin looks actions up.
+    # Defined in admin/actions; set here by name, where the admin looks actions up.
     run_now = schedule_actions.run_now
     enable = schedule_actions.enable
     resume_with_catch_up = schedule_actions.resume_with_catch_up

@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from django.db import connections
 from django.utils import timezone
 
+from django_periodic.db import features
+
 
 def wall_now() -> datetime:
     """This machine's clock, for defaults that need no agreement between processes."""
@@ -20,9 +22,9 @@ def now(using: str = "default") -> datetime:
 
     SQLite runs inside this process, so its clock is this machine's clock.
     """
-    connection = connections[using]
-    if connection.vendor != "postgresql":
+    if not features(using).has_clock:
         return wall_now()
+    connection = connections[using]
     value: datetime
     with connection.cursor() as cursor:
         # statement_timestamp(), unlike now(), advances inside a long transaction.

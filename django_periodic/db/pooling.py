@@ -7,12 +7,12 @@ documentation requires there, and we read it the same way. Three things of ours 
 session, and on such an alias:
 
 - the wake-up listener (``LISTEN``), and the process's session lock that rides on the
-  listener's connection (presence.py), go to ``WAKEUP_DATABASE``: the alias of a direct
+  listener's connection (engine/runs/presence.py), go to ``WAKEUP_DATABASE``: the alias of a direct
   connection to the same database. Without one the loop polls every ``POLL_INTERVAL``,
   and a dead process's runs wait for their leases to expire;
-- our prepared statements (pg_prepared.py) stay unprepared unless the alias's ``OPTIONS``
+- our prepared statements (prepared.py) stay unprepared unless the alias's ``OPTIONS``
   names a ``prepare_threshold`` (PgBouncer 1.21+ with ``max_prepared_statements``);
-- the pruning lock (retention.py) is not taken: two processes may prune at once, which
+- the pruning lock (operations/retention.py) is not taken: two processes may prune at once, which
   costs work and loses nothing.
 
 NOTIFY needs no session: it is sent at a commit, which the pooler passes through.

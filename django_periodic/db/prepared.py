@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import connections
 
-from django_periodic.db import pooling
+from django_periodic.db import features, pooling
 
 # psycopg's threshold while our statement runs: any number; ``prepare=True`` prepares at once.
 _WHILE_OURS = 1
@@ -34,7 +34,7 @@ def cursor(using: str) -> Iterator[Any]:
     connection = connections[using]
     connection.ensure_connection()
     raw = connection.connection
-    preparing = connection.vendor == "postgresql" and hasattr(raw, "prepare_threshold")
+    preparing = features(using).has_psycopg and hasattr(raw, "prepare_threshold")
     if not (preparing and pooling.prepares(using)):
         with connection.cursor() as plain:
             yield plain

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
+from django_periodic.db import features
+
 if TYPE_CHECKING:
     from psycopg.abc import AdaptContext, Buffer
     from psycopg.adapt import Loader
@@ -29,7 +31,7 @@ def timestamps_parsed_once(using: str) -> Iterator[None]:
     """
     connection = connections[using]
     adapters = getattr(connection.connection, "adapters", None)  # psycopg 2 has none
-    if connection.vendor != "postgresql" or adapters is None:
+    if not features(using).has_psycopg or adapters is None:
         yield
         return
     from psycopg.pq import Format

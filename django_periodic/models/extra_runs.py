@@ -8,12 +8,11 @@ class under its name.
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django_periodic import choices
+from django_periodic import choices, db
 from django_periodic import scopes as scope_providers
 from django_periodic.db import clock
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.backfill import BackfillResult
     from django_periodic.models.run import Run
     from django_periodic.models.schedule import Schedule
 
@@ -54,20 +53,18 @@ def backfill(
     *,
     rate: float | None = None,
     now: datetime | None = None,
-) -> "BackfillResult":
+) -> Any:
     """Record a run (trigger ``backfill``) for each plan time of the trigger in
     ``[start, end)`` that has no run yet, one per scope key on a fanned-out schedule.
 
     Only past plan times are recorded (``end`` is clamped to the database's clock);
     the cursor does not move. Runs wait until released ``rate`` per second (default
-    ``backfill.DEFAULT_RATE``), after the schedule's runs already waiting from an earlier
-    backfill. Raises ValueError for a bad range, or more than ``backfill.MAX_RUNS`` runs.
-    See docs/backfill.md.
+    ``DEFAULT_RATE`` of ``engine/planning/backfill.py``), after the schedule's runs already
+    waiting from an earlier backfill. Raises ValueError for a bad range, or more than
+    ``MAX_RUNS`` runs. See docs/backfill.md.
     """
-    from django_periodic.engine.planning import backfill
-
-    rate = backfill.DEFAULT_RATE if rate is None else rate
-    return backfill.backfill(schedule, start, end, rate=rate, now=now)
+    using = schedule._state.db or "default"
+    return db.ledger(using).backfill(schedule, start, end, rate=rate, now=now)
 
 
 def plan_extra_run(
@@ -100,8 +97,8 @@ def plan_extra_runs(
 ) -> list["Run"]:
     """Record one extra run per scope key, each under its scope's overlap policy, as a
     fire would (the engine's ``overlap.plan_extra_runs``)."""
-    from django_periodic.engine.planning import overlap
-
-    return overlap.plan_extra_runs(
+    using = schedule._state.db or "default"
+    runs: list[Run] = db.ledger(using).plan_extra_runs(
         schedule, now, trigger=trigger, plan_time=plan_time, scopes=scopes, **snapshot
     )
+    return runs

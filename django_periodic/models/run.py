@@ -9,7 +9,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce, Now
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic import choices, policies
+from django_periodic import choices, db, policies
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
 from django_periodic.db import clock
@@ -140,9 +140,8 @@ class RunQuerySet(models.QuerySet["Run"]):
         """Cancel these runs that have not started, and ask running ones to stop (their
         context's ``cancelled`` turns true). Returns (cancelled, asked to stop); see
         docs/semantics.md ("Cancel")."""
-        from django_periodic.engine.runs import leases
-
-        return leases.request_cancel(self, now or clock.now(self.db))
+        cancelled: tuple[int, int] = db.ledger(self.db).cancel(self, now or clock.now(self.db))
+        return cancelled
 
     def claimable(self, now: datetime) -> "RunQuerySet":
         """Runs a worker may start now: pending ones released (``RELEASE``), and retries

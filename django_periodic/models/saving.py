@@ -5,7 +5,7 @@ fields a save of the whole row writes, and waking the schedulers when the cursor
 from typing import TYPE_CHECKING, Any
 
 from django_periodic.choices import ScheduleKind
-from django_periodic.db import clock
+from django_periodic.db import clock, notifications
 from django_periodic.models.field_groups import ATTENTION_FIELDS
 
 if TYPE_CHECKING:
@@ -14,9 +14,7 @@ if TYPE_CHECKING:
 
 def wake_schedulers(using: str) -> None:
     """Tell sleeping schedulers that a cursor moved (a NOTIFY on PostgreSQL, on commit)."""
-    from django_periodic.engine.loop import wakeups
-
-    wakeups.notify(using)
+    notifications.notify(using)
 
 
 def writes_every_field(schedule: "Schedule", kwargs: dict[str, Any]) -> bool:

@@ -12,13 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections
 from django.db.models import Count, F
 
 from django_periodic.conf import get_settings
-from django_periodic.engine.backends.postgresql import rules
+from django_periodic.engine.backends import ledger
 from django_periodic.models import (
-    RELEASE,
     Lease,
     Run,
     RunQuerySet,
@@ -43,7 +41,6 @@ FAILURES_WINDOW = timedelta(hours=24)
 LAG_WINDOW = timedelta(hours=1)
 # Rows listed per section (counts are exact); lags read on databases without percentile_cont.
 LISTED = 20
-LAG_SAMPLE = 10_000
 
 
 @dataclass(frozen=True)
@@ -175,40 +172,7 @@ def fire_lag(now: datetime, using: str = "default") -> Lag:
     or later by a stagger), over first attempts started in the last
     :data:`LAG_WINDOW` (a retry's start says nothing about the scheduler's promptness, nor
     does a backfilled run's, released long after its plan time on purpose)."""
-    if connections[using].vendor == "postgresql":
-        return _lag_in_sql(now - LAG_WINDOW, using)
-    started = Run.objects.using(using).filter(attempt=1, started_at__gte=now - LAG_WINDOW)
-    started = started.exclude(trigger=Run.Trigger.BACKFILL)
-    # Bounded: on SQLite (one process, development) the latest runs are sample enough.
-    rows = started.order_by("-started_at").values_list("started_at", RELEASE)[:LAG_SAMPLE]
-    lags = sorted(started_at - release for started_at, release in rows if started_at)
-    return Lag(len(lags), _percentile(lags, 0.5), _percentile(lags, 0.99))
-
-
-def _lag_in_sql(since: datetime, using: str) -> Lag:
-    runs = Run.objects.using(using)
-    table = connections[using].ops.quote_name(Run._meta.db_table)
-    lag = f"started_at - {rules.expression(runs, RELEASE)}"
-    sql = (
-        "SELECT count(*),"
-        f" percentile_cont(0.5) WITHIN GROUP (ORDER BY {lag}),"
-        f" percentile_cont(0.99) WITHIN GROUP (ORDER BY {lag})"
-        f" FROM {table} WHERE attempt = 1 AND started_at >= %s AND trigger <> %s"
-    )
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, [since, Run.Trigger.BACKFILL])
-        runs, p50, p99 = cursor.fetchone()
-    return Lag(runs, p50, p99)
-
-
-def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:
-    """PostgreSQL's percentile_cont: linear interpolation between the two nearest values."""
-    if not ordered:
-        return None
-    position = (len(ordered) - 1) * fraction
-    below = int(position)
-    above = min(below + 1, len(ordered) - 1)
-    return ordered[below] + (ordered[above] - ordered[below]) * (position - below)
+    return Lag(*ledger(using).fire_lag(now - LAG_WINDOW, using))
 
 
 def _alive(now: datetime, using: str) -> SchedulerProcessQuerySet:

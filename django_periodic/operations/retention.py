@@ -33,7 +33,7 @@ from django.db.models import (
 )
 
 from django_periodic.conf import get_settings
-from django_periodic.db import pooling
+from django_periodic.db import features, pooling
 from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Schedule
 
 # Schedules whose cutoffs one statement computes.
@@ -234,7 +234,7 @@ def _one_at_a_time(using: str, wait: bool) -> Iterator[bool]:
     Through a transaction pooler no session lasts to hold it: prunes may overlap, which
     deletes nothing twice (finished runs never change)."""
     connection = connections[using]
-    if connection.vendor != "postgresql" or pooling.transaction_pooled(using):
+    if not features(using).has_sessions or pooling.transaction_pooled(using):
         yield True
         return
     with connection.cursor() as cursor:

@@ -15,10 +15,10 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import policies, registry
+from django_periodic import registry
 from django_periodic.choices import WARNING_STATUSES, ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.db import clock
+from django_periodic.db import CONNECTION_ERRORS, clock
 from django_periodic.engine.loop import eventloop, worker_connections
 from django_periodic.engine.loop.context import JobContext, StopRequest
 from django_periodic.engine.runs import leases, outcomes
@@ -151,7 +151,7 @@ def record(batch: list[outcomes.AttemptOutcome]) -> set[int]:
         try:
             recorded = outcomes.record(batch, None, using)
             break
-        except policies.CONNECTION_ERRORS as exc:
+        except CONNECTION_ERRORS as exc:
             if delay is None:
                 raise
             logger.warning(

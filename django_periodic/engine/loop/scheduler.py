@@ -20,7 +20,7 @@ from typing import Any
 from django.db import transaction
 
 from django_periodic.conf import get_settings
-from django_periodic.db import clock, pooling
+from django_periodic.db import clock, notifications, pooling
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
@@ -210,7 +210,7 @@ class Scheduler:
         # a few times before it is due; the look-ahead shows whether one was left.
         self._replan_at = now + self.lead / REPLANS
         if planned.fired > (self.pool.free() if self.pool else 0):
-            wakeups.notify(self.using)  # more than we start at once: others claim too
+            notifications.notify(self.using)  # more than we start at once: others claim too
         return planned
 
     def _left_a_fire(self, ahead: look_ahead.Horizon) -> bool:

@@ -6,21 +6,37 @@ The loop (scheduler.py) calls this once, whether it stopped on a signal or, with
 """
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from django_periodic.conf import PeriodicSettings
 from django_periodic.db import clock
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.loop.housekeeping import Housekeeper
+from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.loop.stop_signals import StopSignals
+from django_periodic.engine.loop.wakeups import Listener
+from django_periodic.engine.loop.workers import WorkerPool
 from django_periodic.engine.runs import outcomes
 from django_periodic.models import SchedulerProcess
-
-if TYPE_CHECKING:
-    from django_periodic.engine.loop.scheduler import Scheduler
 
 logger = logging.getLogger("django_periodic")
 
 
-def shut_down(scheduler: "Scheduler") -> None:
+class Scheduler(Protocol):
+    """What a stop needs of the scheduler (``scheduler.Scheduler``)."""
+
+    using: str
+    settings: PeriodicSettings
+    process: SchedulerProcess | None
+    stop: StopSignals
+    recorder: Recorder
+    pool: WorkerPool | None
+    listener: Listener
+    housekeeper: Housekeeper
+
+
+def shut_down(scheduler: Scheduler) -> None:
     """Let running jobs finish within the grace, release what is left, unregister."""
     if scheduler.pool:
         running = len(scheduler.pool.in_flight())
@@ -40,7 +56,7 @@ def shut_down(scheduler: "Scheduler") -> None:
         logger.info("Scheduler %s stopped.", scheduler.process)
 
 
-def _drain(scheduler: "Scheduler") -> None:
+def _drain(scheduler: Scheduler) -> None:
     """Wait out the grace for running jobs (a second stop signal ends it), then release."""
     pool, using, settings, stop = (
         scheduler.pool,

@@ -1,9 +1,6 @@
-"""Wake-ups: NOTIFY when there is new work, LISTEN to end a sleeping scheduler's wait.
-
-Only PostgreSQL has them; elsewhere ``notify`` does nothing and schedulers poll at
-``POLL_INTERVAL``. A notification sent inside a transaction is delivered at its commit,
-so a woken scheduler always sees the rows that caused it.
-"""
+"""Wake-ups heard: LISTEN to end a sleeping scheduler's wait when there is new work
+(``db/notifications.py`` sends them; only PostgreSQL has them, elsewhere schedulers poll
+at ``POLL_INTERVAL``)."""
 
 import contextlib
 import logging
@@ -17,12 +14,12 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_periodic.db import pooling
+from django_periodic.db import features, pooling
+from django_periodic.db.notifications import CHANNEL
 from django_periodic.error_texts import shown
 
 logger = logging.getLogger("django_periodic")
 
-CHANNEL = "django_periodic"
 # Why an Alarm rang: anything that calls for a whole tick, or only capacity freed.
 WAKE = b"!"
 CAPACITY = b"c"
@@ -33,15 +30,6 @@ PROBE_TIMEOUT = 5.0
 
 class NotificationsLost(Exception):
     """Notifications sent on the schedulers' database do not reach the listener."""
-
-
-def notify(using: str = "default") -> None:
-    """Wake every listening scheduler (at commit, if inside a transaction)."""
-    connection = connections[using]
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
 
 
 class Alarm:
@@ -117,7 +105,7 @@ class Listener:
 
     @staticmethod
     def supported(alias: str | None) -> bool:
-        if alias is None or connections[alias].vendor != "postgresql":
+        if alias is None or not features(alias).has_sessions:
             return False
         from django.db.backends.postgresql.psycopg_any import is_psycopg3
 

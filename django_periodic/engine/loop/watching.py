@@ -10,8 +10,8 @@ import logging
 import time
 from datetime import datetime
 
-from django_periodic import policies
 from django_periodic.conf import PeriodicSettings
+from django_periodic.db import CONNECTION_ERRORS
 from django_periodic.engine.loop import executor, wakeups
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.runs import leases, outcomes
@@ -59,7 +59,7 @@ class Watcher:
                 continue
             try:
                 overran = executor.watch(claim, stop, now, claim.run.pk in asked)
-            except policies.CONNECTION_ERRORS:
+            except CONNECTION_ERRORS:
                 raise
             except Exception:
                 self._cannot_watch(claim)

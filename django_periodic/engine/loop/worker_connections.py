@@ -21,6 +21,8 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_periodic.db import features
+
 
 def prepare_for_run() -> int:
     """Before a run on this thread: keep each of its connections that is clean, replace
@@ -66,14 +68,14 @@ def is_clean(connection: BaseDatabaseWrapper) -> bool:
         if not connection.is_usable():
             return False
         connection.errors_occurred = False
-    return not _in_transaction(connection.vendor, connection.connection)
+    return not _in_transaction(features(connection.alias).in_transaction, connection.connection)
 
 
-def _in_transaction(vendor: str, raw: Any) -> bool:
+def _in_transaction(driver: str | None, raw: Any) -> bool:
     """Whether the driver's connection is inside a transaction, or no longer usable."""
-    if vendor == "postgresql":
+    if driver == "postgresql":
         return _postgresql_busy(raw)
-    if vendor == "sqlite":
+    if driver == "sqlite":
         return bool(raw.in_transaction)
     return False  # other backends: what Django's own checks above can tell
 

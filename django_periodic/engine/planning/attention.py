@@ -34,6 +34,7 @@ from django.db.models.functions import Coalesce
 
 from django_periodic import signals
 from django_periodic.choices import RunStatus, RunTrigger
+from django_periodic.db import announcements
 from django_periodic.models import Run, Schedule, alerting
 from django_periodic.timing import bounds
 
@@ -160,7 +161,7 @@ def _write(judged: dict[int, tuple[Row, str]], now: datetime, using: str) -> lis
             # A change of reason keeps the time it began to need attention.
             began = Coalesce(F("attention_since"), Value(now)) if reason else Value(None)
             schedules.filter(pk__in=pks).update(attention_reason=reason, attention_since=began)
-        signals.send_on_commit(_events(changes, using), using)
+        announcements.send_on_commit(_events(changes, using), using)
     for change in changes:
         _log(change)
     return changes

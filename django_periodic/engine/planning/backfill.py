@@ -17,22 +17,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import Max
-
 from django_periodic import scopes as scope_providers
 from django_periodic import signals
-from django_periodic.db import clock
-from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.loop import wakeups
+from django_periodic.db import announcements, clock, notifications
+from django_periodic.engine.backends import ledger
 from django_periodic.models import (
-    AWAITING_RELEASE,
     Run,
     Schedule,
     closures_of,
     open_trigger_of,
 )
-from django_periodic.models.run import AWAITING_RELEASE_VALUES, taken_from_schedule
+from django_periodic.models.run import (
+    AWAITING_RELEASE_VALUES,
+    taken_from_schedule,
+)
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0
@@ -64,7 +62,7 @@ BackfilledRow = tuple[int, str, datetime, datetime]
 
 
 @dataclass(frozen=True)
-class _Range:
+class InRange:
     start: datetime
     end: datetime
     times: list[datetime]
@@ -80,7 +78,7 @@ def backfill(
     start: datetime,
     end: datetime,
     *,
-    rate: float = DEFAULT_RATE,
+    rate: float | None = None,
     now: datetime | None = None,
 ) -> BackfillResult:
     """Record a run for each plan time of ``schedule`` in ``[start, end)`` that has none.
@@ -88,19 +86,16 @@ def backfill(
     See ``Schedule.backfill()``.
     """
     using = schedule._state.db or "default"
-    spacing = _spacing(rate)
+    spacing = _spacing(DEFAULT_RATE if rate is None else rate)
     now = now or clock.now(using)
     in_range = _in_range(schedule, start, end, now)
     if not in_range.count:
         return BackfillResult(in_range.start, in_range.end, 0, 0)
-    if connections[using].vendor == "postgresql":
-        inserted = _insert_postgresql(schedule, in_range, now, spacing, using)
-    else:
-        inserted = _insert_orm(schedule, in_range, now, spacing, using)
+    inserted = ledger(using).insert_backfill(schedule, in_range, now, spacing, using)
     if inserted:
-        wakeups.notify(using)
+        notifications.notify(using)
     if signals.listened(signals.run_planned):
-        signals.send_on_commit(_planned_events(schedule, inserted, using), using)
+        announcements.send_on_commit(_planned_events(schedule, inserted, using), using)
     releases = [release for _, _, _, release in inserted]
     return BackfillResult(
         in_range.start,
@@ -116,7 +111,7 @@ def preview(schedule: Schedule, start: datetime, end: datetime, now: datetime) -
     """What ``backfill()`` would record now, without recording it (releases not set)."""
     in_range = _in_range(schedule, start, end, now)
     using = schedule._state.db or "default"
-    existing = len(_recorded(schedule, in_range, using))
+    existing = len(recorded(schedule, in_range, using))
     return BackfillResult(in_range.start, in_range.end, in_range.count - existing, existing)
 
 
@@ -170,7 +165,7 @@ def checked_range(start: datetime, end: datetime, now: datetime) -> tuple[dateti
     return start, min(end, now)
 
 
-def _in_range(schedule: Schedule, start: datetime, end: datetime, now: datetime) -> _Range:
+def _in_range(schedule: Schedule, start: datetime, end: datetime, now: datetime) -> InRange:
     """The plan times to backfill and the scope keys of each, within the limit."""
     start, end = checked_range(start, end, now)
     keys = scope_providers.scope_keys(schedule.scopes) if schedule.scopes else [""]
@@ -182,7 +177,7 @@ def _in_range(schedule: Schedule, start: datetime, end: datetime, now: datetime)
             f"More than {MAX_RUNS} runs to backfill from {start} to {end}{per_time}: the "
             f"limit per call is {MAX_RUNS}; backfill a shorter range at a time."
         )
-    return _Range(start, end, times, keys)
+    return InRange(start, end, times, keys)
 
 
 def _plan_times(schedule: Schedule, start: datetime, end: datetime, most: int) -> list[datetime]:
@@ -197,137 +192,20 @@ def _plan_times(schedule: Schedule, start: datetime, end: datetime, most: int) -
     return times
 
 
-def _recorded(schedule: Schedule, in_range: _Range, using: str) -> set[tuple[str, datetime]]:
+# A backfilled run awaits its release, and is released by rate, not by the schedule's slot
+# (see docs/backfill.md): what it has of its own over what it takes from its schedule.
+BACKFILLED: dict[str, Any] = {**AWAITING_RELEASE_VALUES, "exclusive": False}
+
+
+def new_run_fields(schedule: Schedule) -> dict[str, Any]:
+    """The fields every run of one backfill of ``schedule`` has alike."""
+    return {**taken_from_schedule(schedule), **BACKFILLED}
+
+
+def recorded(schedule: Schedule, in_range: InRange, using: str) -> set[tuple[str, datetime]]:
     """The in_range (scope, plan time) pairs that have a run of any trigger."""
     runs = Run.objects.using(using).filter(
         schedule=schedule, plan_time__gte=in_range.start, plan_time__lt=in_range.end
     )
     pairs = {(scope, plan_time) for plan_time in in_range.times for scope in in_range.scopes}
     return pairs & set(runs.values_list("scope", "plan_time"))
-
-
-def _first_release(schedule: Schedule, now: datetime, spacing: timedelta, using: str) -> datetime:
-    """After the schedule's last backfilled run still waiting for its release, or now."""
-    waiting = Run.objects.using(using).filter(AWAITING_RELEASE, schedule=schedule)
-    last = waiting.aggregate(at=Max("next_retry_at"))["at"]
-    return now if last is None else max(now, last + spacing)
-
-
-def _insert_orm(
-    schedule: Schedule, in_range: _Range, now: datetime, spacing: timedelta, using: str
-) -> list[BackfilledRow]:
-    # SQLite runs one write transaction at a time (transaction_mode IMMEDIATE, see checks),
-    # so what this transaction reads cannot change before it writes.
-    with transaction.atomic(using=using):
-        recorded = _recorded(schedule, in_range, using)
-        release = _first_release(schedule, now, spacing, using)
-        runs = []
-        for plan_time in in_range.times:
-            for scope in in_range.scopes:
-                if (scope, plan_time) in recorded:
-                    continue
-                runs.append(_run(schedule, plan_time, scope, release, now))
-                release += spacing
-        Run.objects.using(using).bulk_create(runs)
-    return [(run.pk, run.scope, run.plan_time, _release_of(run)) for run in runs]
-
-
-def _release_of(run: Run) -> datetime:
-    assert run.next_retry_at is not None  # set by _run()
-    return run.next_retry_at
-
-
-# A backfilled run awaits its release, and is released by rate, not by the schedule's slot
-# (see docs/backfill.md): what it has of its own over what it takes from its schedule.
-BACKFILLED: dict[str, Any] = {**AWAITING_RELEASE_VALUES, "exclusive": False}
-
-
-def _new_run_fields(schedule: Schedule) -> dict[str, Any]:
-    """The fields every run of one backfill of ``schedule`` has alike."""
-    return {**taken_from_schedule(schedule), **BACKFILLED}
-
-
-def _run(
-    schedule: Schedule, plan_time: datetime, scope: str, release: datetime, now: datetime
-) -> Run:
-    fields = _new_run_fields(schedule)
-    return Run(
-        schedule=schedule,
-        plan_time=plan_time,
-        scope=scope,
-        next_retry_at=release,
-        created_at=now,
-        **fields,
-    )
-
-
-# First, the lock the runs' foreign key takes at commit, taken now: the planner, which
-# locks the schedule FOR UPDATE, then skips it (SKIP LOCKED) until this backfill commits,
-# rather than wait on a run this inserted while this waits on its lock at commit (a
-# deadlock). Backfills of one schedule share this lock and stay concurrent.
-LOCK_SQL = "SELECT 1 FROM {schedule} WHERE id = %s FOR KEY SHARE"
-
-# Then one statement: the release of the first run comes after the schedule's last waiting
-# backfilled run (or now); the range's plan times that have a run of any trigger are left
-# out; and one that another backfill or the planner records meanwhile is ignored by the
-# ledger's unique constraint (ON CONFLICT), so no plan time is recorded twice. The release
-# times are numbered over the runs inserted, so they come exactly ``spacing`` apart. The
-# fields all its runs have alike are _run()'s (_new_run_fields), one parameter each.
-INSERT_SQL = """
-WITH t AS (
-    SELECT GREATEST(%(now)s::timestamptz, MAX(next_retry_at) + %(spacing)s::interval) AS first
-    FROM {run}
-    WHERE schedule_id = %(schedule)s AND {awaiting_release}
-), fresh AS (
-    SELECT w.plan_time, k.scope, row_number() OVER (ORDER BY w.plan_time, k.scope) - 1 AS n
-    FROM unnest(%(plan_time)s::timestamptz[]) AS w (plan_time)
-    CROSS JOIN unnest(%(scope)s::text[]) AS k (scope)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM {run} r WHERE r.schedule_id = %(schedule)s AND r.scope = k.scope
-            AND r.plan_time = w.plan_time
-    )
-)
-INSERT INTO {run} (
-    schedule_id, scope, plan_time, next_retry_at, interruptions, error_code, error_message,
-    traceback, task_id, created_at, {new_columns}
-)
-SELECT %(schedule)s, f.scope, f.plan_time, t.first + f.n * %(spacing)s::interval, 0, '', '',
-       '', '', %(now)s, {new_values}
-FROM fresh f CROSS JOIN t
-ORDER BY f.n
-ON CONFLICT {ledger} DO NOTHING
-RETURNING id, scope, plan_time, next_retry_at
-"""
-
-
-def _insert_postgresql(
-    schedule: Schedule, in_range: _Range, now: datetime, spacing: timedelta, using: str
-) -> list[BackfilledRow]:
-    connection = connections[using]
-    quote = connection.ops.quote_name
-    awaiting, awaiting_params = rules.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
-    fields = {field.name: field for field in Run._meta.concrete_fields}
-    new = _new_run_fields(schedule)
-    sql = INSERT_SQL.format(
-        run=quote(Run._meta.db_table),
-        awaiting_release=awaiting,
-        new_columns=", ".join(new),  # fields named as their columns
-        new_values=", ".join(f"%(new_{name})s" for name in new),
-        ledger=rules.ledger_conflict(),
-    )
-    params = {
-        **awaiting_params,
-        **{
-            f"new_{name}": fields[name].get_db_prep_save(value, connection)
-            for name, value in new.items()
-        },
-        "now": now,
-        "spacing": spacing,
-        "schedule": schedule.pk,
-        "plan_time": in_range.times,
-        "scope": in_range.scopes,
-    }
-    with transaction.atomic(using=using), connection.cursor() as cursor:
-        cursor.execute(LOCK_SQL.format(schedule=quote(Schedule._meta.db_table)), [schedule.pk])
-        cursor.execute(sql, params)
-        return [(run_id, scope, plan_time, release) for run_id, scope, plan_time, release in cursor]

@@ -6,19 +6,12 @@ unless the horizon says something is due, so idling costs one statement per wake
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
-from django.db import connections
-from django.db.models import Expression, F, Min, QuerySet
+from django.db.models import Expression, F, QuerySet
 
-from django_periodic.db import clock
-from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import fleet
-from django_periodic.engine.runs import presence
+from django_periodic.engine.backends import ledger
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
-from django_periodic.models.processes import HELD_SQL
-from django_periodic.timing.bounds import EARLIEST, LATEST
 
 
 @dataclass(frozen=True)
@@ -64,7 +57,7 @@ def _reached(at: datetime | None, now: datetime) -> bool:
     return at is not None and at <= now
 
 
-def _earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
+def earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
     """Each time of the horizon: the rows it is the earliest of, and of which column (or
     expression). One home for both paths: the ORM reads these, the statement is built
     from them. Runs our workers execute count only if their job is one of ``jobs``, this
@@ -88,73 +81,10 @@ def _earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any
     }
 
 
-# Each MIN reads the first entry of a partial index (see Run.Meta.indexes), once (the CTE
-# is MATERIALIZED: inlined, every use of a MIN would read it again). Each is held
-# within the range of stored times: a row stored past the database's checks with a time
-# Python cannot hold (year 20000, say) must not make every look ahead fail; the rows
-# themselves fail where they are handled.
-HORIZON_SQL = """
-WITH m AS MATERIALIZED (SELECT {earliest})
-SELECT statement_timestamp(), {within_bounds},
-    %(judge)s AND EXISTS (
-        SELECT 1 FROM {lease} l WHERE {held} AND l.process_id IN ({lost})
-    )
-FROM m
-"""
-EARLIEST_SQL = "(SELECT MIN({column}) FROM {table} WHERE {condition}) AS {name}"
-# A time held within [EARLIEST, LATEST]; NULL stays NULL (which LEAST and GREATEST skip).
-WITHIN_BOUNDS = (
-    "CASE WHEN m.{0} < %(earliest)s THEN %(earliest)s"
-    " WHEN m.{0} > %(latest)s THEN %(latest)s ELSE m.{0} END"
-)
-
-
-@lru_cache(maxsize=16)  # one per alias and set of jobs: a process has one or two
-def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
-    quote = connections[using].ops.quote_name
-    selected, params = [], {}
-    earliest = _earliest(using, jobs)
-    for name, (rows, of) in earliest.items():
-        condition, condition_params = rules.condition(rows, name)
-        column = rules.expression(rows, of)
-        table = quote(rows.model._meta.db_table)
-        selected.append(
-            EARLIEST_SQL.format(column=column, table=table, condition=condition, name=name)
-        )
-        params.update(condition_params)
-    sql = HORIZON_SQL.format(
-        earliest=",\n    ".join(selected),
-        within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in earliest),
-        lease=quote(Lease._meta.db_table),
-        held=HELD_SQL,
-        lost=presence.lost_sql(quote),
-    )
-    return sql, params
-
-
 def look_ahead(using: str = "default", *, judge: bool = False) -> Horizon:
     """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere.
 
     With ``judge``, it also tells whether a lease is held by a process that died
     (``presence.py``): only a process that may judge asks.
     """
-    if connections[using].vendor == "postgresql":
-        return _look_ahead_sql(using, judge)
-    return _look_ahead_orm(using)
-
-
-def _look_ahead_sql(using: str, judge: bool) -> Horizon:
-    sql, params = _horizon_sql(using, fleet.local_jobs())
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, {**params, "earliest": EARLIEST, "latest": LATEST, "judge": judge})
-        row = cursor.fetchone()
-    assert row is not None
-    return Horizon(*row)
-
-
-def _look_ahead_orm(using: str) -> Horizon:
-    earliest = {
-        name: rows.aggregate(at=Min(column))["at"]
-        for name, (rows, column) in _earliest(using, fleet.local_jobs()).items()
-    }
-    return Horizon(now=clock.now(using), **earliest)
+    return ledger(using).look_ahead(using, judge)

@@ -10,15 +10,14 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connections, models, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Window
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import RowNumber
 
 from django_periodic import policies, signals
 from django_periodic.choices import ErrorCode
-from django_periodic.db import arrays
-from django_periodic.engine.loop import wakeups
+from django_periodic.db import announcements, notifications
+from django_periodic.engine.backends import ledger
 from django_periodic.models import BACKFILLED, Run, RunQuerySet, Schedule
 
 SUPERSEDED_MESSAGE = "A newer fire of its schedule replaced it before it was retried."
@@ -31,7 +30,9 @@ def occupancy(
     policy (one query). An unscoped schedule's runs have the scope ""."""
     active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
     rows = (
-        runs.filter(_of_schedules(runs.db, schedule_ids), status__in=Run.ACTIVE_STATUSES)
+        runs.filter(
+            ledger(runs.db).of_schedules(runs.db, schedule_ids), status__in=Run.ACTIVE_STATUSES
+        )
         .values("schedule_id", "scope")
         .annotate(
             active=Count("pk", filter=active),
@@ -46,18 +47,6 @@ def occupancy(
         )
         for row in rows
     }
-
-
-def _of_schedules(using: str, schedule_ids: list[int]) -> Q | RawSQL:
-    if connections[using].vendor != "postgresql":
-        return Q(schedule_id__in=schedule_ids)
-    # A planner's batch has thousands of ids: one array parameter, not one each.
-    column = f"{connections[using].ops.quote_name(Run._meta.db_table)}.schedule_id"
-    return RawSQL(
-        f"{column} = ANY(%s::bigint[])",
-        [arrays.integers(schedule_ids)],
-        output_field=models.BooleanField(),
-    )
 
 
 def supersede_retries(runs: RunQuerySet, now: datetime) -> int:
@@ -107,7 +96,7 @@ def promote_queued(using: str, schedule_ids: Iterable[int] | None) -> int:
     except IntegrityError:
         return 0  # another process promoted a run of the same scope first: it starts
     if promoted:
-        wakeups.notify(using)
+        notifications.notify(using)
     return promoted
 
 
@@ -143,9 +132,9 @@ def plan_extra_runs(
             supersede_retries(runs.filter(schedule=locked, scope__in=superseding), now)
         created = runs.bulk_create(new)
         if any(run.status == Run.Status.PENDING for run in created):
-            wakeups.notify(using)
+            notifications.notify(using)
         if signals.listened(signals.run_planned, signals.run_skipped):
-            signals.send_on_commit(map(signals.recorded, created), using)
+            announcements.send_on_commit(map(signals.recorded, created), using)
     return created
 
 

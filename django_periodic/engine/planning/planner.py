@@ -24,13 +24,16 @@ import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Case, Exists, F, OuterRef, Q, When
 
 from django_periodic import policies, scopes, signals
 from django_periodic.conf import get_settings
-from django_periodic.db import timestamps
+from django_periodic.db import CONNECTION_ERRORS, announcements, timestamps
+from django_periodic.engine import batches
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import fleet, overlap, recording
 from django_periodic.engine.planning.decisions import (
     Decision,
@@ -62,10 +65,6 @@ DECISION_FIELDS = (
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
     "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
 )  # fmt: skip
-# What the ORM path loads besides, for Run.for_schedule to copy into each run: the
-# schedule's side of models.SNAPSHOT_FIELDS not loaded above, with max_attempts and
-# tasks_backend, in Due's order. PostgreSQL's statement copies them itself.
-SNAPSHOT_COLUMNS_LOADED = ("args", "kwargs", "max_attempts", "tasks_backend", "revision")
 
 
 @dataclass
@@ -141,7 +140,7 @@ def _disabled_for_jobs(disabled: list[Due], using: str) -> PlanResult:
         return PlanResult()
     decisions = [Decision(s, cursor=None, error=fleet.grace_error(s.job)) for s in disabled]
     if signals.listened(signals.schedule_disabled):
-        signals.send_on_commit(_disabled_events(decisions, using), using)
+        announcements.send_on_commit(_disabled_events(decisions, using), using)
     names = [s.name for s in disabled]
     return PlanResult(schedules=len(disabled), failed=names, disabled=list(names))
 
@@ -168,24 +167,18 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
     Also returns the failures of rows that cannot be loaded (a value Python cannot hold,
     stored past the database's checks): found one by one, only when the batch fails.
     """
-    fields: tuple[str, ...] = DECISION_FIELDS
-    if connections[using].vendor != "postgresql":
-        fields += SNAPSHOT_COLUMNS_LOADED
+    fields = DECISION_FIELDS + ledger(using).SNAPSHOT_COLUMNS_LOADED
     due = due.select_for_update(skip_locked=True)
     # Loading a timestamp costs microseconds: created_at only where it anchors an interval.
     due = due.annotate(anchor=Case(When(ANCHORED_AT_CREATION, then=F("created_at"))))
     # Whether it has calendars: an index probe per row, so that those without cost nothing.
     calendars = Schedule.calendars.through.objects.filter(schedule_id=OuterRef("pk"))
     due = due.annotate(has_calendars=Exists(calendars))
-    try:
-        with timestamps.timestamps_parsed_once(using):
-            loaded = [Due(*row) for row in due.values_list(*fields)[:limit]]
-        failed: list[Decision] = []
-    except policies.CONNECTION_ERRORS:
-        raise  # the database's failure, not a row's
-    except Exception:
-        logger.exception("Could not load a batch of due schedules; loading them one at a time.")
-        loaded, failed = _load_one_by_one(due, limit, fields)
+    loaded, failed = batches.else_one_by_one(
+        partial(_load, due, limit, fields, using),
+        partial(_load_one_by_one, due, limit, fields),
+        "Could not load a batch of due schedules; loading them one at a time.",
+    )
     _load_calendars([s for s in loaded if s.has_calendars], using)
     return loaded, failed
 
@@ -203,7 +196,7 @@ def _load_calendars(schedules: list[Due], using: str) -> None:
         # Each calendar once, however many schedules use it (its JSON parsed once).
         calendars = Calendar.objects.using(using).filter(pk__in={c for _, c in pairs})
         values = {row[0]: row[1:] for row in calendars.values_list("pk", *RULE_FIELDS)}
-    except policies.CONNECTION_ERRORS:
+    except CONNECTION_ERRORS:
         raise
     except Exception as exc:
         for schedule in schedules:
@@ -232,21 +225,27 @@ def _closures(calendars: Iterable[tuple[object, ...]]) -> Closures | str | None:
         return str(exc)
 
 
+def _load(
+    due: ScheduleQuerySet, limit: int, fields: tuple[str, ...], using: str
+) -> tuple[list[Due], list[Decision]]:
+    with timestamps.timestamps_parsed_once(using):
+        return [Due(*row) for row in due.values_list(*fields)[:limit]], []
+
+
 def _load_one_by_one(
     due: ScheduleQuerySet, limit: int, fields: tuple[str, ...]
 ) -> tuple[list[Due], list[Decision]]:
     loaded: list[Due] = []
     failed: list[Decision] = []
     for pk, name, failures in due.values_list("pk", "name", "planning_failures")[:limit]:
-        try:
-            loaded.append(Due(*due.filter(pk=pk).values_list(*fields).get()))
-        except policies.CONNECTION_ERRORS:
-            raise
-        except Exception as exc:
+        row = batches.refusal(due.filter(pk=pk).values_list(*fields).get)
+        if isinstance(row, Exception):
             error = (
-                f"Cannot plan: its row cannot be loaded ({type(exc).__name__}: {error_text(exc)})."
+                f"Cannot plan: its row cannot be loaded ({type(row).__name__}: {error_text(row)})."
             )
             failed.append(Decision(_unloadable(pk, name, failures), cursor=None, error=error))
+        else:
+            loaded.append(Due(*row))
     return loaded, failed
 
 
@@ -325,9 +324,9 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
             disabled.append(decision)
         result.failed.append(decision.schedule.name)
     if inserted:
-        signals.send_on_commit(_planned_events(inserted, decisions, using), using)
+        announcements.send_on_commit(_planned_events(inserted, decisions, using), using)
     if disabled and signals.listened(signals.schedule_disabled):
-        signals.send_on_commit(_disabled_events(disabled, using), using)
+        announcements.send_on_commit(_disabled_events(disabled, using), using)
     fires = [(d.schedule, fire) for d in planned for fire in d.fires]
     result.skipped = sum(fire.status == Run.Status.SKIPPED for _, fire in fires)
     result.fired = len(fires) - result.skipped
@@ -373,14 +372,3 @@ def _disabled_events(disabled: list[Decision], using: str) -> list[signals.Event
         )
         for d in disabled
     ]
-
-
-def plan_retry(failed: Run, now: datetime) -> Run:
-    """Record a new run that repeats ``failed`` (same plan time, job and arguments)."""
-    return failed.schedule.plan_extra_run(
-        now,
-        trigger=Run.Trigger.RETRY,
-        plan_time=failed.plan_time,
-        scope=failed.scope,
-        **failed.snapshot,
-    )

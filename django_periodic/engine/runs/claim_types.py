@@ -13,6 +13,7 @@ from uuid import UUID
 from django.dispatch import Signal
 
 from django_periodic import signals
+from django_periodic.db import announcements
 from django_periodic.models import Run
 from django_periodic.models.run import past_start_deadline
 from django_periodic.timing import bounds
@@ -98,4 +99,4 @@ def announce_ended(run_ids: list[int], signal: Signal, using: str, **extra: Any)
     past their start deadline, ``run_finished`` for those it failed (rare: one query)."""
     if run_ids and signals.listened(signal):
         ended = Run.objects.using(using).filter(pk__in=run_ids).select_related("schedule")
-        signals.send_on_commit((signals.of_run(signal, r, **extra) for r in ended), using)
+        announcements.send_on_commit((signals.of_run(signal, r, **extra) for r in ended), using)

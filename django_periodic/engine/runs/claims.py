@@ -2,8 +2,9 @@
 
 On PostgreSQL a claim is one statement, whatever its size: it locks the oldest claimable
 runs (skipping rows other processes hold), skips those past their start deadline, marks
-the rest running and inserts their leases, all at the database's clock (``pg_claims.py``
-holds that statement). Elsewhere the same happens through the ORM in one transaction.
+the rest running and inserts their leases, all at the database's clock
+(``backends/postgresql/claims.py`` holds that statement). Elsewhere the same happens
+through the ORM in one transaction (``backends/portable/claims.py``).
 
 A run that cannot be claimed fails alone (``cannot_claim``): one whose lease would expire
 past the range of stored times (its schedule's ``lease_timeout`` is out of range) is failed
@@ -13,25 +14,23 @@ time to find the one at fault.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from functools import partial
 
-from django.db import connections, transaction
-from django.db.models import F, Value
-from django.db.models.functions import Greatest, Now
+from django.db import transaction
+from django.db.models.functions import Now
 
-from django_periodic import policies, signals
+from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.db import clock
-from django_periodic.engine.backends.postgresql import claims as pg_claims
+from django_periodic.db import announcements, clock
+from django_periodic.engine import batches
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import fleet, overlap
 from django_periodic.engine.runs.claim_types import (
     LATE_MESSAGE,
-    UNLEASABLE_MESSAGE,
     Claim,
     ClaimRequest,
     ClaimResult,
@@ -39,7 +38,7 @@ from django_periodic.engine.runs.claim_types import (
 )
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
-from django_periodic.models import RELEASE, Lease, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models import Run, RunQuerySet, SchedulerProcess
 from django_periodic.timing import bounds
 
 logger = logging.getLogger("django_periodic")
@@ -96,16 +95,13 @@ def _claim_repeating(
     runs skipped as too late, or failed as impossible to claim."""
     if limit <= 0:
         return ClaimResult()
-    try:
-        result = _claim_at_once(wanted, now, limit, using, ahead)
-    except policies.CONNECTION_ERRORS:
-        raise  # the database's failure, not a run's: the loop retries
-    except Exception:
-        # One run the claim cannot take must not stop the others: find it.
-        logger.exception("A claim failed; claiming its runs one at a time.")
-        result = _claim_one_by_one(wanted, now, limit, using, ahead)
+    result = batches.else_one_by_one(
+        partial(_claim_at_once, wanted, now, limit, using, ahead),
+        partial(_claim_one_by_one, wanted, now, limit, using, ahead),
+        "A claim failed; claiming its runs one at a time.",
+    )
     if result.claims and signals.listened(signals.run_started):
-        signals.send_on_commit(map(_started, result.claims), using)
+        announcements.send_on_commit(map(_started, result.claims), using)
     ended = result.late + result.refused
     promoted = ended and overlap.promote_queued(using, ended)
     if promoted and len(result.claims) < limit and wanted.run_id is None:
@@ -122,18 +118,14 @@ def _claim_at_once(
     using: str,
     ahead: timedelta | None,
 ) -> ClaimResult:
-    if connections[using].vendor == "postgresql":
-        with _undoable(using):
-            return pg_claims.claim_postgresql(wanted, now, limit, using, ahead)
-    return _claim_orm(wanted, now, limit, using, ahead)
+    return ledger(using).claim(wanted, now, limit, using, ahead)
 
 
-def _undoable(using: str) -> contextlib.AbstractContextManager[Any]:
-    """A savepoint if a transaction is open, which a failed statement would spoil;
-    nothing in autocommit (no BEGIN and COMMIT spent on every claim)."""
-    if connections[using].in_atomic_block:
-        return transaction.atomic(using=using)
-    return contextlib.nullcontext()
+def _claim_alone(
+    wanted: ClaimRequest, now: datetime | None, using: str, ahead: timedelta | None
+) -> ClaimResult:
+    with transaction.atomic(using=using):
+        return _claim_at_once(wanted, now, 1, using, ahead)
 
 
 def _claim_one_by_one(
@@ -146,21 +138,20 @@ def _claim_one_by_one(
     """Claim the runs a failed claim would have taken, each alone; one that fails even
     alone ends ``failed`` (``cannot_claim``), with the error, and the others are claimed."""
     result = ClaimResult()
-    claimable = _claimable(wanted, now or clock.now(using), ahead, using)
-    for run_id in claimable.values_list("pk", flat=True)[:limit]:
-        try:
-            with transaction.atomic(using=using):
-                result += _claim_at_once(replace(wanted, run_id=run_id), now, 1, using, ahead)
-        except policies.CONNECTION_ERRORS:
-            raise
-        except Exception as exc:
-            logger.exception("Run %s cannot be claimed.", run_id)
-            message = f"Cannot claim: {type(exc).__name__}: {error_text(exc)}"
+    runs = claimable(wanted, now or clock.now(using), ahead, using)
+    for run_id in runs.values_list("pk", flat=True)[:limit]:
+        alone = replace(wanted, run_id=run_id)
+        claimed = batches.refusal(partial(_claim_alone, alone, now, using, ahead))
+        if isinstance(claimed, Exception):
+            logger.error("Run %s cannot be claimed.", run_id, exc_info=claimed)
+            message = f"Cannot claim: {type(claimed).__name__}: {error_text(claimed)}"
             result.refused += fail_unclaimed([run_id], ErrorCode.CANNOT_CLAIM, message, using)
+        else:
+            result += claimed
     return result
 
 
-def _claimable(
+def claimable(
     wanted: ClaimRequest, now: datetime, ahead: timedelta | None, using: str
 ) -> RunQuerySet:
     """The runs a claim takes, oldest first: those that may start now, or (ahead) those
@@ -202,44 +193,6 @@ def _started(claim: Claim) -> signals.Event:
     )
 
 
-def _claim_orm(
-    wanted: ClaimRequest,
-    now: datetime | None,
-    limit: int,
-    using: str,
-    ahead: timedelta | None,
-) -> ClaimResult:
-    now = now or clock.now(using)
-    result = ClaimResult(late=[] if ahead else skip_late(now, using))
-    runs_ = Run.objects.using(using)
-    with transaction.atomic(using=using):
-        claimable = _claimable(wanted, now, ahead, using).select_related("schedule")
-        by_id = wanted.run_id is not None  # see pg_claims._claim_sql
-        locked = claimable.select_for_update(skip_locked=not by_id, of=("self",))
-        runs = list(locked[:limit])
-        unleasable = [run.pk for run in runs if not can_lease(run.schedule.lease_timeout, now)]
-        if unleasable:
-            result.refused = fail_unclaimed(
-                unleasable, ErrorCode.CANNOT_CLAIM, UNLEASABLE_MESSAGE, using
-            )
-            runs = [run for run in runs if run.pk not in unleasable]
-        if not runs:
-            return result
-        runs_.filter(pk__in=[r.pk for r in runs]).update(
-            status=Run.Status.RUNNING,
-            attempt=F("attempt") + 1,
-            started_at=Greatest(Value(now), RELEASE),
-            enqueued_at=None,
-        )
-        leases = [_new_lease(run, wanted, now) for run in runs]
-        Lease.objects.using(using).bulk_create(leases)
-    result.claims = [
-        Claim(run, lease.token, using, db_claimed_at=now)
-        for run, lease in zip(runs, leases, strict=True)
-    ]
-    return result
-
-
 def skip_late(now: datetime, using: str = "default") -> list[int]:
     """Skip pending fires no worker started before their start deadline (all were busy);
     return their schedules. A claim on PostgreSQL does this for the runs it picks."""
@@ -255,20 +208,3 @@ def skip_late(now: datetime, using: str = "default") -> list[int]:
             )
             announce_ended([pk for pk, _ in rows], signals.run_skipped, using)
     return [schedule_id for _, schedule_id in rows]
-
-
-def _new_lease(run: Run, wanted: ClaimRequest, now: datetime) -> Lease:
-    """The lease for the run's next attempt; also mirrors the claim's UPDATE on ``run``."""
-    run.attempt += 1
-    run.status, run.started_at = Run.Status.RUNNING, max(now, run.release_time)
-    run.enqueued_at = None
-    return Lease(
-        run=run,
-        attempt=run.attempt,
-        holder=wanted.holder,
-        process_id=wanted.process_id,
-        acquired_at=now,
-        started_at=now if wanted.starts_at_once else None,
-        heartbeat_at=now,
-        expires_at=now + run.schedule.lease_timeout,
-    )

@@ -18,15 +18,17 @@ is left marked, to be enqueued again once the pickup timeout has passed.
 
 import logging
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
 
-from django_periodic import policies, taskbackends
+from django_periodic import taskbackends
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.engine import batches
 from django_periodic.engine.planning import overlap
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run
@@ -118,22 +120,23 @@ def _note_task_ids(sent: list[Run], using: str) -> None:
     """Store the ids of the tasks enqueued, in one statement; if the database refuses one
     (a backend's id longer than the column), the others one by one. A run whose id is
     not noted is executed all the same: only a lost task's check reads it."""
-    try:
-        with transaction.atomic(using=using):
-            Run.objects.using(using).bulk_update(sent, ["task_id"])
-        return
-    except policies.CONNECTION_ERRORS:
-        raise
-    except Exception:
-        logger.exception("Could not note %d task ids; noting them one at a time.", len(sent))
+    batches.else_one_by_one(
+        partial(_note, sent, using),
+        partial(_note_one_by_one, sent, using),
+        f"Could not note {len(sent)} task ids; noting them one at a time.",
+    )
+
+
+def _note(runs: list[Run], using: str) -> None:
+    with transaction.atomic(using=using):
+        Run.objects.using(using).bulk_update(runs, ["task_id"])
+
+
+def _note_one_by_one(sent: list[Run], using: str) -> None:
     for run in sent:
-        try:
-            with transaction.atomic(using=using):
-                Run.objects.using(using).filter(pk=run.pk).update(task_id=run.task_id)
-        except policies.CONNECTION_ERRORS:
-            raise
-        except Exception:
-            logger.exception("Could not note task %r of run %s.", run.task_id, run.pk)
+        refused = batches.refusal(partial(_note, [run], using))
+        if isinstance(refused, Exception):
+            logger.error("Could not note task %r of run %s.", run.task_id, run.pk, exc_info=refused)
 
 
 def _task(alias: str, queue: str) -> Any:

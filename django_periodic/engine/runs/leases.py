@@ -11,22 +11,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import ExpressionWrapper, F, Q, Value
-from django.db.models.expressions import CombinedExpression, RawSQL
+from django.db.models.expressions import CombinedExpression
 from django.db.models.fields import DateTimeField
-from django.db.models.functions import Now
 
 from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.db import arrays, prepared
-from django_periodic.engine.loop import wakeups
+from django_periodic.db import announcements, notifications
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import overlap
-from django_periodic.engine.runs import outcomes, presence
+from django_periodic.engine.runs import outcomes
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
-from django_periodic.models.processes import HELD_SQL, held_through
+from django_periodic.models.processes import held_through
 
 
 def _extended(now: datetime) -> "ExpressionWrapper[CombinedExpression]":
@@ -56,29 +55,8 @@ def heartbeat(
     if not tokens:
         return 0
     held = Lease.objects.using(using).held().filter(process=process)
-    if connections[using].vendor == "postgresql":
-        # Skip leases the recorder is releasing right now: waiting for them, while the
-        # recorder waits for rows this statement locked first, is a deadlock that costs
-        # both a second (deadlock_timeout) and the outcomes' retry.
-        table = connections[using].ops.quote_name(Lease._meta.db_table)
-        unlocked = RawSQL(
-            HELD_UNLOCKED_SQL.format(lease=table, held=HELD_SQL),
-            [arrays.literal([str(token) for token in tokens]), process.pk],
-        )
-        held = held.filter(pk__in=unlocked)
-    else:
-        held = held.filter(token__in=tokens)
+    held = ledger(using).held_to_extend(held, tokens, process.pk, using)
     return held.update(heartbeat_at=now, expires_at=_extended(now))
-
-
-# Driven from the tokens (one probe of the token index each), not from the held leases:
-# "token = ANY(...)" let the planner scan every entry of the index of held leases, dead
-# ones included, and a busy heartbeat took 250-500 ms with a thousand leases held.
-HELD_UNLOCKED_SQL = """
-SELECT l.id FROM unnest(%s::uuid[]) AS held(token) JOIN {lease} l ON l.token = held.token
-WHERE l.process_id = %s AND {held}
-FOR UPDATE OF l SKIP LOCKED
-"""
 
 
 def extend(claim: Claim, now: datetime) -> bool:
@@ -113,7 +91,7 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
         asked = running.update(cancel_requested_at=now)
         overlap.promote_queued(runs.db, schedule_ids)
         if asked:
-            wakeups.notify(runs.db)  # the holder checks at its next tick
+            notifications.notify(runs.db)  # the holder checks at its next tick
     return done, asked
 
 
@@ -139,31 +117,7 @@ def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     """Mark these leases started, at the database's clock, before their jobs are called;
     return the tokens marked: a lease released meanwhile (lost) is not, and its job must
     not start. One statement."""
-    if connections[using].vendor == "postgresql":
-        table = connections[using].ops.quote_name(Lease._meta.db_table)
-        with prepared.cursor(using) as cursor:
-            sql = MARK_STARTED_SQL.format(lease=table, held=HELD_SQL)
-            cursor.execute(sql, [arrays.uuids(tokens)])
-            return {token for (token,) in cursor.fetchall()}
-    held = Lease.objects.using(using).held().filter(token__in=tokens)
-    with transaction.atomic(using=using):
-        if held.update(started_at=Now()) == len(tokens):
-            return set(tokens)
-        return set(held.filter(started_at__isnull=False).values_list("token", flat=True))
-
-
-# Every job start waits for its mark, and waiting for a disk flush too cost a third of the
-# throughput of short jobs: the commit returns before its WAL reaches the disk (set_config,
-# local to this statement's transaction). It is visible to every session at once, so a
-# crash of our process loses nothing; only a crash of the database server itself within
-# wal_writer_delay (200 ms) could lose a mark, and its run would then be run again.
-MARK_STARTED_SQL = """
-UPDATE {lease} l SET started_at = statement_timestamp()
-FROM (SELECT set_config('synchronous_commit', 'off', true)) AS without_waiting_for_disk,
-     unnest(%s::uuid[]) AS marked(token)
-WHERE l.token = marked.token AND {held}
-RETURNING l.token
-"""
+    return ledger(using).mark_started(tokens, using)
 
 
 def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> SweepResult:
@@ -197,16 +151,14 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
         )
         overlap.promote_queued(using, {lease.run.schedule_id for lease in lost})
         if signals.listened(signals.lease_lost, signals.run_finished):
-            signals.send_on_commit(_expired_events(again, lost, now), using)
+            announcements.send_on_commit(_expired_events(again, lost, now), using)
     return SweepResult(reentered, failed)
 
 
 def _expired(now: datetime, using: str, orphans: bool) -> "LeaseQuerySet":
-    held = Lease.objects.using(using)
-    if not orphans or connections[using].vendor != "postgresql":
-        return held.expired(now)
-    lost = RawSQL(presence.lost_sql(connections[using].ops.quote_name), [])
-    return held.held().filter(Q(expires_at__lt=now) | Q(process_id__in=lost))
+    if orphans:
+        return ledger(using).expired_or_orphaned(now, using)
+    return Lease.objects.using(using).expired(now)
 
 
 def _expired_events(again: list[Lease], lost: list[Lease], now: datetime) -> list[signals.Event]:

@@ -10,32 +10,29 @@ fails its own run and no other.
 
 import json
 import logging
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from functools import cache
+from functools import partial
 from typing import Any
 
-from django.db import connections, transaction
-from django.db.models import F
+from django.db import transaction
 from django.dispatch import Signal
 
-from django_periodic import policies, signals
+from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.db import arrays, clock, prepared
+from django_periodic.db import CONNECTION_ERRORS, announcements
+from django_periodic.engine import batches
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import overlap
-from django_periodic.engine.runs import storable
+from django_periodic.engine.runs import retries, storable
 from django_periodic.engine.runs.claim_types import LATE_MESSAGE, Claim
 from django_periodic.error_texts import error_text, shown
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.models.processes import HELD_SQL, RELEASE_SQL
 
 logger = logging.getLogger("django_periodic")
-
-MAX_RETRY_DELAY = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -89,12 +86,12 @@ def succeeded(claim: Claim, result: Any, started_at: datetime | None = None) -> 
 
 
 def failed(claim: Claim, failure: Failure) -> AttemptOutcome:
-    """A failed attempt: retried later while attempts remain, else the run fails. Its texts
+    """A failed attempt: retried later while attempts remain (``retries.py``), else the run
+    fails. Its texts
     are stored as ``storable_text`` makes them: the message's start, the traceback's end
     (which says where it broke)."""
-    run = claim.run
-    attempts_used = run.attempt - run.interruptions
-    retry = failure.retryable and attempts_used < run.max_attempts
+    retry_in = retries.retry_in(claim.run, failure.retryable)
+    retry = retry_in is not None
     limit = get_settings().ERROR_MAX_CHARS
     return AttemptOutcome(
         claim,
@@ -103,15 +100,8 @@ def failed(claim: Claim, failure: Failure) -> AttemptOutcome:
         error_code=storable.storable_text(failure.code, storable.ERROR_CODE_MAX_LENGTH),
         error_message=storable.storable_text(failure.message, limit),
         traceback=storable.storable_text(failure.traceback, limit, keep_end=True),
-        retry_in=retry_delay(run.schedule.retry_backoff, attempts_used) if retry else None,
+        retry_in=retry_in,
     )
-
-
-def retry_delay(backoff: timedelta, attempts_used: int) -> timedelta:
-    """Exponential backoff with jitter: about backoff, 2x, 4x... each between 50% and 100%."""
-    exponent = min(attempts_used - 1, 30)
-    delay: timedelta = min(backoff * (2**exponent), MAX_RETRY_DELAY)
-    return delay * random.uniform(0.5, 1.0)
 
 
 def timed_out(claim: Claim) -> AttemptOutcome:
@@ -203,22 +193,29 @@ def record(
     """
     if not outcomes:
         return set()
-    try:
-        return _record(outcomes, now, using)
-    except policies.CONNECTION_ERRORS:
-        raise
-    except Exception as error:
-        if len(outcomes) == 1:
-            return _record_not_storable(outcomes[0], error, now, using)
-        logger.warning(
-            "The database refused %d outcomes at once (%s); recording them one at a time.",
-            len(outcomes),
-            shown(error),
-        )
-        recorded: set[int] = set()
-        for outcome in outcomes:
-            recorded |= record([outcome], now, using)
-        return recorded
+    if len(outcomes) == 1:
+        return _record_alone(outcomes[0], now, using)
+    return batches.else_one_by_one(
+        partial(_record, outcomes, now, using),
+        partial(_record_one_by_one, outcomes, now, using),
+        f"The database refused {len(outcomes)} outcomes at once; recording them one at a time.",
+    )
+
+
+def _record_one_by_one(
+    outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str
+) -> set[int]:
+    recorded: set[int] = set()
+    for outcome in outcomes:
+        recorded |= _record_alone(outcome, now, using)
+    return recorded
+
+
+def _record_alone(outcome: AttemptOutcome, now: datetime | None, using: str) -> set[int]:
+    recorded = batches.refusal(partial(_record, [outcome], now, using))
+    if isinstance(recorded, Exception):
+        return _record_not_storable(outcome, recorded, now, using)
+    return recorded
 
 
 def record_one(outcome: AttemptOutcome, now: datetime | None) -> bool:
@@ -237,7 +234,7 @@ def _record_not_storable(
     logger.error("Run %s: the database refused its outcome (%s); failing it.", run_id, shown(error))
     try:
         return _record([not_storable(outcome, error)], now, using)
-    except policies.CONNECTION_ERRORS:
+    except CONNECTION_ERRORS:
         raise
     except Exception:
         logger.exception("Run %s: could not fail it either; the sweeper will settle it.", run_id)
@@ -247,14 +244,11 @@ def _record_not_storable(
 def _record(outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str) -> set[int]:
     """Record the batch in one transaction (one statement on PostgreSQL)."""
     with transaction.atomic(using=using):
-        if connections[using].vendor == "postgresql":
-            recorded = _record_postgresql(outcomes, now, using)
-        else:
-            recorded = _record_orm(outcomes, now or clock.now(using), using)
+        recorded = ledger(using).record_outcomes(outcomes, now, using)
         overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
         if signals.listened(*ENDING_SIGNALS.values()):
             ended = [o for o in outcomes if o.claim.run.pk in recorded]
-            signals.send_on_commit(_events(ended, now), using)
+            announcements.send_on_commit(_events(ended, now), using)
     return recorded
 
 
@@ -306,119 +300,9 @@ def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> s
     }
 
 
-def _record_orm(outcomes: Sequence[AttemptOutcome], now: datetime, using: str) -> set[int]:
-    recorded = set()
-    for outcome in outcomes:
-        held = Lease.objects.using(using).held().filter(token=outcome.claim.token)
-        if held.release(now, outcome.lease_outcome):
-            run = outcome.claim.run
-            Run.objects.using(using).filter(pk=run.pk).update(**_run_fields(outcome, now))
-            recorded.add(run.pk)
-    return recorded
-
-
 # What an ended attempt writes on its run depends on its new status: a run skipped (claimed
 # ahead, too late to start) never started, and one given back (pending) has not ended, so
 # neither has a duration. _run_fields and OUTCOMES_SQL (built from these) both read them;
 # tests/test_rules.py checks that the two write the same.
 NEVER_STARTED = (Run.Status.SKIPPED,)
 NOT_ENDED = (Run.Status.PENDING,)
-
-
-def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
-    never_started = outcome.status in NEVER_STARTED
-    started_at = None if never_started else outcome.started_at or outcome.claim.run.started_at
-    ended = outcome.status not in NOT_ENDED
-    retry = outcome.retry_in
-    return {
-        "status": outcome.status,
-        "result": outcome.result,
-        "error_code": outcome.error_code,
-        "error_message": outcome.error_message,
-        "traceback": outcome.traceback,
-        "next_retry_at": None if retry is None else now + retry,
-        "started_at": started_at,
-        "finished_at": now if ended else None,
-        "duration": now - started_at if ended and started_at else None,
-        "interruptions": F("interruptions") + int(outcome.interrupted),
-    }
-
-
-# The same as _record_orm (the run's fields as _run_fields writes them), for a whole batch
-# in one statement.
-OUTCOMES_SQL = """
-WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
-v AS (
-    SELECT * FROM unnest(
-        %(token)s::uuid[], %(run_id)s::bigint[], %(lease_outcome)s::text[], %(status)s::text[],
-        %(result)s::text[], %(error_code)s::text[], %(error_message)s::text[],
-        %(traceback)s::text[], %(retry_in)s::interval[], %(interrupted)s::integer[],
-        %(started_at)s::timestamptz[]
-    ) AS v (token, run_id, lease_outcome, status, result, error_code, error_message,
-            traceback, retry_in, interrupted, started_at)
-),
-released AS (
-    UPDATE {lease} l SET {release}
-    FROM v CROSS JOIN t
-    WHERE l.token = v.token AND {held}
-    RETURNING l.run_id
-)
-UPDATE {run} r SET
-    status = v.status, result = v.result::jsonb, error_code = v.error_code,
-    error_message = v.error_message, traceback = v.traceback,
-    next_retry_at = t.now + v.retry_in,
-    started_at = CASE WHEN v.status IN ({never_started}) THEN NULL
-                      ELSE COALESCE(v.started_at, r.started_at) END,
-    finished_at = CASE WHEN v.status IN ({not_ended}) THEN NULL ELSE t.now END,
-    duration = CASE WHEN v.status IN ({not_ended}) OR v.status IN ({never_started}) THEN NULL
-                    ELSE t.now - COALESCE(v.started_at, r.started_at) END,
-    interruptions = r.interruptions + v.interrupted
-FROM v JOIN released x ON x.run_id = v.run_id CROSS JOIN t
-WHERE r.id = v.run_id
-RETURNING r.id
-"""
-
-
-@cache
-def _record_sql(using: str) -> str:
-    quote = connections[using].ops.quote_name
-    release = RELEASE_SQL.format(now="t.now", outcome="v.lease_outcome")
-    return OUTCOMES_SQL.format(
-        run=quote(Run._meta.db_table),
-        lease=quote(Lease._meta.db_table),
-        release=release,
-        held=HELD_SQL,
-        never_started=_statuses(NEVER_STARTED),
-        not_ended=_statuses(NOT_ENDED),
-    )
-
-
-def _statuses(statuses: Sequence[str]) -> str:
-    return ", ".join(f"'{status}'" for status in statuses)
-
-
-def _record_postgresql(
-    outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str
-) -> set[int]:
-    # Each column as one array literal: psycopg would adapt a list value by value.
-    params = {
-        "now": now,
-        "token": arrays.literal([str(o.claim.token) for o in outcomes]),
-        "run_id": arrays.integers([o.claim.run.pk for o in outcomes]),
-        "lease_outcome": arrays.literal([o.lease_outcome for o in outcomes]),
-        "status": arrays.literal([o.status for o in outcomes]),
-        "result": arrays.literal([o.result_json for o in outcomes]),
-        "error_code": arrays.literal([o.error_code for o in outcomes]),
-        "error_message": arrays.literal([o.error_message for o in outcomes]),
-        "traceback": arrays.literal([o.traceback for o in outcomes]),
-        "retry_in": arrays.literal([_interval(o.retry_in) for o in outcomes]),
-        "interrupted": arrays.integers([int(o.interrupted) for o in outcomes]),
-        "started_at": arrays.literal([o.started_at for o in outcomes]),
-    }
-    with prepared.cursor(using) as cursor:
-        cursor.execute(_record_sql(using), params)
-        return {row[0] for row in cursor.fetchall()}
-
-
-def _interval(value: timedelta | None) -> str | None:
-    return None if value is None else f"{value.total_seconds()} seconds"

@@ -4,7 +4,7 @@ On PostgreSQL each ``run_scheduler`` process holds a session-level advisory lock
 its ``SchedulerProcess`` id, on its wake-up listener's connection, and notes that it does
 (``SchedulerProcess.locked_at``). The lock lives exactly as long as that session: when
 the process is killed (SIGKILL, the OOM killer, a crash), PostgreSQL ends the session and
-releases the lock. The look ahead of any other scheduler (``horizon.py``), which comes
+releases the lock. The look ahead of any other scheduler (``planning/look_ahead.py``), which comes
 every ``PROBE_INTERVAL`` while a lease is held anywhere, then sees leases whose holder lost
 its lock, and its sweep settles them at once, not ``lease_timeout`` later.
 

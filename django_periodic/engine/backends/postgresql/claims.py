@@ -1,6 +1,6 @@
 """Claiming on PostgreSQL: the one statement that claims a batch, and reading its rows.
 
-``claims.py`` owns claiming and calls ``claim_postgresql`` on PostgreSQL. The statement
+``claims.py`` owns claiming and calls ``claim`` on PostgreSQL. The statement
 locks the oldest claimable runs (skipping rows other processes hold), skips those past
 their start deadline, fails those whose lease cannot be taken, marks the rest running and
 inserts their leases, all at the database's clock. Its rows carry the claimed runs' and
@@ -10,13 +10,14 @@ runs need no query of their own.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import cache
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 
@@ -158,7 +159,7 @@ def _fields(model: type[Model]) -> Sequence[Field[Any, Any]]:
     return model._meta.concrete_fields
 
 
-def claim_postgresql(
+def _claim(
     wanted: ClaimRequest,
     now: datetime | None,
     limit: int,
@@ -240,3 +241,23 @@ def _converters(
         if field_converters:
             converters.append((index, expression, field_converters))
     return [f.attname for f in fields], converters
+
+
+def _undoable(using: str) -> contextlib.AbstractContextManager[Any]:
+    """A savepoint if a transaction is open, which a failed statement would spoil;
+    nothing in autocommit (no BEGIN and COMMIT spent on every claim)."""
+    if connections[using].in_atomic_block:
+        return transaction.atomic(using=using)
+    return contextlib.nullcontext()
+
+
+def claim(
+    wanted: ClaimRequest,
+    now: datetime | None,
+    limit: int,
+    using: str,
+    ahead: timedelta | None,
+) -> ClaimResult:
+    """A claim in one statement, in a savepoint when a transaction is open."""
+    with _undoable(using):
+        return _claim(wanted, now, limit, using, ahead)

@@ -14,11 +14,10 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic.admin import backfill as backfill_page
 from django_periodic.admin import display
-from django_periodic.admin import pause as pause_page
-from django_periodic.db import clock
-from django_periodic.engine.loop import wakeups
+from django_periodic.admin.actions import backfill as backfill_page
+from django_periodic.admin.actions import pause as pause_page
+from django_periodic.db import clock, notifications
 from django_periodic.models import Schedule
 from django_periodic.timing import triggers
 
@@ -79,7 +78,7 @@ def resume_with_catch_up(
     # cursor stays, and the planner fires or skips the missed times by the misfire policy.
     kept = paused.filter(next_fire_at__isnull=False)
     resumed += kept.update(enabled=True, updated_at=clock.now(queryset.db))
-    wakeups.notify(queryset.db)
+    notifications.notify(queryset.db)
     _report_resumed(model_admin, request, resumed, failed)
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic.admin.backfill import DateTimeInput
+from django_periodic.admin.actions.backfill import DateTimeInput
 from django_periodic.db import clock
 from django_periodic.models import Schedule, pausing
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH, pause_note

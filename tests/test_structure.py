@@ -1,0 +1,76 @@
+"""The package's shape stays readable (docs/contributing.md, "Module map"): small folders,
+short modules, a small top level, one place that asks which database an alias is, and a
+pure core that runs no SQL."""
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+import django_periodic
+
+PACKAGE = Path(django_periodic.__file__).parent
+# Django's convention, one file per schema change, not ours to group.
+NOT_COUNTED = {"migrations"}
+MODULES = [p for p in PACKAGE.rglob("*.py") if not NOT_COUNTED & set(p.parts)]
+MOST_MODULES_IN_A_FOLDER = 15
+MOST_LINES_IN_A_MODULE = 400
+MOST_TOP_LEVEL_MODULES = 16
+# The modules of the pure core (tests/test_layers.py), which must not touch the database.
+PURE_CORE = ("choices", "conf", "error_texts", "escaping", "policies", "registry", "scopes")
+PURE_CORE += ("signals", "taskbackends", "timing")
+DATABASE_ACCESS = re.compile(
+    r"\b(connections?|transaction|cursor|on_commit|OperationalError|InterfaceError)\b"
+)
+
+
+def relative(path: Path) -> str:
+    return str(path.relative_to(PACKAGE.parent))
+
+
+def test_no_folder_holds_more_than_15_modules():
+    folders: dict[Path, int] = {}
+    for path in MODULES:
+        folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = {relative(f): n for f, n in folders.items() if n > MOST_MODULES_IN_A_FOLDER}
+    assert crowded == {}
+
+
+def test_no_module_is_over_400_lines():
+    long = {relative(p): n for p in MODULES if (n := len(p.read_text().splitlines())) > 400}
+    assert long == {}
+
+
+def test_the_top_level_has_at_most_16_modules():
+    assert len(list(PACKAGE.glob("*.py"))) <= MOST_TOP_LEVEL_MODULES
+
+
+def test_only_db_asks_which_database_an_alias_is():
+    asking = [
+        f"{relative(path)}:{number}"
+        for path in MODULES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if ".vendor" in line
+    ]
+    assert [place.split(":")[0] for place in asking] == ["django_periodic/db/__init__.py"]
+
+
+def _code_of(path: Path) -> str:
+    """The module without its docstrings and comments: what it runs."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            body[0] = ast.Pass()
+    return ast.unparse(tree)
+
+
+@pytest.mark.parametrize("module", PURE_CORE)
+def test_the_pure_core_runs_no_sql(module):
+    paths = [PACKAGE / f"{module}.py"] if (PACKAGE / f"{module}.py").exists() else []
+    paths += sorted((PACKAGE / module).glob("*.py"))
+    assert paths, module
+    touching = {relative(p): DATABASE_ACCESS.findall(_code_of(p)) for p in paths}
+    assert {path: names for path, names in touching.items() if names} == {}
