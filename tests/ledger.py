@@ -4,6 +4,7 @@ batches (``outcomes.record``) and never needs these."""
 from datetime import datetime
 from typing import Any
 
+from django_periodic.engine import records
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.runs import outcomes
@@ -15,7 +16,7 @@ def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:
     return outcomes.record_one(outcomes.succeeded(claim, result), now)
 
 
-def fail(claim: Claim, now: datetime | None, failure: outcomes.Failure) -> str | None:
+def fail(claim: Claim, now: datetime | None, failure: records.Failure) -> str | None:
     """Record a failed attempt (retried while attempts remain); the run's new status, or
     None if the lease was lost."""
     outcome = outcomes.failed(claim, failure)

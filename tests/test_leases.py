@@ -5,6 +5,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections, transaction
 
+from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import claims as pg_claims
 from django_periodic.engine.runs import claims, leases, outcomes, retries
 from django_periodic.engine.runs.claim_types import Claim
@@ -23,8 +24,8 @@ def claim_one(process, now, *, started=True, **schedule_fields) -> Claim:
     return claim
 
 
-def failure(retryable=True) -> outcomes.Failure:
-    return outcomes.Failure("ValueError", "bad value", "Traceback ...", retryable)
+def failure(retryable=True) -> records.Failure:
+    return records.Failure("ValueError", "bad value", "Traceback ...", retryable)
 
 
 @pytest.mark.django_db
@@ -353,7 +354,7 @@ def test_outcomes_keep_any_text_and_long_retry_delays_as_given(process, now):
     tricky = 'say "NULL", {a,b} \\ back\nslash'
     ok, failing = claim_one(process, now), claim_one(process, now, max_attempts=2)
     retry = replace(
-        outcomes.failed(failing, outcomes.Failure("E", tricky, tricky)),
+        outcomes.failed(failing, records.Failure("E", tricky, tricky)),
         retry_in=timedelta(days=2, seconds=1.5),
     )
     recorded = outcomes.record([outcomes.succeeded(ok, {"text": tricky}), retry], now)

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from django_periodic import tasks
 from django_periodic.db import clock
+from django_periodic.engine import records
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.runs import outcomes, storable
 from django_periodic.models import Lease, Run, Schedule
@@ -152,7 +153,7 @@ def test_error_texts_are_cleaned_and_capped_the_message_at_its_start_the_traceba
     process, now, settings
 ):
     settings.DJANGO_PERIODIC = {"ERROR_MAX_CHARS": 10}
-    failure = outcomes.Failure(
+    failure = records.Failure(
         code="Bad\x00Error" + "x" * 300,
         message="bad byte \x00 in file \udcff.txt",
         traceback="Traceback ...\nValueError: \x00",

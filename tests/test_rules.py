@@ -25,6 +25,7 @@ from django_periodic.choices import (
     ScheduleKind,
 )
 from django_periodic.db import clock
+from django_periodic.engine import records
 from django_periodic.engine.backends import portable, postgresql
 from django_periodic.engine.backends.postgresql import claims as pg_claims
 from django_periodic.engine.backends.postgresql import rules
@@ -482,7 +483,7 @@ def test_a_lease_held_through_a_relation_is_one_the_queryset_calls_held(now):
 
 def attempt_endings(now) -> list:
     """Every way an attempt ends (each outcome builder), one function of a claim each."""
-    failure = outcomes.Failure("ValueError", "boom", "Traceback: ...")
+    failure = records.Failure("ValueError", "boom", "Traceback: ...")
     return [
         lambda claim: outcomes.succeeded(claim, {"n": 1}),
         lambda claim: outcomes.succeeded(claim, None, started_at=now - SECOND),

@@ -21,12 +21,15 @@ from django.db.models.expressions import RawSQL
 from django_periodic import db
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.backfill import BackfilledRow, InRange
     from django_periodic.engine.planning.decisions import Decision
-    from django_periodic.engine.planning.look_ahead import Horizon
-    from django_periodic.engine.planning.recording import PlannedRow
+    from django_periodic.engine.records import (
+        AttemptOutcome,
+        BackfilledRow,
+        Horizon,
+        InRange,
+        PlannedRow,
+    )
     from django_periodic.engine.runs.claim_types import ClaimRequest, ClaimResult
-    from django_periodic.engine.runs.outcomes import AttemptOutcome
     from django_periodic.models import LeaseQuerySet, Schedule
 
 

@@ -19,6 +19,7 @@ from django_periodic import registry
 from django_periodic.choices import WARNING_STATUSES, ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, clock
+from django_periodic.engine import records
 from django_periodic.engine.loop import eventloop, worker_connections
 from django_periodic.engine.loop.context import JobContext, StopRequest
 from django_periodic.engine.runs import leases, outcomes
@@ -34,7 +35,7 @@ RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
 RECORD_PATIENCE = sum(RECORD_RETRY_DELAYS) + 5.0
 
 
-def run_job(claim: Claim, stop: StopRequest) -> outcomes.AttemptOutcome | None:
+def run_job(claim: Claim, stop: StopRequest) -> records.AttemptOutcome | None:
     """Call the claimed run's job and decide its outcome (recording is the caller's).
 
     An async job is awaited on the process's event loop while this thread waits. None means
@@ -47,7 +48,7 @@ def run_job(claim: Claim, stop: StopRequest) -> outcomes.AttemptOutcome | None:
     return called
 
 
-def call_job(claim: Claim, stop: StopRequest) -> "outcomes.AttemptOutcome | AsyncRun | None":
+def call_job(claim: Claim, stop: StopRequest) -> "records.AttemptOutcome | AsyncRun | None":
     """Call the claimed run's job: the outcome of a sync job, or the ``AsyncRun`` still to
     await of an async one (a job that returned an awaitable)."""
     run = claim.run
@@ -60,7 +61,7 @@ def call_job(claim: Claim, stop: StopRequest) -> "outcomes.AttemptOutcome | Asyn
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
-        failure = outcomes.Failure(ErrorCode.UNKNOWN_JOB, str(exc), retryable=False)
+        failure = records.Failure(ErrorCode.UNKNOWN_JOB, str(exc), retryable=False)
         return outcomes.failed(claim, failure).started(started_at)
     context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
@@ -86,7 +87,7 @@ class AsyncRun:
     started_at: datetime | None
     awaitable: Awaitable[Any]
 
-    async def outcome(self) -> outcomes.AttemptOutcome | None:
+    async def outcome(self) -> records.AttemptOutcome | None:
         """Await the job; a stop request (timeout, cancel, shutdown) cancels it."""
         try:
             # A connection the server closed while idle (a restart) is replaced first.
@@ -104,8 +105,8 @@ class AsyncRun:
         return _outcome_of(self.claim, self.stop, self.started_at, result)
 
     def ended(
-        self, future: "Future[outcomes.AttemptOutcome | None]"
-    ) -> outcomes.AttemptOutcome | None:
+        self, future: "Future[records.AttemptOutcome | None]"
+    ) -> records.AttemptOutcome | None:
         """The outcome from ``outcome()``'s future, waiting for it if need be. A run whose
         coroutine never ended (its loop stopped first) is given up, as at a shutdown."""
         try:
@@ -125,7 +126,7 @@ def _outcome_of(
     result: Any = None,
     *,
     error: BaseException | None = None,
-) -> outcomes.AttemptOutcome | None:
+) -> records.AttemptOutcome | None:
     """The outcome of a job that returned ``result`` or raised ``error``."""
     if stop.reason in _STOP_OUTCOMES:
         return _STOP_OUTCOMES[stop.reason](claim).started(started_at)
@@ -140,7 +141,7 @@ def _outcome_of(
 _STOP_OUTCOMES = {StopRequest.CANCEL: outcomes.cancelled, StopRequest.TIMEOUT: outcomes.timed_out}
 
 
-def record(batch: list[outcomes.AttemptOutcome]) -> set[int]:
+def record(batch: list[records.AttemptOutcome]) -> set[int]:
     """Record outcomes of one database, retrying while it is unreachable; the ids recorded.
 
     The token guard makes a repeat harmless if a first try did commit. Giving up leaves
@@ -164,7 +165,7 @@ def record(batch: list[outcomes.AttemptOutcome]) -> set[int]:
     return recorded
 
 
-def _log(outcome: outcomes.AttemptOutcome, recorded: bool) -> None:
+def _log(outcome: records.AttemptOutcome, recorded: bool) -> None:
     run = outcome.claim.run
     if not recorded:
         logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)
@@ -232,12 +233,12 @@ async def _supervised(awaitable: Awaitable[Any], stop: StopRequest) -> Any:
         stop.call_on_set(None)
 
 
-def _failure_of(exc: BaseException) -> outcomes.Failure:
+def _failure_of(exc: BaseException) -> records.Failure:
     """The failure of a job's exception, its texts in full (``outcomes.failed`` caps them)
     but for the row values a database error quotes (``error_texts.py``). Only an
     ``Exception`` is retried: a job raising SystemExit or KeyboardInterrupt asked to stop,
     not to be run again."""
-    return outcomes.Failure(
+    return records.Failure(
         code=type(exc).__qualname__,
         message=error_text(exc),
         traceback=traceback_text(exc) or "".join(traceback.format_exception(exc)),

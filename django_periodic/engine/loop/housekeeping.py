@@ -13,10 +13,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from django_periodic.conf import PeriodicSettings
+from django_periodic.engine import records
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
-from django_periodic.engine.planning import attention, fleet, look_ahead, overlap
+from django_periodic.engine.planning import attention, fleet, overlap
 from django_periodic.engine.runs import claims, leases, presence
 from django_periodic.models import SchedulerProcess
 
@@ -56,7 +57,7 @@ class Housekeeper:
         self._alerts_watched = False
 
     def keep_house(
-        self, process: SchedulerProcess | None, now: datetime, ahead: look_ahead.Horizon
+        self, process: SchedulerProcess | None, now: datetime, ahead: records.Horizon
     ) -> None:
         """Heartbeat and sweep when due (idle: in the tick's one transaction, once a minute).
 
@@ -173,7 +174,7 @@ class Housekeeper:
         self.next_sweep = now + (self.settings.SWEEP_INTERVAL if holding else self._interval())
         return swept
 
-    def wake_times(self, now: datetime, ahead: look_ahead.Horizon) -> list[datetime | None]:
+    def wake_times(self, now: datetime, ahead: records.Horizon) -> list[datetime | None]:
         """When housekeeping is next due: sweep, heartbeat, lease expiry, and while a lease
         is held anywhere, the probe for dead holders (presence.py)."""
         times = [self.next_sweep, self.next_heartbeat, ahead.next_expiry]

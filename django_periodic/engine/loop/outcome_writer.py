@@ -10,7 +10,7 @@ from uuid import UUID
 from django.db import connections
 
 from django_periodic.engine.loop import executor, worker_connections
-from django_periodic.engine.runs.outcomes import AttemptOutcome
+from django_periodic.engine.records import AttemptOutcome
 
 logger = logging.getLogger("django_periodic")
 

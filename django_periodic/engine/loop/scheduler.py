@@ -21,6 +21,7 @@ from django.db import transaction
 
 from django_periodic.conf import get_settings
 from django_periodic.db import clock, notifications, pooling
+from django_periodic.engine import records
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
@@ -189,7 +190,7 @@ class Scheduler:
         self._dispatch(ahead)
         return now, now if planned.schedules else self._next_wake(now, ahead)
 
-    def _dispatch(self, ahead: look_ahead.Horizon) -> None:
+    def _dispatch(self, ahead: records.Horizon) -> None:
         """Enqueue the tasks of handed-off runs that may start (planners do this). Runs this
         tick planned are seen by the next, which follows at once; a tick that planned none
         costs no statement here."""
@@ -198,7 +199,7 @@ class Scheduler:
         if ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
             handoff.dispatch(self.using)
 
-    def _plan_when_due(self, now: datetime, ahead: look_ahead.Horizon) -> planner.PlanResult:
+    def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> planner.PlanResult:
         """Plan fires that are due, and those coming within the lead not looked at yet."""
         if not self.plan or not ahead.fire_due(self.lead):
             return planner.PlanResult()
@@ -213,19 +214,19 @@ class Scheduler:
             notifications.notify(self.using)  # more than we start at once: others claim too
         return planned
 
-    def _left_a_fire(self, ahead: look_ahead.Horizon) -> bool:
+    def _left_a_fire(self, ahead: records.Horizon) -> bool:
         """Whether the next fire is one the last planning pass looked at and left (a run of
         its schedule was in flight)."""
         return ahead.next_fire is not None and ahead.next_fire <= self._planned_to
 
-    def _claim_due(self, ahead: look_ahead.Horizon, fired: int) -> None:
+    def _claim_due(self, ahead: records.Horizon, fired: int) -> None:
         """Claim runs that may start now, as many as the pool takes."""
         if self.stop.requested or not (fired or ahead.claimable()):
             self._drained = True
             return
         self._claim_free()
 
-    def _claim_ahead(self, ahead: look_ahead.Horizon, fired: int) -> None:
+    def _claim_ahead(self, ahead: records.Horizon, fired: int) -> None:
         """Claim runs due within the lead, in batches, to be started at their plan time."""
         assert self.pool is not None
         if self.stop.requested or not (fired or ahead.claimable_ahead(self.lead)):
@@ -294,7 +295,7 @@ class Scheduler:
             if result.schedules < batch_size:
                 return total
 
-    def _next_wake(self, now: datetime, ahead: look_ahead.Horizon) -> datetime:
+    def _next_wake(self, now: datetime, ahead: records.Horizon) -> datetime:
         """The earliest of: next fire, retry, lease expiry, sweep, heartbeat and timeout;
         capped by the poll interval (the idle interval while LISTEN wakes us), and while a
         lease is held anywhere, by the probe for dead holders (presence.py)."""
@@ -312,7 +313,7 @@ class Scheduler:
                 candidates.append(self._lead_time(ahead.next_pending, now + self.lead))
         return min(at for at in candidates if at is not None)
 
-    def _handoff_times(self, now: datetime, ahead: look_ahead.Horizon) -> list[datetime | None]:
+    def _handoff_times(self, now: datetime, ahead: records.Horizon) -> list[datetime | None]:
         """When handed-off runs need their tasks: at their plan time or retry, and when a
         task waited past the pickup timeout."""
         times = [ahead.next_retry]

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from django_periodic.conf import PeriodicSettings
 from django_periodic.db import clock
+from django_periodic.engine import records
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.housekeeping import Housekeeper
@@ -84,6 +85,6 @@ def _drain(scheduler: Scheduler) -> None:
     _give_up([outcomes.released(claim) for claim in unfinished], "unfinished", using)
 
 
-def _give_up(given_up: list[outcomes.AttemptOutcome], state: str, using: str) -> None:
+def _give_up(given_up: list[records.AttemptOutcome], state: str, using: str) -> None:
     for run_id in outcomes.record(given_up, using=using) if given_up else ():
         logger.warning("Gave up run %s %s at shutdown.", run_id, state)

@@ -21,6 +21,7 @@ from django_periodic import scopes as scope_providers
 from django_periodic import signals
 from django_periodic.db import announcements, clock, notifications
 from django_periodic.engine.backends import ledger
+from django_periodic.engine.records import BackfilledRow, InRange
 from django_periodic.models import (
     Run,
     Schedule,
@@ -55,22 +56,6 @@ class BackfillResult:
     def plan_times(self) -> int:
         """The runs the range holds: recorded now or before."""
         return self.recorded + self.existing
-
-
-# A run inserted: its id, scope, plan time and release time.
-BackfilledRow = tuple[int, str, datetime, datetime]
-
-
-@dataclass(frozen=True)
-class InRange:
-    start: datetime
-    end: datetime
-    times: list[datetime]
-    scopes: list[str]
-
-    @property
-    def count(self) -> int:
-        return len(self.times) * len(self.scopes)
 
 
 def backfill(

@@ -32,7 +32,7 @@ from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django_periodic import policies, scopes, signals
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements, timestamps
-from django_periodic.engine import batches
+from django_periodic.engine import batches, records
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import fleet, overlap, recording
 from django_periodic.engine.planning.decisions import (
@@ -314,7 +314,7 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result = PlanResult(schedules=len(decisions))
     failed = [d for d in decisions if d.error]
     listened = signals.listened(signals.run_planned, signals.run_skipped)
-    inserted: list[recording.PlannedRow] | None = [] if listened else None
+    inserted: list[records.PlannedRow] | None = [] if listened else None
     planned, refused = recording.record([d for d in decisions if not d.error], now, using, inserted)
     failed += refused
     disabled: list[Decision] = []
@@ -339,7 +339,7 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
 
 
 def _planned_events(
-    inserted: list[recording.PlannedRow], decisions: list[Decision], using: str
+    inserted: list[records.PlannedRow], decisions: list[Decision], using: str
 ) -> list[signals.Event]:
     names = {d.schedule.pk: d.schedule.name for d in decisions}
     return [

@@ -20,16 +20,13 @@ from django_periodic.engine import batches
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import overlap
 from django_periodic.engine.planning.decisions import Decision, Due, Fire
+from django_periodic.engine.records import PlannedRow
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import Run, Schedule
 from django_periodic.timing import stagger
 
 logger = logging.getLogger("django_periodic")
-
-
-# A run recorded: (id, schedule id, scope, plan time, status, error code).
-PlannedRow = tuple[int | None, int, str, datetime, str, str]
 
 
 def record(

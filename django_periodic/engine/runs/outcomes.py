@@ -8,12 +8,11 @@ batch the database refuses is recorded one outcome at a time, so that one bad ou
 fails its own run and no other.
 """
 
-import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -27,50 +26,13 @@ from django_periodic.db import CONNECTION_ERRORS, announcements
 from django_periodic.engine import batches
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import overlap
+from django_periodic.engine.records import AttemptOutcome, Failure
 from django_periodic.engine.runs import retries, storable
 from django_periodic.engine.runs.claim_types import LATE_MESSAGE, Claim
 from django_periodic.error_texts import error_text, shown
 from django_periodic.models import Lease, Run, Schedule
 
 logger = logging.getLogger("django_periodic")
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why an attempt failed; ``retryable`` False fails the run even with attempts left."""
-
-    code: str
-    message: str
-    traceback: str = ""
-    retryable: bool = True
-
-
-@dataclass(frozen=True)
-class AttemptOutcome:
-    """How one attempt ended: the lease's outcome and the run's new state.
-
-    Built by the functions below, whose result and error texts are as they will be stored
-    (``storable_result``, ``storable_text``).
-    """
-
-    claim: Claim
-    lease_outcome: str
-    status: str
-    result_json: str | None = None  # the result as stored, in JSON (one encoding per run)
-    error_code: str = ""
-    error_message: str = ""
-    traceback: str = ""
-    retry_in: timedelta | None = None
-    interrupted: bool = False  # cut short by its process stopping (counts as no attempt)
-    started_at: datetime | None = None  # when the job really started, if after the claim
-
-    @property
-    def result(self) -> Any:
-        """The result as stored (``storable.storable_result``)."""
-        return None if self.result_json is None else json.loads(self.result_json)
-
-    def started(self, at: datetime | None) -> "AttemptOutcome":
-        return replace(self, started_at=at)
 
 
 def succeeded(claim: Claim, result: Any, started_at: datetime | None = None) -> AttemptOutcome:

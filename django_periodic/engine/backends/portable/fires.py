@@ -9,13 +9,14 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Max
 
 from django_periodic import choices
+from django_periodic.engine import records
 from django_periodic.engine.planning import backfill, recording
 from django_periodic.engine.planning.decisions import (
     Decision,
     Due,
     Fire,
 )
-from django_periodic.engine.planning.recording import PlannedRow
+from django_periodic.engine.records import PlannedRow
 from django_periodic.models import (
     AWAITING_RELEASE,
     Run,
@@ -109,8 +110,8 @@ def _first_release(schedule: Schedule, now: datetime, spacing: timedelta, using:
 
 
 def insert_backfill(
-    schedule: Schedule, in_range: backfill.InRange, now: datetime, spacing: timedelta, using: str
-) -> list[backfill.BackfilledRow]:
+    schedule: Schedule, in_range: records.InRange, now: datetime, spacing: timedelta, using: str
+) -> list[records.BackfilledRow]:
     # SQLite runs one write transaction at a time (transaction_mode IMMEDIATE, see checks),
     # so what this transaction reads cannot change before it writes.
     with transaction.atomic(using=using):

@@ -4,13 +4,14 @@
 from django.db.models import Min
 
 from django_periodic.db import clock
+from django_periodic.engine import records
 from django_periodic.engine.planning import fleet
 from django_periodic.engine.planning import look_ahead as look_ahead_
 
 
-def look_ahead(using: str, judge: bool) -> look_ahead_.Horizon:
+def look_ahead(using: str, judge: bool) -> records.Horizon:
     earliest = {
         name: rows.aggregate(at=Min(column))["at"]
         for name, (rows, column) in look_ahead_.earliest(using, fleet.local_jobs()).items()
     }
-    return look_ahead_.Horizon(now=clock.now(using), **earliest)
+    return records.Horizon(now=clock.now(using), **earliest)

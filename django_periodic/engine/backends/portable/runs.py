@@ -11,8 +11,8 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from django_periodic.db import clock
+from django_periodic.engine.records import AttemptOutcome
 from django_periodic.engine.runs import outcomes as outcomes_
-from django_periodic.engine.runs.outcomes import AttemptOutcome
 from django_periodic.models import Lease, LeaseQuerySet, Run
 
 

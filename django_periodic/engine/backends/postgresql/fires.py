@@ -10,10 +10,11 @@ from django.db import connections, transaction
 from django_periodic import policies
 from django_periodic.conf import tasks_backend_for
 from django_periodic.db import arrays
+from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import backfill, recording
 from django_periodic.engine.planning.decisions import Decision
-from django_periodic.engine.planning.recording import PlannedRow
+from django_periodic.engine.records import PlannedRow
 from django_periodic.models import (
     AWAITING_RELEASE,
     Run,
@@ -222,8 +223,8 @@ RETURNING id, scope, plan_time, next_retry_at
 
 
 def insert_backfill(
-    schedule: Schedule, in_range: backfill.InRange, now: datetime, spacing: timedelta, using: str
-) -> list[backfill.BackfilledRow]:
+    schedule: Schedule, in_range: records.InRange, now: datetime, spacing: timedelta, using: str
+) -> list[records.BackfilledRow]:
     connection = connections[using]
     quote = connection.ops.quote_name
     awaiting, awaiting_params = rules.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")

@@ -6,6 +6,7 @@ from typing import Any
 
 from django.db import connections
 
+from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import fleet
 from django_periodic.engine.planning import look_ahead as look_ahead_
@@ -62,10 +63,10 @@ def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]
     return sql, params
 
 
-def look_ahead(using: str, judge: bool) -> look_ahead_.Horizon:
+def look_ahead(using: str, judge: bool) -> records.Horizon:
     sql, params = _horizon_sql(using, fleet.local_jobs())
     with connections[using].cursor() as cursor:
         cursor.execute(sql, {**params, "earliest": EARLIEST, "latest": LATEST, "judge": judge})
         row = cursor.fetchone()
     assert row is not None
-    return look_ahead_.Horizon(*row)
+    return records.Horizon(*row)
