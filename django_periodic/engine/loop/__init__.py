@@ -1,0 +1,2 @@
+"""The scheduler process: its loop, worker threads, executor, housekeeping, wake-ups and
+stop."""
