@@ -34,6 +34,8 @@ class Job:
     takes_context: bool = False
     schedule: dict[str, Any] = field(default_factory=dict)
     defined_in: str = ""
+    #: Runs inside the transaction that records its outcome (docs/semantics.md, "Atomic jobs").
+    atomic: bool = False
 
     @property
     def description(self) -> str:
@@ -53,7 +55,7 @@ _registry: dict[str, Job] = {}
 def job(func: _F, /) -> _F: ...
 @overload
 def job(
-    *, name: str | None = None, takes_context: bool = False, **options: Any
+    *, name: str | None = None, takes_context: bool = False, atomic: bool = False, **options: Any
 ) -> Callable[[_F], _F]: ...
 def job(
     func: _F | None = None,
@@ -61,6 +63,7 @@ def job(
     *,
     name: str | None = None,
     takes_context: bool = False,
+    atomic: bool = False,
     **options: Any,
 ) -> _F | Callable[[_F], _F]:
     """Register a function as a job, by default as ``"<module>.<qualname>"``.
@@ -69,15 +72,26 @@ def job(
     ``models.SCHEDULE_OPTIONS``, also define a schedule of the same name in code; it is
     synced to the database when a scheduler starts. The function itself is returned
     unchanged. An ``async def`` function is awaited on an event loop when it runs.
+
+    ``atomic=True`` runs the job inside the transaction that records its outcome, on the
+    run's database: its writes commit with its success, or not at all (docs/semantics.md,
+    "Atomic jobs"). An atomic job must be a plain function, not ``async def``.
     """
 
     def register(func: _F) -> _F:
+        if atomic and inspect.iscoroutinefunction(func):
+            raise TypeError(
+                f"{func.__qualname__}: an atomic job must be a plain function: an async job's "
+                "writes run on another thread and connection, outside the transaction that "
+                "records its outcome."
+            )
         registered = Job(
             name=name or f"{func.__module__}.{func.__qualname__}",
             func=func,
             takes_context=takes_context,
             schedule=_schedule_options(options),
             defined_in=code_location(func),
+            atomic=atomic,
         )
         existing = _registry.get(registered.name)
         if existing and existing.defined_in != registered.defined_in:
@@ -118,6 +132,12 @@ def code_location(func: Callable[..., Any]) -> str:
     if code is None:
         return func.__module__
     return f"{func.__module__}:{code.co_firstlineno}"
+
+
+def is_atomic(name: str) -> bool:
+    """Whether the job of this name is atomic (one this process does not have is not)."""
+    registered = _registry.get(name)
+    return registered is not None and registered.atomic
 
 
 def get_job(name: str) -> Job:

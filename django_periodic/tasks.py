@@ -111,7 +111,7 @@ def execute(run_id: int, using: str = "default") -> str:
             # A worker's thread serves many tasks: its connection serves the next one
             # too (whatever CONN_MAX_AGE says), unless this job left it unfit.
             worker_connections.prepare_for_run()
-    if outcome is None or not executor.record([outcome]):
+    if outcome is None or not (outcome.recorded or executor.record([outcome])):
         return NOT_RECORDED
     return outcome.status
 

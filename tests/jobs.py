@@ -5,7 +5,8 @@ import os
 import threading
 import time
 
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
 
 from django_periodic import job, scopes
 from tests.models import Execution
@@ -245,3 +246,73 @@ if not os.environ.get("PERIODIC_TEST_OLD_RELEASE"):
             attempt=context.attempt,
             pid=os.getpid(),
         )
+
+
+def _execution(context, schedule: str = "") -> Execution:
+    return Execution.objects.create(
+        schedule=schedule or context.run.schedule.name,
+        plan_time=context.plan_time,
+        attempt=context.attempt,
+        pid=os.getpid(),
+    )
+
+
+@job(takes_context=True, atomic=True)
+def atomic_record(context, first_waits: float = 0.0, fail_first: bool = False):
+    """Atomic: writes an Execution row; its first attempt then waits ``first_waits`` and,
+    with ``fail_first``, raises."""
+    _execution(context)
+    if first_waits and context.attempt == 1:
+        time.sleep(first_waits)
+    if fail_first and context.attempt == 1:
+        raise RuntimeError("first attempt fails after writing")
+    return context.attempt
+
+
+@job(takes_context=True, atomic=True)
+def atomic_with_hook(context, fail: bool = False):
+    """Atomic: writes a row, and asks for another at commit (``on_commit``)."""
+    _execution(context)
+    transaction.on_commit(lambda: _execution(context, schedule="on_commit hook"))
+    if fail:
+        raise RuntimeError("fails after writing")
+
+
+@job(takes_context=True, atomic=True)
+def atomic_durable(context):
+    """Atomic, but opens a durable block of its own: it cannot."""
+    with transaction.atomic(durable=True):
+        _execution(context)
+
+
+@job(takes_context=True, atomic=True)
+def atomic_swallows_an_error(context):
+    """Atomic, but catches a database error without a savepoint: its transaction is spoiled
+    (PostgreSQL)."""
+    _execution(context)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")
+    except DatabaseError:
+        pass
+
+
+@job(takes_context=True, atomic=True)
+def atomic_loses_its_lease(context):
+    """Atomic: writes a row, then its lease is released by another connection (as another
+    process's sweeper would) before it returns."""
+    _execution(context)
+    released = threading.Thread(target=_release_leases_of, args=(context.run.pk,))
+    released.start()
+    released.join()
+
+
+def _release_leases_of(run_id: int) -> None:
+    from django.db import connections
+
+    from django_periodic.models import Lease
+
+    try:
+        Lease.objects.filter(run_id=run_id).held().release(timezone.now(), Lease.Outcome.EXPIRED)
+    finally:
+        connections.close_all()

@@ -32,6 +32,6 @@ def execute(claim: Claim, stop: StopRequest | None = None) -> str | None:
     """Run the claimed job to completion and record its outcome: the run's new status, or
     None when nothing was recorded (the lease was lost, or given up at shutdown)."""
     outcome = executor.run_job(claim, stop or StopRequest())
-    if outcome is None or not executor.record([outcome]):
+    if outcome is None or not (outcome.recorded or executor.record([outcome])):
         return None
     return outcome.status

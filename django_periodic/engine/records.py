@@ -39,6 +39,7 @@ class AttemptOutcome:
     retry_in: timedelta | None = None
     interrupted: bool = False  # cut short by its process stopping (counts as no attempt)
     started_at: datetime | None = None  # when the job really started, if after the claim
+    recorded: bool = False  # already recorded, with an atomic job's writes (runs/atomic.py)
 
     @property
     def result(self) -> Any:

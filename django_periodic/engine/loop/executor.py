@@ -22,7 +22,7 @@ from django_periodic.db import CONNECTION_ERRORS, clock
 from django_periodic.engine import records
 from django_periodic.engine.loop import eventloop, worker_connections
 from django_periodic.engine.loop.context import JobContext, StopRequest
-from django_periodic.engine.runs import leases, outcomes
+from django_periodic.engine.runs import atomic, leases, outcomes
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.error_texts import error_text, shown, traceback_text
 from django_periodic.escaping import escaped
@@ -65,6 +65,12 @@ def call_job(claim: Claim, stop: StopRequest) -> "records.AttemptOutcome | Async
         return outcomes.failed(claim, failure).started(started_at)
     context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
+    if job.atomic:
+        return atomic.call(
+            claim,
+            lambda: job.func(*args, **run.kwargs),
+            lambda result, error: _outcome_of(claim, stop, started_at, result, error=error),
+        )
     try:
         result = job.func(*args, **run.kwargs)
     except BaseException as exc:  # SystemExit too: it fails the run, not the worker

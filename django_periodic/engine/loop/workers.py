@@ -366,7 +366,7 @@ class WorkerPool:
     def _leave(self, claim: Claim, outcome: AttemptOutcome | None, started: float) -> None:
         """A run leaves the pool (from any thread): its outcome goes to the recorder first,
         so that it is always held by one or the other until recorded (``Recorder.holding``)."""
-        if outcome is not None:
+        if outcome is not None and not outcome.recorded:
             self._recorder.put(outcome)
         with self._lock:
             if claim in self._in_flight:

@@ -22,7 +22,7 @@ from django_periodic.conf import get_settings
 from django_periodic.db import announcements, notifications
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import overlap
-from django_periodic.engine.runs import outcomes
+from django_periodic.engine.runs import outcomes, retries
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
 from django_periodic.models.processes import held_through
@@ -187,5 +187,4 @@ def _reenters(lease: Lease, limit: int) -> bool:
     its schedule says: nothing of it ran, so running it is its first and only execution."""
     if lease.started_at is None:
         return True
-    run = lease.run
-    return run.schedule.allow_stale_reentry and run.interruptions < limit
+    return retries.may_run_again(lease.run) and lease.run.interruptions < limit

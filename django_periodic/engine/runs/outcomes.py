@@ -106,9 +106,9 @@ def released(claim: Claim, message: str = SHUTDOWN_MESSAGE) -> AttemptOutcome:
     """Given up unfinished (at shutdown): back to pending with reentry, else failed.
 
     Without ``allow_stale_reentry`` the job may have had effects already, so it is not run
-    again; ``message`` says why it stopped.
+    again (unless it is atomic: ``retries.may_run_again``); ``message`` says why it stopped.
     """
-    if claim.run.schedule.allow_stale_reentry:
+    if retries.may_run_again(claim.run):
         return AttemptOutcome(claim, Lease.Outcome.RELEASED, Run.Status.PENDING, interrupted=True)
     return AttemptOutcome(
         claim,
@@ -201,6 +201,12 @@ def _record_not_storable(
     except Exception:
         logger.exception("Run %s: could not fail it either; the sweeper will settle it.", run_id)
         return set()
+
+
+def record_in_one(outcome: AttemptOutcome, using: str) -> set[int]:
+    """Record one outcome at the database's clock in the current transaction, as it is:
+    a refusal is raised, not turned into a failure (an atomic job's, runs/atomic.py)."""
+    return _record([outcome], None, using)
 
 
 def _record(outcomes: Sequence[AttemptOutcome], now: datetime | None, using: str) -> set[int]:

@@ -7,6 +7,7 @@ An attempt cut short by its process stopping (an interruption) counts as no atte
 import random
 from datetime import datetime, timedelta
 
+from django_periodic import registry
 from django_periodic.models import Run
 
 MAX_RETRY_DELAY = timedelta(days=1)
@@ -26,6 +27,14 @@ def retry_delay(backoff: timedelta, attempts_used: int) -> timedelta:
     exponent = min(attempts_used - 1, 30)
     delay: timedelta = min(backoff * (2**exponent), MAX_RETRY_DELAY)
     return delay * random.uniform(0.5, 1.0)
+
+
+def may_run_again(run: Run) -> bool:
+    """Whether a run cut off mid-job (its process died, or stopped past the grace) may be
+    run again: its schedule allows it (``allow_stale_reentry``), or its job is atomic, so
+    nothing of the cut-off attempt stayed. A process that does not have the job goes by
+    the schedule alone."""
+    return run.schedule.allow_stale_reentry or registry.is_atomic(run.job_name)
 
 
 def plan_retry(failed: Run, now: datetime) -> Run:
