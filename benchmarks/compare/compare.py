@@ -6,12 +6,16 @@ run.sh builds the venvs and starts PostgreSQL, PgBouncer and Redis, then runs th
 BENCH_PG_PORT, BENCH_PGBOUNCER_PORT and BENCH_REDIS_PORT set.
 Workloads: planning, lag, execution, handoff, due, idle, rss, each with a no-op job; the same
 with the writing job (one INSERT, CONN_MAX_AGE 0): lag-writing, steady, execution-writing,
-handoff-writing, due-writing; and floor, that job's INSERT in a loop on one connection (run
-with any writing throughput workload). lag-pgbouncer: the lag workload with our schedulers
-through PgBouncer in transaction mode (not run without PgBouncer). handoff-celery: the
-hand-off to Celery workers through django-tasks-fennel (not run without Redis). soak: the
-lag workload for 10 minutes with KEEP_RUNS_FOR 2 min and keeping everything (one repetition
-each; only when asked for, --only soak). Each figure
+handoff-writing, due-writing; the same with the atomic writing job (tests.jobs.atomic_record):
+lag-atomic, execution-atomic, due-atomic; and floor, that job's INSERT in a loop on one
+connection (run with any writing throughput workload). The lag, execution and due workloads
+of the writing jobs each measure their limit beside every repetition: the same rows as plain
+INSERTs with no scheduler, on as many processes and threads (limit_child.py).
+lag-pgbouncer: the lag workload with our schedulers through PgBouncer in transaction mode
+(not run without PgBouncer). handoff-celery: the hand-off to Celery workers through
+django-tasks-fennel (not run without Redis). soak: the lag workload for 10 minutes with
+KEEP_RUNS_FOR 2 min and keeping everything (one repetition each; only when asked for,
+--only soak). Each figure
 is the median of 3 repetitions (1 with --quick, which also uses smaller sizes). Results are
 kept in benchmarks/results/compare-<full|quick>.json, one entry per workload, so that --only
 reruns one workload; the table, docs/performance.md and docs/images/performance.png are
@@ -35,7 +39,7 @@ import report
 import soak
 import workloads
 from harness import Server, say
-from peers import PEERS, Context, Ours, Peer
+from peers import PEERS, Context, Ours, OursAtomic, Peer
 from workloads import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,15 +48,18 @@ WORKLOADS = (
     "lag",
     "lag-pgbouncer",
     "lag-writing",
+    "lag-atomic",
     "steady",
     "floor",  # before the workloads whose figures are fractions of it
     "execution",
     "execution-writing",
+    "execution-atomic",
     "handoff",
     "handoff-writing",
     "handoff-celery",
     "due",
     "due-writing",
+    "due-atomic",
     "idle",
     "rss",
     "soak",
@@ -63,12 +70,15 @@ ON_REQUEST = ("soak",)
 NEEDS_FLOOR = ("execution-writing", "handoff-writing")
 OURS_ONLY = (
     "lag-pgbouncer",
+    "lag-atomic",
     "execution",
+    "execution-atomic",
     "handoff",
     "handoff-writing",
     "handoff-celery",
     "due",
     "due-writing",
+    "due-atomic",
     "steady",
     "soak",
 )
@@ -127,20 +137,24 @@ def run_workload(name: str, ctx: Context, plan: Plan, peers: list[Peer]) -> list
     if name in OURS_ONLY and ours is None:
         say(f"[{name}] needs django_periodic (--peers ours)")
         return []
+    atomic = OursAtomic(ctx)  # ours with the atomic writing job: the same database
     runners = {
         "planning": lambda: workloads.planning(ctx, plan, peers),
         "lag": lambda: workloads.fire_lag(ctx, plan, peers),
         "lag-pgbouncer": lambda: workloads.fire_lag_pgbouncer(ctx, plan, ours),
         "lag-writing": lambda: workloads.fire_lag(ctx, plan, peers, writing=True),
+        "lag-atomic": lambda: workloads.fire_lag(ctx, plan, [atomic], writing=True),
         "steady": lambda: workloads.steady(ctx, plan, ours),
         "floor": lambda: workloads.floor(ctx, plan),
         "execution": lambda: workloads.execution(ctx, plan, ours),
         "execution-writing": lambda: workloads.execution_writing(ctx, plan, peers),
+        "execution-atomic": lambda: workloads.execution_writing(ctx, plan, [atomic]),
         "handoff": lambda: workloads.handoff(ctx, plan, ours),
         "handoff-writing": lambda: workloads.handoff(ctx, plan, ours, writing=True),
         "handoff-celery": lambda: workloads.handoff(ctx, plan, ours, celery=True),
         "due": lambda: workloads.due_at_once(ctx, plan, ours),
         "due-writing": lambda: workloads.due_at_once(ctx, plan, ours, writing=True),
+        "due-atomic": lambda: workloads.due_at_once(ctx, plan, atomic, writing=True),
         "idle": lambda: workloads.idle(ctx, plan, peers),
         "rss": lambda: workloads.memory_use(ctx, plan, peers),
         "soak": lambda: soak.soak(ctx, plan, ours),

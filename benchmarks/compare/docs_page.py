@@ -109,8 +109,18 @@ cannot: the cell gives the projection), and is not run at larger sizes.
    the writing job: 2 schedulers, {steady} schedules every second for {steady_seconds} s, no
    kills: how many of the runs succeeded. **The floor** is that job's limit: the same
    `Execution.objects.create` in a plain loop on one connection (autocommit, this durable
-   server), {floor_rows:,} rows, measured in the same run; each writing-job throughput is
-   also given as a fraction of it.
+   server), {floor_rows:,} rows, measured in the same run; the hand-off throughputs are also
+   given as a fraction of it. **The limit** of each of our writing-job lag, execution and
+   due-at-once figures is measured beside each of its runs: the same rows as that INSERT,
+   with no scheduler, in as many processes as the workload's schedulers, each with as many
+   threads (and connections) as their `--workers` (`benchmarks/compare/limit_child.py`). For
+   execution, N rows split over the threads, all released together; for fire lag, at every
+   second the N rows of that second queued for the threads, the lag being when each INSERT
+   began minus its second; for due at once, N rows queued at once, the time until the last
+   is done. Each figure is given as a fraction or a multiple of its limit, and its goal is
+   stated against it. **The atomic writing job** (`tests.jobs.atomic_record`, `@job(atomic=True)`):
+   the same row, committed with the run's success; its lag, execution and due-at-once rows
+   have the same limits.
 
 Peers, all on their defaults unless said here: django-celery-beat's `DatabaseScheduler` in a
 `celery beat` service with the in-memory broker (nothing consumes the messages; a beat
@@ -257,24 +267,35 @@ def lag_lines(figures: Figures, peers: list[str]) -> list[str]:
 
 
 def writing_lines(figures: Figures, peers: list[str]) -> list[str]:
-    """The writing job's throughput beside its floor, per peer that executes jobs."""
+    """The writing jobs' throughput beside its limit measured in the same run (in results
+    saved before there was one, beside the floor), per peer that executes jobs."""
     floor = _value(figures, "floor", "floor")
     lines = []
     for peer in peers:
-        parts = []
-        for processes in (1, 2):
-            row = f"execution:writing:{processes}"
-            if (rate := _value(figures, row, peer)) is not None:
-                # The floor of the figure's own run: --only reruns measure it anew.
-                own = figures[row, peer]["numbers"].get("floor") or floor
-                of_floor = f" ({rate / own:.2f} of the floor)" if own else ""
-                plural = "es" * (processes > 1)
-                parts.append(f"{rate:,.0f} runs/s with {processes} process{plural}{of_floor}")
-        if parts:
-            lines.append(f"- Writing job, {PEER_COLUMNS[peer]}: {'; '.join(parts)}.")
+        for key, job in report.WRITING_JOBS:
+            parts = [
+                part
+                for processes in (1, 2)
+                if (part := _writing_part(figures, f"execution:{key}:{processes}", peer, floor))
+            ]
+            if parts:
+                lines.append(f"- {job.capitalize()}, {PEER_COLUMNS[peer]}: {'; '.join(parts)}.")
     if lines and floor:
         lines.append(f"- The writing job's floor, its INSERT in a loop: {floor:,.0f} rows/s.")
     return lines
+
+
+def _writing_part(figures: Figures, row: str, peer: str, floor: float | None) -> str:
+    if (rate := _value(figures, row, peer)) is None:
+        return ""
+    numbers = figures[row, peer]["numbers"]
+    processes = int(row.rsplit(":", 1)[1])
+    text = f"{rate:,.0f} runs/s with {processes} process{'es' * (processes > 1)}"
+    if limit := numbers.get("limit_rate"):
+        return text + f" ({rate / limit:.2f} of the limit, {report.limit_text(numbers)})"
+    # The floor of the figure's own run: --only reruns measure it anew.
+    own = numbers.get("floor") or floor
+    return text + (f" ({rate / own:.2f} of the floor)" if own else "")
 
 
 def idle_lines(figures: Figures, peers: list[str]) -> list[str]:

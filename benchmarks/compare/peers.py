@@ -35,6 +35,8 @@ COMPARE_DIR = Path(__file__).resolve().parent
 OURS_DEFAULT_SETTINGS = {"POLL_INTERVAL": 5}
 # The writing job: one INSERT, autocommit, into tests.models.Execution's table.
 OURS_WRITING_JOB = "tests.jobs.record"
+# The same row written by an atomic job: committed with the run's success, or not at all.
+OURS_ATOMIC_JOB = "tests.jobs.atomic_record"
 # tests_execution as Django creates it (tests/migrations/0001_initial.py), for the peers that
 # write the same row without Django (APScheduler's job) into a table of that name.
 EXECUTION_TABLE_DDL = (
@@ -82,6 +84,9 @@ class Peer:
     lag_definition = ""
     # Why the peer cannot run the writing job ("" if it can): it never executes a job.
     writing_note = ""
+    # Its writing job, as the rows' keys (lag:writing...) and texts name it.
+    job_key = "writing"
+    job_label = "writing job"
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -186,6 +191,7 @@ class Ours(Peer):
         "`Run.started_at - Run.plan_time`: when the job was called, on the database's clock "
         "(the claim's time plus the time since)"
     )
+    writing_job = OURS_WRITING_JOB
 
     def env(self, writing: bool = False) -> dict[str, str]:
         env = ours_env(self.ctx, self.database)
@@ -252,7 +258,7 @@ class Ours(Peer):
             "first": first,
             "last": last,
             "grace": misfire_grace,
-            "job": OURS_WRITING_JOB,
+            "job": self.writing_job,
         }
         clone_rows(self.conn, "django_periodic_schedule", n, overrides, params)
 
@@ -386,6 +392,17 @@ class OursThroughPgBouncer(Ours):
             raise RuntimeError("PgBouncer is not running (see run.sh)")
         pooled = Server(self.ctx.pgbouncer_port).url(self.database)
         return {**super().env(writing), "PERIODIC_TEST_PGBOUNCER_URL": pooled}
+
+
+class OursAtomic(Ours):
+    """django_periodic running the atomic writing job (``tests.jobs.atomic_record``): the
+    same row, committed with the run's success. Same database, same key: its figures go to
+    our column, in rows of their own (``job_key``)."""
+
+    label = "django_periodic, atomic writing job"
+    writing_job = OURS_ATOMIC_JOB
+    job_key = "atomic"
+    job_label = "atomic writing job"
 
 
 class CeleryBeat(Peer):

@@ -7,6 +7,7 @@ schedule at start needs longer).
 """
 
 import json
+import math
 import subprocess
 import time
 import traceback
@@ -26,6 +27,7 @@ from harness import (
     wait_until,
 )
 from peers import Context, Ours, OursThroughPgBouncer, Peer, now_utc, ours_env
+from report import limit_text
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
@@ -332,10 +334,11 @@ def fire_lag(ctx: Context, plan: Plan, peers: list[Peer], writing: bool = False)
     """N schedules firing every second for S seconds: fires kept and lag percentiles, of the
     no-op job or (``writing``) of the writing job."""
     n, seconds = plan.lag_schedules, plan.lag_seconds
-    row = "lag:writing" if writing else "lag"
-    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s, {job_name(writing)}")
+    jobs = " / ".join(dict.fromkeys(job_name(peer, writing) for peer in peers))
+    say(f"\n[fire lag] {n:,} schedules x every 1 s x {seconds} s, {jobs}")
     figures = []
     for peer in peers:
+        row = f"lag:{peer.job_key}" if writing else "lag"
         if peer.min_interval > SECOND:
             note = (
                 f"no schedule shorter than {peer.min_interval.total_seconds() / 60:.0f} min (cron)"
@@ -347,9 +350,14 @@ def fire_lag(ctx: Context, plan: Plan, peers: list[Peer], writing: bool = False)
             continue
         processes = 2 if isinstance(peer, Ours) else 1
         label = f"{peer.label}, {processes} process{'es' * (processes > 1)}"
-        once = lambda progress, peer=peer, p=processes: lag_once(  # noqa: E731
-            ctx, plan, peer, p, progress, n, seconds, writing
-        )
+
+        def once(progress: Progress, peer: Peer = peer, processes: int = processes) -> dict:
+            numbers = lag_once(ctx, plan, peer, processes, progress, n, seconds, writing)
+            if writing and isinstance(peer, Ours):
+                # Beside each repetition, its limit: the same fires as plain inserts.
+                numbers |= burst_limit(ctx, plan, peer, processes, n, seconds)
+            return numbers
+
         figures.append(measure(plan, row, peer.key, label, once, lag_summary))
     return figures
 
@@ -384,8 +392,8 @@ def steady(ctx: Context, plan: Plan, ours: Ours) -> list[Figure]:
     return [measure(plan, "steady", ours.key, f"{ours.label}, 2 processes", once, steady_summary)]
 
 
-def job_name(writing: bool) -> str:
-    return "writing job" if writing else "no-op job"
+def job_name(peer: Peer, writing: bool) -> str:
+    return peer.job_label if writing else "no-op job"
 
 
 def lag_once(
@@ -473,8 +481,11 @@ def lag_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         f"{numbers['kept']:,.0f} of {numbers['expected']:,.0f} kept; p50 {numbers['p50']:,.0f} ms, "
         f"p99 {numbers['p99']:,.0f} ms, max {numbers['max']:,.0f} ms"
     )
+    if limit := numbers.get("limit_p99"):
+        text += f"; {numbers['p99'] / limit:.1f}x the limit's p99 {limit:,.0f} ms"
     details = [f"{numbers['lost']:,.0f} skipped or missed"] if numbers["lost"] else []
     details += written_details(numbers)
+    details += limit_details(numbers)
     return numbers["p99"], text, "; ".join(details)
 
 
@@ -513,7 +524,8 @@ def execution_writing(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figur
     """N pending runs of the writing job: ours with 1 and 2 run_scheduler processes, the
     peers that execute jobs with their one process."""
     runs = plan.execution_runs
-    say(f"\n[execution] {runs:,} pending runs of the writing job, --workers {plan.workers}")
+    jobs = " / ".join(dict.fromkeys(job_name(peer, True) for peer in peers))
+    say(f"\n[execution] {runs:,} pending runs of the {jobs}, --workers {plan.workers}")
     figures = []
     for peer in peers:
         if isinstance(peer, Ours):
@@ -521,7 +533,7 @@ def execution_writing(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figur
             continue
         figures.append(peer_execution(ctx, plan, peer))
         note = peer.writing_note or peer.multi_note
-        figures.append(Figure("execution:writing:2", peer.key, "not run", text=note))
+        figures.append(Figure(f"execution:{peer.job_key}:2", peer.key, "not run", text=note))
     return figures
 
 
@@ -529,7 +541,7 @@ def ours_execution(ctx: Context, plan: Plan, ours: Ours, processes: int, writing
     def once(progress: Progress) -> dict[str, float]:
         return execution_once(ctx, plan, ours, processes, progress, writing)
 
-    row = f"execution:writing:{processes}" if writing else f"execution:{processes}"
+    row = f"execution:{ours.job_key}:{processes}" if writing else f"execution:{processes}"
     label = f"{ours.label}, {processes} process{'es' * (processes > 1)}"
     return measure(plan, row, ours.key, label, once, execution_summary)
 
@@ -547,20 +559,24 @@ def execution_once(
     ours.analyze()
     children = [ours.start(i, workers=plan.workers, writing=writing) for i in range(processes)]
     numbers = execution_rate(plan, ours, runs, children, progress)
-    return with_writes(ctx, ours, numbers) if writing else numbers
+    if not writing:
+        return numbers
+    # Beside each repetition, its limit: the same rows as plain inserts, same connections.
+    return with_writes(ctx, ours, numbers) | throughput_limit(ctx, plan, ours, processes, runs)
 
 
 def peer_execution(ctx: Context, plan: Plan, peer: Peer) -> Figure:
     """A peer with no pending runs: N jobs of the writing job due at once, a grace of an
     hour so that none is dropped, executed by its scheduler process."""
+    row = f"execution:{peer.job_key}:1"
     if peer.writing_note:
-        return Figure("execution:writing:1", peer.key, "not run", text=peer.writing_note)
+        return Figure(row, peer.key, "not run", text=peer.writing_note)
 
     def once(progress: Progress) -> dict[str, float]:
         return peer_execution_once(ctx, plan, peer, progress)
 
     label = f"{peer.label}, 1 process"
-    return measure(plan, "execution:writing:1", peer.key, label, once, execution_summary)
+    return measure(plan, row, peer.key, label, once, execution_summary)
 
 
 def peer_execution_once(
@@ -635,7 +651,7 @@ def handoff(
     django-tasks-fennel): one run_scheduler enqueues them, 1 and 4 workers execute them."""
     runs = plan.handoff_runs
     backend = "Celery (django-tasks-fennel, Redis)" if celery else "django-tasks-db"
-    say(f"\n[hand-off] {runs:,} pending runs of the {job_name(writing)} through {backend}")
+    say(f"\n[hand-off] {runs:,} pending runs of the {job_name(ours, writing)} through {backend}")
     if celery and ctx.redis_port is None:
         return [
             Figure(f"handoff:celery:{w}", ours.key, "not run", text="not run: no Redis")
@@ -683,7 +699,9 @@ def handoff_once(
 def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
     rate = numbers["rate"]
     text = f"{rate:,.0f} runs/s"
-    if numbers.get("floor"):
+    if numbers.get("limit_rate"):
+        text += f", {rate / numbers['limit_rate']:.2f} of the limit ({limit_text(numbers)})"
+    elif numbers.get("floor"):
         text += f", {rate / numbers['floor']:.2f} of the floor"
     span = (
         "from the due time to the last job done"
@@ -692,6 +710,7 @@ def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
     )
     details = [f"{numbers['n']:,.0f} in {numbers['seconds']:.1f} s ({span})"]
     details += written_details(numbers)
+    details += limit_details(numbers)
     if numbers.get("floor"):
         details.append(f"the floor in the same run {numbers['floor']:,.0f} rows/s")
     return rate, text, "; ".join(details)
@@ -701,11 +720,11 @@ def due_at_once(ctx: Context, plan: Plan, ours: Ours, writing: bool = False) -> 
     """N schedules due at once, default settings, one run_scheduler --workers 8."""
     n = plan.due_schedules
     say(
-        f"\n[due at once] {n:,} schedules of the {job_name(writing)} due at once, "
+        f"\n[due at once] {n:,} schedules of the {job_name(ours, writing)} due at once, "
         f"one run_scheduler --workers {plan.workers}"
     )
     once = lambda progress: due_once(ctx, plan, ours, progress, writing)  # noqa: E731
-    row = "due:writing" if writing else "due"
+    row = f"due:{ours.job_key}" if writing else "due"
     return [measure(plan, row, ours.key, ours.label, once, due_summary)]
 
 
@@ -738,7 +757,10 @@ def due_once(
     ).fetchone()
     within, succeeded, skipped, last = (float(x or 0) for x in row)
     numbers = {"n": n, "within": within, "succeeded": succeeded, "skipped": skipped, "last": last}
-    return with_writes(ctx, ours, numbers) if writing else numbers
+    if not writing:
+        return numbers
+    # Beside each repetition, its limit: the same rows queued at once for the same threads.
+    return with_writes(ctx, ours, numbers) | due_limit(ctx, plan, ours, n)
 
 
 def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
@@ -746,11 +768,18 @@ def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         f"{numbers['within']:,.0f} of {numbers['n']:,.0f} succeeded within 10 s; "
         f"{numbers['skipped']:,.0f} skipped"
     )
+    if limit := numbers.get("limit_seconds"):
+        done = "all" if numbers["succeeded"] == numbers["n"] else f"{numbers['succeeded']:,.0f}"
+        text += (
+            f"; {done} done in {numbers['last']:.1f} s, "
+            f"{numbers['last'] / limit:.1f}x the limit's {limit:.1f} s"
+        )
     details = [
         f"{numbers['succeeded']:,.0f} succeeded in all, "
         f"the last {numbers['last']:.1f} s after the fire"
     ]
     details += written_details(numbers)
+    details += limit_details(numbers)
     return numbers["within"], text, "; ".join(details)
 
 
@@ -795,6 +824,124 @@ def floor_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
     rate = numbers["rate"]
     detail = f"{numbers['n']:,.0f} rows in {numbers['seconds']:.1f} s, one connection, autocommit"
     return rate, f"{rate:,.0f} rows/s", detail
+
+
+# --- the writing job's limit: the same work, no scheduler, the same processes and threads ----
+
+LIMIT_CHILD = "limit_child.py"
+# Seconds from spawning the limit's processes to their common start; longer on a retry, for
+# a machine too busy to have them connected by then.
+LIMIT_LEADS = (5, 15, 45)
+LATE = 0.5  # a process released later than this after the common start: start over
+
+
+def throughput_limit(
+    ctx: Context, plan: Plan, ours: Ours, processes: int, rows: int
+) -> dict[str, float]:
+    """``rows`` inserts split over ``processes`` processes x ``plan.workers`` threads, each
+    thread its share: the execution workload's runs with no scheduler."""
+    shares = [[str(share), str(plan.workers)] for share in split(rows, processes)]
+    seconds = span(run_limit(ctx, plan, ours, "throughput", shares))
+    return {"limit_rate": rows / seconds, **limit_shape(plan, processes)}
+
+
+def due_limit(ctx: Context, plan: Plan, ours: Ours, rows: int) -> dict[str, float]:
+    """``rows`` inserts queued at once, drained by one process's ``plan.workers`` threads:
+    the due-at-once workload with no scheduler."""
+    seconds = span(run_limit(ctx, plan, ours, "due", [[str(rows), str(plan.workers)]]))
+    return {"limit_seconds": seconds, **limit_shape(plan, 1)}
+
+
+def burst_limit(
+    ctx: Context, plan: Plan, ours: Ours, processes: int, n: int, seconds: int
+) -> dict[str, float]:
+    """``n`` inserts started at every whole second for ``seconds`` seconds, split over
+    ``processes`` processes x ``plan.workers`` threads: the fire lag workload with no
+    scheduler. The lag is each insert's start behind its second."""
+    shares = [[str(share), str(seconds), str(plan.workers)] for share in split(n, processes)]
+    outputs = run_limit(ctx, plan, ours, "burst", shares, seconds)
+    lags = [lag for output in outputs for lag in output["lags_ms"]]
+    return {
+        "limit_p50": percentile(lags, 50),
+        "limit_p99": percentile(lags, 99),
+        **limit_shape(plan, processes),
+    }
+
+
+def run_limit(
+    ctx: Context, plan: Plan, ours: Ours, mode: str, shares: list[list[str]], busy: float = 0
+) -> list[dict]:
+    """One limit_child per share (its arguments after the mode), all started at the same
+    whole second, in our database under our writing job's settings; their outputs.
+    Started over with a longer lead if one process was not ready in time."""
+    for lead in LIMIT_LEADS:
+        # An empty table, as the workload's job starts with (its rows were counted).
+        ours.conn.execute("TRUNCATE tests_execution")
+        at = math.ceil(time.time() + lead)
+        outputs = limit_processes(
+            ctx, plan, ours, [[mode, *args, str(at)] for args in shares], at + busy
+        )
+        if max(output["late"] for output in outputs) <= LATE:
+            return outputs
+        say(f"  the limit's processes were not all connected {lead} s after spawning: again")
+    raise RuntimeError(f"the limit's processes were never ready within {LIMIT_LEADS[-1]} s")
+
+
+def limit_processes(
+    ctx: Context, plan: Plan, ours: Ours, argvs: list[list[str]], busy_until: float
+) -> list[dict]:
+    """Run the limit's processes at once and wait for them (no longer than the cap after
+    ``busy_until``); their JSON outputs."""
+    script = str(ctx.root / "benchmarks" / "compare" / LIMIT_CHILD)
+    env = ours.env(writing=True)
+    children = [
+        subprocess.Popen(
+            [ctx.python, script, *argv],
+            env=env,
+            cwd=ctx.root,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for argv in argvs
+    ]
+    try:
+        return [limit_output(child, busy_until + plan.cap) for child in children]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def limit_output(child: subprocess.Popen, deadline: float) -> dict:
+    try:
+        out, err = child.communicate(timeout=max(1.0, deadline - time.time()))
+    except subprocess.TimeoutExpired:
+        raise Unfinished("the limit's processes did not finish within the cap") from None
+    if child.returncode != 0:
+        raise RuntimeError(f"limit_child failed:\n{err[-2000:]}")
+    return json.loads(out.splitlines()[-1])
+
+
+def split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` shares as even as can be."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+def span(outputs: list[dict]) -> float:
+    """From the first process's release to the last insert done in any of them."""
+    return max(o["finished"] for o in outputs) - min(o["started"] for o in outputs)
+
+
+def limit_shape(plan: Plan, processes: int) -> dict[str, float]:
+    return {"limit_processes": processes, "limit_threads": plan.workers}
+
+
+def limit_details(numbers: dict[str, float]) -> list[str]:
+    if not any(key in numbers for key in ("limit_rate", "limit_p99", "limit_seconds")):
+        return []
+    return [f"the limit in the same run: {limit_text(numbers)}"]
 
 
 # --- (4) idle cost and (5) memory: all peers side by side, each in its own database ----------
