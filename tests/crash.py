@@ -414,6 +414,21 @@ class Ledger:
                 )
         return problems
 
+    def exactly_once_effect_violations(self) -> list[str]:
+        """Atomic jobs: a succeeded run left exactly one Execution row, its last attempt's;
+        any other run none (what a failed or cut-off attempt wrote rolled back)."""
+        problems = []
+        for run in self.runs:
+            found = self.executions.get((run.schedule_id, run.plan_time), [])
+            wanted = [run.attempt] if run.status == "succeeded" else []
+            if [e.attempt for e in found] != wanted:
+                problems.append(
+                    f"run {run.pk} ({self.schedules[run.schedule_id]} @ "
+                    f"{run.plan_time:%H:%M:%S}) ended {run.status} at attempt {run.attempt} "
+                    f"with rows of attempts {[e.attempt for e in found]}"
+                )
+        return problems
+
     # -- what happened ----------------------------------------------------------------------
 
     def recovery_seconds(self, dead: dict[int, datetime]) -> list[float]:

@@ -258,11 +258,16 @@ def _execution(context, schedule: str = "") -> Execution:
 
 
 @job(takes_context=True, atomic=True)
-def atomic_record(context, first_waits: float = 0.0, fail_first: bool = False):
-    """Atomic: writes an Execution row; its first attempt then waits ``first_waits`` and,
-    with ``fail_first``, raises."""
+def atomic_record(
+    context, seconds: float = 0.0, first_waits: float = 0.0, fail_first: bool = False
+):
+    """Atomic: writes an Execution row, then waits ``seconds``; its first attempt then waits
+    ``first_waits`` more and, with ``fail_first``, raises."""
     _execution(context)
+    if seconds:
+        time.sleep(seconds)
     if first_waits and context.attempt == 1:
+        print(f"atomic_record: run {context.run.pk} waits", flush=True)  # for a test to see
         time.sleep(first_waits)
     if fail_first and context.attempt == 1:
         raise RuntimeError("first attempt fails after writing")
@@ -316,3 +321,9 @@ def _release_leases_of(run_id: int) -> None:
         Lease.objects.filter(run_id=run_id).held().release(timezone.now(), Lease.Outcome.EXPIRED)
     finally:
         connections.close_all()
+
+
+@job(takes_context=True, atomic=True)
+def atomic_heartbeat(context):
+    """Atomic: returns what ``context.heartbeat()`` says."""
+    return context.heartbeat()

@@ -116,8 +116,7 @@ def test_a_killed_atomic_job_leaves_nothing_and_its_run_is_run_again(children, p
         name="atomic", job="tests.jobs.atomic_record", run_at=clock.now(),
         kwargs={"first_waits": 60}, allow_stale_reentry=False,
     )  # fmt: skip
-    started = Lease.objects.filter(started_at__isnull=False)
-    wait_for(started.exists, 30, "the job to start")
+    first.wait_for_line("atomic_record: run")  # it wrote its row, uncommitted, and waits
     first.kill()
     second = children.start("--workers", "1")
     succeeded = Run.objects.filter(status=Run.Status.SUCCEEDED)
@@ -126,6 +125,14 @@ def test_a_killed_atomic_job_leaves_nothing_and_its_run_is_run_again(children, p
     # The first attempt's row went with its transaction: exactly one row, the second's.
     assert rows() == [("atomic", 2)]
     assert Run.objects.get().interruptions == 1
+
+
+def test_an_atomic_jobs_heartbeat_says_its_lease_is_held_without_locking_it(process, now):
+    claim = claimed(process, now, job="tests.jobs.atomic_heartbeat")
+    heartbeat_at = Lease.objects.get().heartbeat_at
+    assert ledger.execute(claim) == "succeeded"
+    assert Run.objects.get().result is True
+    assert Lease.objects.get().heartbeat_at == heartbeat_at  # not written from its transaction
 
 
 def test_an_async_job_cannot_be_atomic(clean_registry):

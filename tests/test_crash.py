@@ -181,6 +181,41 @@ def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted
     assert recovery and median < lease_timeout.total_seconds() / 2, recovery
 
 
+def test_killed_schedulers_leave_each_atomic_plan_time_exactly_one_row(default_fleet):
+    """The same workload with an atomic job (docs/semantics.md, "Atomic jobs"): a killed
+    attempt's writes go with it and its run is run again, so every plan time that
+    succeeded has exactly one row, its last attempt's, and none failed for a kill."""
+    fleet = default_fleet
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=5)
+    crash.create_schedules(100, start, seconds=0.05, lease_timeout=timedelta(seconds=6))
+    Schedule.objects.update(
+        allow_stale_reentry=False, job="tests.jobs.atomic_record", kwargs={"seconds": 0.05}
+    )
+    fleet.start()
+    crash.wait_until_registered(fleet)
+    fleet.churn(until=monotonic_at(start + timedelta(seconds=45)), every=(2.0, 5.0))
+    stopped_at = stop_and_recover(fleet)
+
+    ledger = crash.Ledger.load()
+    print(
+        crash.report(
+            "SIGKILL, atomic job",
+            fleet,
+            ledger.counts(),
+            start,
+            succeeded=f"{ledger.succeeded_share():.1%}",
+        )
+    )
+    crash.fail_if(ledger.duplicate_run_violations(), "one run row per (schedule, plan time)")
+    crash.fail_if(
+        ledger.missing_plan_time_violations(stopped_at, PLANNING_SLACK),
+        "no missing plan time while a scheduler was alive",
+    )
+    crash.fail_if(ledger.unsettled_violations(), "nothing running once leases expired and swept")
+    crash.fail_if(ledger.exactly_once_effect_violations(), "atomic: exactly one row per success")
+    assert ledger.succeeded_share() >= 0.99, ledger.counts()
+
+
 def pg_ctl_restart() -> None:
     """Restart the test PostgreSQL server in place (same data directory and port)."""
     pg_dir, bindir = os.environ.get("PG_DIR"), os.environ.get("PG_BINDIR")

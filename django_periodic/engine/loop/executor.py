@@ -63,7 +63,7 @@ def call_job(claim: Claim, stop: StopRequest) -> "records.AttemptOutcome | Async
     except registry.UnknownJob as exc:
         failure = records.Failure(ErrorCode.UNKNOWN_JOB, str(exc), retryable=False)
         return outcomes.failed(claim, failure).started(started_at)
-    context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim), stop)
+    context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim, job), stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
     if job.atomic:
         return atomic.call(
@@ -218,7 +218,11 @@ def watch(claim: Claim, stop: StopRequest, now: datetime, cancel_asked: bool) ->
     return True
 
 
-def _lease_extender(claim: Claim) -> Callable[[], bool]:
+def _lease_extender(claim: Claim, job: registry.Job) -> Callable[[], bool]:
+    if job.atomic:
+        # Inside its transaction, an UPDATE would lock the lease until the job's commit and
+        # hide the extension from the others: its process's heartbeat extends it instead.
+        return lambda: leases.still_held(claim)
     return lambda: leases.extend(claim, clock.now(claim.using))
 
 

@@ -59,6 +59,11 @@ def heartbeat(
     return held.update(heartbeat_at=now, expires_at=_extended(now))
 
 
+def still_held(claim: Claim) -> bool:
+    """Whether the claim's lease is still held (read only: no row is locked)."""
+    return Lease.objects.using(claim.using).held().filter(token=claim.token).exists()
+
+
 def extend(claim: Claim, now: datetime) -> bool:
     """Extend one lease; False means it was lost and the job should stop."""
     held = Lease.objects.using(claim.using).held().filter(token=claim.token)

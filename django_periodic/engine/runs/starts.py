@@ -13,6 +13,9 @@ within about that round trip (``upcoming``): a burst of short jobs then costs a 
 per round trip, not one per thread each time. Such a claim is marked a moment (about one
 round trip) before its thread calls the job, as every claim is marked a moment before.
 
+An atomic job's run is not marked (``_needs_no_mark``): after a crash it runs again
+whether its job started or not, since nothing of it stays unless its outcome commits.
+
 Claims held for their plan time are marked by the thread that holds them, all those due at
 one moment in one statement, about a round trip before it releases them (``mark_ahead``,
 holding.py): a burst's marks are then written by the time it is due, not after.
@@ -23,6 +26,7 @@ import time
 from collections.abc import Callable
 from uuid import UUID
 
+from django_periodic import registry
 from django_periodic.engine.runs import leases
 from django_periodic.engine.runs.claim_types import Claim
 
@@ -50,6 +54,8 @@ class StartMarks:
 
         A database error is raised, and the other claims of the statement are left for
         their own threads to mark."""
+        if _needs_no_mark(claim):
+            return True
         with self._state:
             if claim.token in self._done:
                 return self._done.pop(claim.token)  # marked with an earlier statement
@@ -76,6 +82,7 @@ class StartMarks:
         """Mark claims that no thread has taken yet (held for their release, about to come),
         in one statement: their threads then find them marked. A database error is raised,
         and the claims are left for their threads to mark."""
+        claims = [claim for claim in claims if not _needs_no_mark(claim)]
         if not claims:
             return
         with self._writing:
@@ -87,7 +94,8 @@ class StartMarks:
     def _ahead(self, batch: list[Claim], waiting: list[Claim], soon: int) -> list[Claim]:
         """The first ``soon`` claims waiting that are not marked and not in ``batch``."""
         taken = {claim.token for claim in batch} | self._done.keys()
-        return [claim for claim in waiting if claim.token not in taken][:soon]
+        unmarked = [c for c in waiting if c.token not in taken and not _needs_no_mark(c)]
+        return unmarked[:soon]
 
     def forget(self, claims: list[Claim]) -> None:
         """Drop what is known of claims that no thread will take (withdrawn)."""
@@ -112,3 +120,11 @@ class StartMarks:
         took = time.monotonic() - started
         self.round_trip += ROUND_TRIP_WEIGHT * (took - self.round_trip) if self.round_trip else took
         return marked
+
+
+def _needs_no_mark(claim: Claim) -> bool:
+    """An atomic job's run is not marked: nothing of it stays unless its outcome commits,
+    so after a crash it is run again whether its job started or not
+    (``retries.may_run_again``), and its claim, its transaction and nothing else is what
+    it costs."""
+    return registry.is_atomic(claim.run.job_name)
