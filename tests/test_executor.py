@@ -8,7 +8,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import connections
 
-from django_periodic import JobContext, job
+from django_periodic import JobContext, job, registry
 from django_periodic.engine.loop import eventloop, executor
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.outcome_writer import Recorder
@@ -97,9 +97,13 @@ def test_a_job_taking_context_sees_its_run_and_can_heartbeat(process, now):
 def test_heartbeat_after_losing_the_lease_cancels_the_job(process, now):
     claim = claimed(process, now)
     ledger.release(claim, now)
-    context = JobContext(claim.run, now, 1, executor._lease_extender(claim))
+    plain = registry.get_job(claim.run.job_name)
+    context = JobContext(claim.run, now, 1, executor._lease_extender(claim, plain))
     assert context.heartbeat() is False
     assert context.cancelled
+    atomic = registry.get_job("tests.jobs.atomic_heartbeat")
+    reading = JobContext(claim.run, now, 1, executor._lease_extender(claim, atomic))
+    assert reading.heartbeat() is False  # an atomic job's heartbeat reads the lease too
 
 
 @pytest.mark.django_db
