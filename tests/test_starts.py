@@ -4,9 +4,10 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 
 from django_periodic.db import clock
+from django_periodic.engine.loop import workers
+from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.workers import WorkerPool
 from django_periodic.engine.runs import claims, leases, starts
@@ -15,7 +16,6 @@ from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import wait_for
-from tests.threads import Thread
 
 
 @pytest.fixture
@@ -32,77 +32,73 @@ def written(monkeypatch) -> list[int]:
     return counts
 
 
-@pytest.mark.django_db(transaction=True)
-def test_threads_starting_at_once_share_one_statement(process, now, monkeypatch):
-    """While one thread writes, the claims of the threads that arrive meanwhile wait, and
-    the next writer marks them all in one statement."""
+def started() -> set:
+    """The tokens of the leases marked started (the ledger's column, read back)."""
+    return set(Lease.objects.filter(started_at__isnull=False).values_list("token", flat=True))
+
+
+def claim_runs(process, now, count: int) -> list[Claim]:
     schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
-    for i in range(5):
+    for i in range(count):
         RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
-    first, *others = claims.claim(process, now, 5)
-    written: list[int] = []
-    writing, go_on = threading.Event(), threading.Event()
-    real_mark_started = leases.mark_started
-
-    def mark_started(tokens, using="default"):
-        written.append(len(tokens))
-        if len(written) == 1:
-            writing.set()
-            go_on.wait(30)
-        return real_mark_started(tokens, using)
-
-    monkeypatch.setattr(leases, "mark_started", mark_started)
-    marks = starts.StartMarks()
-    marked: dict[Claim, bool] = {}
-
-    def start(claim: Claim) -> None:
-        try:
-            marked[claim] = marks.mark(claim)
-        finally:
-            connections.close_all()  # this thread's own
-
-    threads = [Thread(target=start, args=(first,))]
-    threads[0].start()
-    assert writing.wait(30)
-    threads += [Thread(target=start, args=(claim,)) for claim in others]
-    for thread in threads[1:]:
-        thread.start()
-    wait_for(lambda: len(marks._waiting) == len(others), 30, "the others to wait")
-    go_on.set()
-    for thread in threads:
-        thread.join(30)
-    assert written == [1, len(others)]
-    assert marked == {claim: True for claim in [first, *others]}
-    assert not Lease.objects.filter(started_at__isnull=True).exists()
+    return claims.claim(process, now, count)
 
 
-@pytest.mark.django_db
-def test_claims_a_thread_will_take_soon_are_marked_with_the_writers_and_cost_no_statement(
+@pytest.mark.django_db(transaction=True)
+def test_no_more_than_the_limit_is_ever_marked_ahead_of_the_threads(process, now, written):
+    """A thread's claim is marked before it is taken, but at most ``limit`` claims wait
+    marked: after a kill, no more than that were marked without their job being called."""
+    expected = claim_runs(process, now, 6)
+    marks = starts.StartMarks(lambda round_trip: 2)
+    try:
+        marks.expect(expected)
+        for taken, claim in enumerate(expected, start=1):
+            assert marks.mark(claim)
+            assert claim.token in started()
+            assert len(started()) <= taken + 2
+        wait_for(lambda: len(started()) == 6, 30, "every claim marked")
+    finally:
+        marks.stop()
+    assert max(written) <= 2 and sum(written) == 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claims_expected_together_share_one_statement_and_a_lost_one_is_refused(
     process, now, written
 ):
-    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
-    for i in range(4):
-        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
-    first, *upcoming = claims.claim(process, now, 4)
-    marks = starts.StartMarks()
-    assert marks.mark(first, lambda: (upcoming, 3))
-    assert not Lease.objects.filter(started_at__isnull=True).exists()
-    assert [marks.mark(claim) for claim in upcoming] == [True] * 3
-    assert written == [4]
-    assert marks.round_trip > 0
-    assert not marks._done and not marks._waiting
+    kept, other, lost = claim_runs(process, now, 3)
+    Lease.objects.filter(token=lost.token).update(released_at=now)  # lost meanwhile
+    marks = starts.StartMarks(lambda round_trip: 3)
+    try:
+        marks.expect([kept, other, lost])
+        assert [marks.mark(claim) for claim in (kept, other, lost)] == [True, True, False]
+    finally:
+        marks.stop()
+    assert written == [3]
+    assert started() == {kept.token, other.token}
 
 
-@pytest.mark.django_db
-def test_a_withdrawn_claim_marked_ahead_is_forgotten(process, now):
-    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
-    for i in range(2):
-        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
-    first, withdrawn = claims.claim(process, now, 2)
-    marks = starts.StartMarks()
-    assert marks.mark(first, lambda: ([withdrawn], 1))
-    marks.forget([withdrawn])
-    assert not marks._done
+@pytest.mark.django_db(transaction=True)
+def test_a_withdrawn_claim_marked_ahead_gives_its_place_to_the_next(process, now):
+    withdrawn, following = claim_runs(process, now, 2)
+    marks = starts.StartMarks(lambda round_trip: 1)
+    try:
+        marks.expect([withdrawn, following])
+        wait_for(lambda: started() == {withdrawn.token}, 30, "the first claim marked")
+        marks.forget([withdrawn])
+        # No thread waits for it: it is marked because the withdrawn one left its place.
+        wait_for(lambda: following.token in started(), 30, "the next claim marked")
+    finally:
+        marks.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_thread_waiting_for_its_mark_is_refused_once_marks_stop(process, now, monkeypatch):
+    (claim,) = claim_runs(process, now, 1)
+    marks = starts.StartMarks(lambda round_trip: 1)
+    marks.stop()
+    assert marks.mark(claim) is False
+    assert not started()
 
 
 @pytest.mark.crash
@@ -138,23 +134,6 @@ def test_a_killed_process_s_unstarted_runs_run_again_and_its_started_ones_follow
     assert job_running.count() == 1
 
 
-@pytest.mark.django_db
-def test_claims_marked_ahead_find_their_mark_done_and_a_lost_one_is_refused(process, now, written):
-    schedule = ScheduleFactory(overlap=Schedule.Overlap.CONCURRENT)
-    for i in range(3):
-        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
-    kept, other, lost = claims.claim(process, now, 3)
-    Lease.objects.filter(token=lost.token).update(released_at=now)  # lost meanwhile
-    marks = starts.StartMarks()
-    marks.mark_ahead([kept, other, lost])
-    assert [marks.mark(claim) for claim in (kept, other, lost)] == [True, True, False]
-    assert written == [3]  # one statement for all, none when their threads came
-    assert set(Lease.objects.filter(started_at__isnull=False).values_list("token", flat=True)) == {
-        kept.token,
-        other.token,
-    }
-
-
 @pytest.mark.django_db(transaction=True)
 def test_a_held_burst_is_marked_in_one_statement_before_its_jobs_are_called(process, now, written):
     schedule = ScheduleFactory(job="tests.jobs.record", overlap=Schedule.Overlap.CONCURRENT)
@@ -174,8 +153,59 @@ def test_a_held_burst_is_marked_in_one_statement_before_its_jobs_are_called(proc
     finally:
         pool.stop()
         recorder.stop()
-    assert written == [3]  # by the holder, before the release; no thread wrote one
+    assert written == [3]  # handed over by the holder before the release: one statement
     (marked_at,) = set(Lease.objects.values_list("started_at", flat=True))  # one statement
     executed_at = Execution.objects.values_list("executed_at", flat=True)
     assert len(executed_at) == 3
     assert marked_at is not None and all(marked_at <= executed for executed in executed_at)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_waiting_behind_busy_threads_are_marked_a_threads_worth_ahead(process, now, written):
+    """Two threads busy with long jobs, four runs waiting: only the next two are marked,
+    the two behind them stay unmarked until a thread frees up."""
+    schedule = ScheduleFactory(
+        job="tests.jobs.linger", kwargs={"seconds": 30}, overlap=Schedule.Overlap.CONCURRENT
+    )
+    for i in range(6):
+        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=i), exclusive=False)
+    claimed = claims.claim(process, now, 6)
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(2, on_done=done.release, recorder=recorder)
+    try:
+        for claim in claimed:
+            pool.submit(claim)
+        wait_for(lambda: Execution.objects.count() == 2, 30, "two jobs running")
+        wait_for(lambda: len(started()) == 4, 30, "the next two marked")
+        assert set(pool.withdraw_unstarted()) == set(claimed[2:])
+        pool.stop_all(StopRequest.CANCEL)  # the lingering jobs return
+        for _ in claimed:
+            assert done.acquire(timeout=30)
+    finally:
+        pool.stop()
+        recorder.stop()
+    assert started() == {claim.token for claim in claimed[:4]}
+    assert max(written) <= 2
+    assert Execution.objects.count() == 2
+
+
+def test_runs_are_marked_ahead_by_what_the_threads_call_in_a_short_time():
+    recorder = Recorder()
+    pool = WorkerPool(8, on_done=lambda: None, recorder=recorder)
+    try:
+        assert pool._marks_ahead(0.001) == 8  # no job timed yet: a threads' worth
+        pool._note_duration(0.002)
+        ahead = 8 * workers.MARK_AHEAD_TIME / 0.002  # what the threads call meanwhile
+        assert pool._marks_ahead(0.001) == pytest.approx(8 + ahead, abs=1)
+        slow = 2 * workers.MARK_AHEAD_TIME
+        assert pool._marks_ahead(slow) == pytest.approx(8 + 2 * ahead, abs=1)  # its round trip's
+        assert pool._marks_ahead(10.0) == 8 + workers.MARK_AHEAD_LIMIT
+        pool._note_duration(0.5)  # one slow job among short ones: still short, typically
+        assert pool._marks_ahead(0.001) > 8
+        for _ in range(20):
+            pool._note_duration(0.5)  # long jobs now
+        assert pool._marks_ahead(0.001) == 8
+    finally:
+        pool.stop()
+        recorder.stop()

@@ -8,8 +8,6 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from django.db import connections
-
 from django_periodic.engine.runs.claim_types import Claim
 
 # Start deadlines of claims no longer waiting kept, beyond twice the claims in flight.
@@ -21,9 +19,9 @@ class Holder:
 
     One thread waits for the earliest; a run therefore starts on time to the millisecond,
     however many were claimed for the same moment. ``lead()`` seconds before that (about a
-    start mark's round trip), the claims coming then are handed to ``prepare`` first, on
-    the same thread: so a burst's start marks are written by the time it is released, not
-    after (starts.py).
+    start mark's round trip), the claims coming then are handed to ``prepare`` first: so
+    the first of a burst's start marks are written by the time it is released, not after
+    (starts.py).
     """
 
     def __init__(
@@ -68,7 +66,7 @@ class Holder:
                 now = time.monotonic()
                 if self._unprepared and self._unprepared[0][0] - lead <= now:
                     coming = _pop_until(self._unprepared, now + lead)
-                    self._changed.release()  # a database write: hold() must not wait for it
+                    self._changed.release()  # it takes the pool's lock: hold() must not wait for it
                     try:
                         self._prepare(coming)
                     finally:
@@ -77,7 +75,6 @@ class Holder:
                     self._release(_pop_until(self._heap, now))
                 else:
                     self._changed.wait(self._wait(lead, now))
-        connections.close_all()  # this thread's own (prepare's)
 
     def _wait(self, lead: float, now: float) -> float | None:
         """Seconds until the next claim to prepare or release (None: none held)."""

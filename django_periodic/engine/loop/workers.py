@@ -1,8 +1,8 @@
 """Executing claimed runs off the loop: the worker threads that call the jobs, the claims
 waiting for one, and those held for their plan time; the outcomes go to the recorder."""
 
-import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -34,7 +34,9 @@ MAX_HELD = 1000
 MAX_AWAITING = 100
 # Weight of the latest job in the running average of durations.
 DURATION_WEIGHT = 0.1
-# At most this many claims waiting for a thread marked started with another's (starts.py).
+# Runs are marked started at most about this many seconds of the threads' work ahead of
+# their call (starts.py), and at most this many runs, however short the jobs.
+MARK_AHEAD_TIME = 0.02
 MARK_AHEAD_LIMIT = 1000
 # Held claims are marked started this many marks' round trips before their release, and
 # at most this many seconds before (a slow database must not stretch the time between a
@@ -67,6 +69,10 @@ class WorkerPool:
         # Unknown at first: as long as a slow job, so that there is no prefetch (claims
         # ahead of the plan time take "unknown" as short, see room_ahead()).
         self._average_duration = float("inf")
+        # The jobs' typical duration, a running geometric mean: how far ahead runs may be
+        # marked started. One job held up by a collection must not make a burst of short
+        # ones look slow, as it does the average for a while.
+        self._log_duration = math.inf
         self._on_done = on_done
         self._on_handoff = on_handoff
         self._recorder = recorder
@@ -77,12 +83,11 @@ class WorkerPool:
         self._started: dict[Claim, float] = {}  # in flight, taken by a thread: since when
         self._awaiting: set[Claim] = set()  # started async runs on the event loop: no thread
         self._abandoned: set[Claim] = set()
-        self._queued: dict[Claim, None] = {}  # in the queue, in its order: no thread yet
         # The loop looks at these each tick; kept as it goes, so that a tick costs nothing
         # per claim in flight (a burst holds a thousand):
         self._timed: dict[Claim, StopRequest] = {}  # in flight, their schedule has a timeout
         self._deadlines = Deadlines(self._waiting, lambda: len(self._in_flight))
-        self._start_marks = StartMarks()
+        self._start_marks = StartMarks(self._marks_ahead)
         self._threads = 0
         for _ in range(size):
             self._start_thread()
@@ -145,7 +150,7 @@ class WorkerPool:
             if held:
                 self._held.add(claim)
             else:
-                self._enqueue(claim)
+                self._enqueue([claim])
         if held:
             self._holder.hold(claim, starts_at)
 
@@ -154,27 +159,34 @@ class WorkerPool:
         round trip, so that the marks are written as the claims come due."""
         return min(MARK_LEAD * self._start_marks.round_trip, MAX_MARK_LEAD)
 
+    def _marks_ahead(self, round_trip: float) -> int:
+        """How many claims may wait for a thread marked started: a threads' worth, and
+        with short jobs as many as the threads call within ``MARK_AHEAD_TIME`` (or a mark's
+        ``round_trip``, if longer), at the jobs' average duration (starts.py)."""
+        typical = math.exp(self._log_duration)
+        if typical >= SHORT_JOB:  # long, or not timed yet
+            return self.size
+        soon = int(self.size * max(round_trip, MARK_AHEAD_TIME) / max(typical, 1e-6))
+        return self.size + min(soon, MARK_AHEAD_LIMIT)
+
     def _mark_coming(self, claims: list[Claim]) -> None:
-        """Mark the held claims about to be released started (starts.py), on the holder's
-        thread; if that fails, each thread marks its own when it takes it, as it would."""
+        """The held claims about to be released are the next the threads take: the first
+        of them are marked started by the time they are (starts.py)."""
         with self._lock:
             held = [claim for claim in claims if claim in self._held]
-        try:
-            self._start_marks.mark_ahead(held)
-        except Exception:
-            logger.exception("Could not mark %d runs started ahead of them.", len(held))
+        self._start_marks.expect(held)
 
     def _release(self, claims: list[Claim]) -> None:
         with self._lock:
             self._held.difference_update(claims)
-            for claim in claims:
-                self._enqueue(claim)
+            self._enqueue(claims)
 
-    def _enqueue(self, claim: Claim) -> None:
-        """Hand a claim to the threads (call with the lock held: ``_queued`` keeps the
-        queue's order)."""
-        self._queued[claim] = None
-        self._queue.put(claim)
+    def _enqueue(self, claims: list[Claim]) -> None:
+        """Hand claims to the threads (call with the lock held: their start marks follow
+        the queue's order)."""
+        for claim in claims:
+            self._queue.put(claim)
+        self._start_marks.expect(claims)
 
     def in_flight(self) -> dict[Claim, StopRequest]:
         with self._lock:
@@ -231,7 +243,6 @@ class WorkerPool:
     def _forget(self, claim: Claim) -> StopRequest:
         """Take a claim out of the pool (call with the lock held); its stop request."""
         self._held.discard(claim)
-        self._queued.pop(claim, None)
         self._timed.pop(claim, None)
         return self._in_flight.pop(claim)
 
@@ -262,16 +273,19 @@ class WorkerPool:
         """Let each idle thread exit; a thread still running a job exits after it, and the
         event loop after the async jobs it awaits."""
         self._holder.stop()
+        self._start_marks.stop()
         for _ in range(self.size):
             self._queue.put(None)
         eventloop.stop()
 
     def _note_duration(self, seconds: float) -> None:
+        log_duration = math.log(max(seconds, 1e-6))
         if self._average_duration == float("inf"):
-            self._average_duration = seconds
+            self._average_duration, self._log_duration = seconds, log_duration
         else:
             weight = DURATION_WEIGHT
             self._average_duration += weight * (seconds - self._average_duration)
+            self._log_duration += weight * (log_duration - self._log_duration)
 
     def _work(self) -> None:
         while (claim := self._queue.get()) is not None:
@@ -285,7 +299,6 @@ class WorkerPool:
     def _execute(self, claim: Claim) -> None:
         with self._lock:
             stop = self._in_flight.get(claim)
-            self._queued.pop(claim, None)
             started = time.monotonic()
             if stop is not None and stop.reason != StopRequest.SHUTDOWN:
                 self._started[claim] = started
@@ -297,7 +310,7 @@ class WorkerPool:
                 # The thread's connection serves run after run (whatever CONN_MAX_AGE
                 # says), unless the last job left it unfit for the next.
                 worker_connections.prepare_for_run()
-                if not self._marked_started(claim):
+                if not self._start_marks.mark(claim):
                     outcome = unstarted(claim)  # refused by its token if the lease was lost
                     stop = None
                 started = self._calling(claim)
@@ -321,30 +334,6 @@ class WorkerPool:
             if claim in self._started:
                 self._started[claim] = now
         return now
-
-    def _marked_started(self, claim: Claim) -> bool:
-        """Whether the ledger now says the run started (starts.py), so that its job may be
-        called; if that cannot be written, the run is given back unstarted."""
-        try:
-            return self._start_marks.mark(claim, self._upcoming)
-        except Exception:
-            logger.exception("Could not mark run %s started; giving it back.", claim.run.pk)
-            return False
-
-    def _upcoming(self) -> tuple[list[Claim], int]:
-        """The claims waiting for a thread, and how many of them the threads will take
-        within about one mark's round trip, at the jobs' average duration (starts.py)."""
-        round_trip = self._start_marks.round_trip
-        with self._lock:
-            if not round_trip or self._average_duration >= SHORT_JOB:
-                return [], 0
-            soon = int(self.size * round_trip / max(self._average_duration, 1e-6))
-            soon = min(soon, MARK_AHEAD_LIMIT)
-            if soon <= 0:
-                return [], 0
-            # Twice as many: those marked ahead before may still wait in front.
-            queued = list(itertools.islice(self._queued, 2 * soon))
-        return queued, soon
 
     def _await(self, claim: Claim, run: executor.AsyncRun, started: float) -> None:
         """Hand an async run to the event loop; it leaves the pool when its coroutine ends."""

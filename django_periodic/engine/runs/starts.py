@@ -1,122 +1,175 @@
-"""Marking runs started, durably, before their jobs are called.
+"""Marking runs started, durably, before their jobs are called, never far ahead of them.
 
 After a crash the sweeper must tell a run whose job never started (claimed ahead of its
 plan time, or waiting for a thread) from one whose job was running: the first is run
 again whatever its schedule's reentry policy, since nothing of it ran; the second follows
-that policy. So a worker marks the run's lease started, and that commits, before it calls
-the job (``Lease.started_at``).
+that policy. So a run's lease is marked started, and that commits, before its job is
+called (``Lease.started_at``).
 
-Threads that start jobs at the same moment (a burst) share one statement: whoever writes
-takes every claim waiting to be marked, and the others find theirs done. With jobs shorter
-than a statement's round trip, the writer also marks the claims that threads will take
-within about that round trip (``upcoming``): a burst of short jobs then costs a statement
-per round trip, not one per thread each time. Such a claim is marked a moment (about one
-round trip) before its thread calls the job, as every claim is marked a moment before.
+A mark written long before the call would be a lie after a crash: a run still waiting
+for a thread would be failed ``lease_expired`` although its job never ran. So a run is
+marked a few milliseconds before its call at most: no more runs wait marked for a thread
+than the threads call in that time (``limit``, workers.py: a threads' worth, or with short
+jobs as many as they get through in ``MARK_AHEAD_TIME``), and a thread calls its job as
+soon as it takes its marked claim.
+
+The marks are written on a thread of their own, in the order the threads take the claims,
+one statement for those that start together: while the threads call the jobs already
+marked, the next ones are being marked, so a burst of short jobs waits for no round trip
+but the first. That one is written ahead too: the holder hands the claims held for a plan
+time over about a round trip before it (holding.py).
 
 An atomic job's run is not marked (``_needs_no_mark``): after a crash it runs again
 whether its job started or not, since nothing of it stays unless its outcome commits.
-
-Claims held for their plan time are marked by the thread that holds them, all those due at
-one moment in one statement, about a round trip before it releases them (``mark_ahead``,
-holding.py): a burst's marks are then written by the time it is due, not after.
 """
 
+import itertools
+import logging
 import threading
 import time
 from collections.abc import Callable
 from uuid import UUID
 
+from django.db import connections
+
 from django_periodic import registry
 from django_periodic.engine.runs import leases
 from django_periodic.engine.runs.claim_types import Claim
+
+logger = logging.getLogger("django_periodic")
 
 # Weight of the latest statement in the running average of a mark's round trip.
 ROUND_TRIP_WEIGHT = 0.2
 
 
 class StartMarks:
-    """Marks claims started for the threads of one pool, many per statement."""
+    """Marks a pool's claims started, ahead of its threads by at most ``limit(round_trip)``
+    claims, given a mark's average round trip in seconds.
 
-    def __init__(self) -> None:
-        self._state = threading.Lock()  # guards the two collections below
-        self._waiting: list[Claim] = []  # to be marked by the next writer
-        self._done: dict[UUID, bool] = {}  # marked by another thread: whether it held
-        self._writing = threading.Lock()  # one statement at a time
+    ``expect()`` gives the claims in the order the threads will take them; ``mark()``
+    waits, on a thread that took one, until its mark is written. The next statement is
+    written once half the marks ahead are taken, or at once when a thread waits: so a
+    statement marks about half the limit, and the threads rarely wait.
+    """
+
+    def __init__(self, limit: Callable[[float], int]) -> None:
+        self.limit = limit
         self.round_trip = 0.0  # seconds a mark takes, on average (0: none written yet)
+        lock = threading.Lock()
+        self._to_mark = threading.Condition(lock)  # the marking thread waits on it
+        self._marked_now = threading.Condition(lock)  # threads waiting for a mark do
+        self._expected: dict[Claim, None] = {}  # to mark, in the order threads take them
+        self._writing: set[Claim] = set()  # in the statement being written
+        self._marked: dict[Claim, bool] = {}  # written, not taken yet: whether it held
+        self._wanted: set[Claim] = set()  # taken by a thread that waits for its mark
+        self._refill_at = 0  # marks left ahead when the next statement is due
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="periodic-marks", daemon=True)
+        self._thread.start()
 
-    def mark(
-        self, claim: Claim, upcoming: Callable[[], tuple[list[Claim], int]] = lambda: ([], 0)
-    ) -> bool:
-        """Mark ``claim``'s lease started, with every claim other threads are starting now;
-        False if the lease was lost (the job must not start). ``upcoming()`` gives the claims
-        waiting for a thread, in the order threads take them, and how many of them threads
-        will take within about a round trip: those not marked yet are marked too.
+    def expect(self, claims: list[Claim]) -> None:
+        """Claims threads will take, in that order (those already expected are left)."""
+        with self._to_mark:
+            for claim in claims:
+                if not _needs_no_mark(claim) and not self._knows(claim):
+                    self._expected[claim] = None
+            self._to_mark.notify()
 
-        A database error is raised, and the other claims of the statement are left for
-        their own threads to mark."""
+    def mark(self, claim: Claim) -> bool:
+        """Wait until ``claim``'s lease is marked started; False if it was lost (or the
+        mark could not be written): its job must not start."""
         if _needs_no_mark(claim):
             return True
-        with self._state:
-            if claim.token in self._done:
-                return self._done.pop(claim.token)  # marked with an earlier statement
-            self._waiting.append(claim)
-        with self._writing:
-            with self._state:
-                if claim.token in self._done:
-                    return self._took(claim)
-                batch, self._waiting = self._waiting, []
-                ahead = self._ahead(batch, *upcoming())
-            try:
-                marked = self._write(batch + ahead)
-            except BaseException:
-                with self._state:
-                    self._waiting.extend(other for other in batch if other is not claim)
-                raise
-            with self._state:
-                for other in batch + ahead:
-                    if other is not claim:
-                        self._done[other.token] = other.token in marked
-        return claim.token in marked
-
-    def mark_ahead(self, claims: list[Claim]) -> None:
-        """Mark claims that no thread has taken yet (held for their release, about to come),
-        in one statement: their threads then find them marked. A database error is raised,
-        and the claims are left for their threads to mark."""
-        claims = [claim for claim in claims if not _needs_no_mark(claim)]
-        if not claims:
-            return
-        with self._writing:
-            marked = self._write(claims)
-            with self._state:
-                for claim in claims:
-                    self._done[claim.token] = claim.token in marked
-
-    def _ahead(self, batch: list[Claim], waiting: list[Claim], soon: int) -> list[Claim]:
-        """The first ``soon`` claims waiting that are not marked and not in ``batch``."""
-        taken = {claim.token for claim in batch} | self._done.keys()
-        unmarked = [c for c in waiting if c.token not in taken and not _needs_no_mark(c)]
-        return unmarked[:soon]
+        with self._to_mark:
+            if claim not in self._marked:
+                self._wanted.add(claim)
+                if not self._knows(claim):
+                    self._expected[claim] = None
+                self._to_mark.notify()
+                while claim not in self._marked and not self._stopped:
+                    self._marked_now.wait()
+                self._wanted.discard(claim)
+            if self._expected and len(self._marked) <= self._refill_at:
+                self._to_mark.notify()  # enough places ahead are free for a statement
+            return self._marked.pop(claim, False)
 
     def forget(self, claims: list[Claim]) -> None:
-        """Drop what is known of claims that no thread will take (withdrawn)."""
-        with self._state:
+        """Drop claims that no thread will take (withdrawn): they hold no place ahead."""
+        with self._to_mark:
             for claim in claims:
-                self._done.pop(claim.token, None)
+                self._expected.pop(claim, None)
+                self._marked.pop(claim, None)
+                self._writing.discard(claim)
+            self._to_mark.notify()
 
-    def _took(self, claim: Claim) -> bool:
-        """Marked ahead while this thread waited to write (call with ``_state`` held)."""
-        if claim in self._waiting:
-            self._waiting.remove(claim)
-        return self._done.pop(claim.token)
+    def stop(self) -> None:
+        """End the marking thread; a thread still waiting for a mark gets False."""
+        with self._to_mark:
+            self._stopped = True
+            self._to_mark.notify()
+            self._marked_now.notify_all()
+
+    def _knows(self, claim: Claim) -> bool:
+        return claim in self._expected or claim in self._writing or claim in self._marked
+
+    def _run(self) -> None:
+        try:
+            self._mark_until_stopped()
+        finally:
+            self.stop()  # whatever ended it: no thread may wait for a mark forever
+            connections.close_all()  # this thread's own
+
+    def _mark_until_stopped(self) -> None:
+        with self._to_mark:
+            while not self._stopped:
+                batch = self._next_batch()
+                if not batch:
+                    self._to_mark.wait()
+                    continue
+                self._writing = set(batch)
+                self._to_mark.release()  # a database write: the threads go on meanwhile
+                try:
+                    marked = self._write(batch)
+                finally:
+                    self._to_mark.acquire()
+                for claim in batch:
+                    if claim in self._writing:  # not forgotten meanwhile
+                        self._marked[claim] = claim.token in marked
+                self._writing = set()
+                self._marked_now.notify_all()
+
+    def _next_batch(self) -> list[Claim]:
+        """The claims to mark now (call with the lock held): those threads wait for, and
+        as many more as fit ahead, once half the marks ahead are taken or a thread waits."""
+        if not self._expected:
+            return []
+        wanted = [claim for claim in self._wanted if claim in self._expected]
+        limit = max(self.limit(self.round_trip), 1)
+        self._refill_at = limit - (limit + 1) // 2
+        room = limit - len(self._marked) - len(wanted)
+        if not wanted and len(self._marked) > self._refill_at:
+            return []
+        for claim in wanted:
+            del self._expected[claim]
+        ahead = list(itertools.islice(self._expected, max(room, 0)))
+        for claim in ahead:
+            del self._expected[claim]
+        return wanted + ahead
 
     def _write(self, batch: list[Claim]) -> set[UUID]:
+        """The tokens of ``batch`` marked; none if the database could not be reached (their
+        threads give the runs back unstarted)."""
         started = time.monotonic()
         by_database: dict[str, list[UUID]] = {}
         for claim in batch:
             by_database.setdefault(claim.using, []).append(claim.token)
         marked: set[UUID] = set()
         for using, tokens in by_database.items():
-            marked |= leases.mark_started(tokens, using)
+            try:
+                marked |= leases.mark_started(tokens, using)
+            except Exception:
+                logger.exception("Could not mark %d runs started; giving them back.", len(tokens))
+                connections[using].close()  # reconnects for the next statement
         took = time.monotonic() - started
         self.round_trip += ROUND_TRIP_WEIGHT * (took - self.round_trip) if self.round_trip else took
         return marked
