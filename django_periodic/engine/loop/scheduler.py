@@ -268,20 +268,20 @@ class Scheduler:
         return time.monotonic() + (at - now).total_seconds()
 
     def _capacity_freed(self) -> None:
-        # Drained, nothing could be claimed for it: no wake-up (and no pipe write) per job.
-        if not self._drained:
+        # On the worker's thread. Drained, nothing could be claimed for it; under load, too
+        # little is free for a claim yet: no wake-up (and no pipe write) per job.
+        if not self._drained and self.pool is not None and self.pool.worth_claiming():
             self._alarm.set(wakeups.CAPACITY)
 
     def _claim_freed_capacity(self) -> None:
         """Between ticks, hand slots that jobs freed to a claim: no planning, no clock read.
 
-        Batched under load: a claim waits until half the pool is free, unless a thread is
-        idle with no claim waiting for it.
+        Batched under load (``WorkerPool.worth_claiming``).
         """
         assert self.pool is not None
         if self.stop.requested or self._drained:
             return
-        if self.pool.starving() or self.pool.free() * 2 >= self.pool.capacity:
+        if self.pool.worth_claiming():
             self._claim_free()
 
     def _plan(self, now: datetime) -> planner.PlanResult:

@@ -138,6 +138,11 @@ class WorkerPool:
             busy = len(self._in_flight) - len(self._held) - len(self._awaiting)
             return busy < self.size
 
+    def worth_claiming(self) -> bool:
+        """Whether freed capacity is worth a claim now: a thread starves, or half the pool
+        is free. Under load, claims are batched so (and the loop woken for them only)."""
+        return self.starving() or self.free() * 2 >= self.capacity
+
     def submit(self, claim: Claim) -> None:
         """Execute a claim: at once, or at its plan time if it was claimed ahead of it."""
         starts_at = claim.starts_at()
