@@ -441,15 +441,16 @@ class Ledger:
                 last_release[pid] = max(last_release.get(pid, lease.released_at), lease.released_at)
         return sorted((at - dead[pid]).total_seconds() for pid, at in last_release.items())
 
-    def failed_but_never_called(self) -> list[str]:
-        """Runs failed ``lease_expired`` whose job left no row: with a job that writes its
-        row first (``tests.jobs.linger``), their job was never called (or was killed
-        before its first INSERT committed, which this cannot tell apart)."""
+    def failed_but_never_called(self, started_file: Path) -> list[str]:
+        """Runs failed ``lease_expired`` whose job was never called: ``tests.jobs.note_start``
+        wrote a line to ``started_file`` for every call, before anything else."""
+        called = set(started_file.read_text().splitlines()) if started_file.exists() else set()
         return [
             f"run {run.pk} ({self.schedules[run.schedule_id]} @ {run.plan_time:%H:%M:%S})"
             for run in self.runs
             if (run.status, run.error_code) == ("failed", "lease_expired")
-            and not self.executions.get((run.schedule_id, run.plan_time))
+            and f"{self.schedules[run.schedule_id].name} {run.plan_time.isoformat()} {run.attempt}"
+            not in called
         ]
 
     def succeeded_share(self) -> float:

@@ -62,6 +62,22 @@ def report_context(context):
 
 
 @job(takes_context=True)
+def note_start(context, started_file: str, seconds: float = 0.0):
+    """Appends "<schedule> <plan time> <attempt>" to ``started_file`` as it is called (one
+    write, which outlives a SIGKILL of its process: a record of the calls that needs no
+    database commit), then writes its Execution row and waits ``seconds``."""
+    line = f"{context.run.schedule.name} {context.plan_time.isoformat()} {context.attempt}\n"
+    fd = os.open(started_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+    _execution(context)
+    if seconds:
+        time.sleep(seconds)
+
+
+@job(takes_context=True)
 def linger(context, seconds: float = 30.0, cooperative: bool = True):
     """Writes an Execution row, then waits ``seconds`` (less if cancelled and cooperative)."""
     Execution.objects.create(

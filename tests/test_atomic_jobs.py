@@ -1,6 +1,8 @@
 """Atomic jobs (engine/runs/atomic.py): a job's writes commit with its success, or not at
 all. The oracle is what the job wrote (``Execution`` rows), not the run's own status."""
 
+import os
+import signal
 from datetime import timedelta
 
 import pytest
@@ -125,6 +127,35 @@ def test_a_killed_atomic_job_leaves_nothing_and_its_run_is_run_again(children, p
     # The first attempt's row went with its transaction: exactly one row, the second's.
     assert rows() == [("atomic", 2)]
     assert Run.objects.get().interruptions == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.processes
+def test_a_frozen_atomic_jobs_late_commit_is_refused_and_leaves_nothing(children, postgres):
+    """SIGSTOP while the job holds its writes, until its lease expires and another scheduler
+    has run the run again; then SIGCONT: the job returns, its commit finds its lease gone,
+    and its writes roll back. The second attempt's row is the only one."""
+    quick = {"HEARTBEAT_INTERVAL": 1, "SWEEP_INTERVAL": 1}
+    frozen = children.start("--workers", "1", settings=quick)
+    frozen.wait_for_line("Recovery done")
+    Schedule.objects.create(
+        name="atomic", job="tests.jobs.atomic_record", run_at=clock.now(),
+        kwargs={"first_waits": 5}, allow_stale_reentry=False,
+        lease_timeout=timedelta(seconds=3),
+    )  # fmt: skip
+    frozen.wait_for_line("atomic_record: run")  # it wrote its row, uncommitted, and waits
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        heir = children.start("--workers", "1", settings=quick)
+        succeeded = Run.objects.filter(status=Run.Status.SUCCEEDED)
+        wait_for(succeeded.exists, 60, "the run to be run again and succeed")
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    frozen.wait_for_line("ended after losing its lease; its writes were rolled back")
+    assert frozen.terminate() == 0 and heir.terminate() == 0
+    assert rows() == [("atomic", 2)]
+    run = Run.objects.get()
+    assert (run.status, run.attempt) == (Run.Status.SUCCEEDED, 2)
 
 
 def test_an_atomic_jobs_heartbeat_says_its_lease_is_held_without_locking_it(process, now):

@@ -165,12 +165,14 @@ class WorkerPool:
         return min(MARK_LEAD * self._start_marks.round_trip, MAX_MARK_LEAD)
 
     def _marks_ahead(self, round_trip: float) -> int:
-        """How many claims may wait for a thread marked started: a threads' worth, and
-        with short jobs as many as the threads call within ``MARK_AHEAD_TIME`` (or a mark's
-        ``round_trip``, if longer), at the jobs' average duration (starts.py)."""
+        """How many claims may wait for a thread marked started (starts.py): with short
+        jobs, a threads' worth and as many as the threads call within ``MARK_AHEAD_TIME``
+        (or a mark's ``round_trip``, if longer) at the jobs' typical duration; with long
+        ones, or before any is timed, none: a run is marked when a thread takes it (a round
+        trip is little beside a long job)."""
         typical = math.exp(self._log_duration)
-        if typical >= SHORT_JOB:  # long, or not timed yet
-            return self.size
+        if typical >= SHORT_JOB:
+            return 0
         soon = int(self.size * max(round_trip, MARK_AHEAD_TIME) / max(typical, 1e-6))
         return self.size + min(soon, MARK_AHEAD_LIMIT)
 

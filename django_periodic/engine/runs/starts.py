@@ -8,10 +8,10 @@ called (``Lease.started_at``).
 
 A mark written long before the call would be a lie after a crash: a run still waiting
 for a thread would be failed ``lease_expired`` although its job never ran. So a run is
-marked a few milliseconds before its call at most: no more runs wait marked for a thread
-than the threads call in that time (``limit``, workers.py: a threads' worth, or with short
-jobs as many as they get through in ``MARK_AHEAD_TIME``), and a thread calls its job as
-soon as it takes its marked claim.
+marked a few milliseconds before its call at most: with short jobs, no more runs wait
+marked for a thread than the threads call in that time (``limit``, workers.py:
+``MARK_AHEAD_TIME``); with long jobs, none: a run is marked when a thread takes it. A
+thread calls its job as soon as it has its marked claim.
 
 The marks are written on a thread of their own, in the order the threads take the claims,
 one statement for those that start together: while the threads call the jobs already
@@ -144,7 +144,7 @@ class StartMarks:
         if not self._expected:
             return []
         wanted = [claim for claim in self._wanted if claim in self._expected]
-        limit = max(self.limit(self.round_trip), 1)
+        limit = max(self.limit(self.round_trip), 0)
         self._refill_at = limit - (limit + 1) // 2
         room = limit - len(self._marked) - len(wanted)
         if not wanted and len(self._marked) > self._refill_at:
