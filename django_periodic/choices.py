@@ -113,6 +113,13 @@ class OnClosedDay(models.TextChoices):
     )
 
 
+class OverrideAction(models.TextChoices):
+    """What a single-fire override does to its fire (``FireOverride.action``)."""
+
+    SKIP = "skip", _("skip it")
+    MOVE = "move", _("run it at another time")
+
+
 class LeaseOutcome(models.TextChoices):
     """How an execution attempt ended (empty while it holds the run)."""
 
@@ -137,6 +144,8 @@ class ErrorCode(models.TextChoices):
     START_DEADLINE = "start_deadline", _("skipped: no worker could start it in time")
     PAUSED = "paused", _("skipped: its schedule was paused")
     CLOSED = "closed", _("skipped: a calendar closed its day")
+    # Schedule.skip_fire(): an operator skipped this one fire (models/changes/overrides.py).
+    OVERRIDDEN = "overridden", _("skipped: an override skipped this fire")
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
     # No live process had its job before its start deadline (a rolling deploy that never

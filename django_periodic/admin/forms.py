@@ -23,6 +23,7 @@ from django_periodic.models import (
     CALENDAR_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
+    LIFECYCLE_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
@@ -212,6 +213,7 @@ class ScheduleForm(_ScheduleModelForm):
             *POLICY_FIELDS,
             *RETENTION_FIELDS,
             *ALERT_FIELDS,
+            *LIFECYCLE_FIELDS,
         ]
         widgets = {
             "calendars": forms.CheckboxSelectMultiple,

@@ -42,6 +42,7 @@ from django_periodic.models import (
     CALENDAR_FIELDS,
     JOB_FIELDS,
     KIND_FIELDS,
+    LIFECYCLE_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
@@ -64,6 +65,7 @@ CODE_DEFINED_FIELDS = (
     *POLICY_FIELDS,
     *RETENTION_FIELDS,
     *ALERT_FIELDS,
+    *LIFECYCLE_FIELDS,
 )
 STATE_FIELDS = (
     "attention",
@@ -140,6 +142,7 @@ class ScheduleAdmin(ScheduleColumns):
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
             (_("History"), {"fields": list(RETENTION_FIELDS)}),
             (_("Alerts"), {"fields": list(ALERT_FIELDS)}),
+            (_("Lifecycle"), {"fields": list(LIFECYCLE_FIELDS)}),
         ]
         if obj is not None:
             # The scopes' latest runs only where there are scopes.

@@ -6,12 +6,15 @@ name below is importable from ``django_periodic.models``.
 """
 
 from django_periodic.models.calendars import Calendar, closures_from, closures_of
+from django_periodic.models.changes.overrides import FireOverride
+from django_periodic.models.changes.versions import ScheduleVersion
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
     CALENDAR_FIELDS,
     CURSOR_FIELDS,
     JOB_FIELDS,
+    LIFECYCLE_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     REVISION_FIELDS,
@@ -60,6 +63,7 @@ __all__ = [
     "JOB_FIELDS",
     "KIND_FIELDS",
     "KIND_FILTERS",
+    "LIFECYCLE_FIELDS",
     "POLICY_FIELDS",
     "RELEASE",
     "RETENTION_FIELDS",
@@ -68,12 +72,14 @@ __all__ = [
     "SNAPSHOT_FIELDS",
     "TRIGGER_FIELDS",
     "Calendar",
+    "FireOverride",
     "Lease",
     "LeaseQuerySet",
     "Run",
     "RunQuerySet",
     "Schedule",
     "ScheduleQuerySet",
+    "ScheduleVersion",
     "SchedulerProcess",
     "SchedulerProcessQuerySet",
     "TriggerRow",

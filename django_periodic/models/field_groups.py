@@ -30,9 +30,11 @@ POLICY_FIELDS = (
 RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 # When a schedule needs attention (alerting.py); empty: never for that reason.
 ALERT_FIELDS = ("alert_after", "alert_failures")
+# When it ends, fires on creation, or pauses itself (docs/policies.md, "Lifecycle").
+LIFECYCLE_FIELDS = ("max_runs", "fire_on_create", "pause_after_failures")
 # What @job(...) may define besides its name: every field above.
 SCHEDULE_OPTIONS = frozenset(
-    JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS + ALERT_FIELDS
+    JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS + ALERT_FIELDS + LIFECYCLE_FIELDS
 )
 # The days it does not fire on (models/calendars.py), and what becomes of such a fire. Not
 # options of @job: calendars are rows, edited in the admin.

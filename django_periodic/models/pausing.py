@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
+from django_periodic.db import clock
 from django_periodic.models.calendars import closures_of, next_fire_error
+from django_periodic.models.field_groups import PAUSE_FIELDS
 from django_periodic.timing import bounds, triggers
 
 if TYPE_CHECKING:
@@ -85,3 +87,21 @@ def _calendar_error(schedule: "Schedule", after: datetime) -> str | None:
     except triggers.InvalidTrigger:
         return None  # a bad calendar fails the schedule when due, paused or not
     return next_fire_error(schedule, closures, after)
+
+
+def pause(schedule: "Schedule", until: datetime, reason: str, *, by: str = "") -> None:
+    """Pause until ``until``: its fires before then are not run (one skipped run, code
+    ``paused``, says so), and then it goes on from its next fire, without catching up.
+    ``by`` names who paused it. Raises ValidationError for a pause that ends in the
+    past or out of range, or without a reason."""
+    schedule.paused_until, schedule.pause_reason, schedule.paused_by = until, reason, by
+    check(schedule, clock.now(schedule._state.db or "default"))
+    schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+
+
+def resume(schedule: "Schedule") -> None:
+    """End a pause now: the schedule goes on from its first fire after now. Raises
+    ValidationError when its calendars would leave it no fire within reach."""
+    check_resume(schedule, clock.now(schedule._state.db or "default"))
+    schedule.paused_until, schedule.pause_reason, schedule.paused_by = None, "", ""
+    schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])

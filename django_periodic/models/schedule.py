@@ -15,7 +15,8 @@ from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
-from django_periodic.models.field_groups import CURSOR_FIELDS, PAUSE_FIELDS
+from django_periodic.models.field_groups import CURSOR_FIELDS
+from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
 from django_periodic.models.schedule_queries import ScheduleQuerySet
 from django_periodic.models.tracking import TrackedChanges
@@ -28,30 +29,13 @@ from django_periodic.models.trigger_rows import (
 from django_periodic.timing import bounds, triggers
 
 
-def _range_constraints() -> list[models.CheckConstraint]:
-    """One CHECK per field of bounds.SCHEDULE: no path (``update()``, ``bulk_create()``, raw
-    SQL) stores a value out of its range. NULL passes a CHECK: an empty field is allowed
-    where the field is nullable."""
-    constraints = []
-    for name, valid in bounds.SCHEDULE.items():
-        low = f"{name}__gt" if valid.low_open else f"{name}__gte"
-        high = f"{name}__lt" if valid.high_open else f"{name}__lte"
-        constraints.append(
-            models.CheckConstraint(
-                condition=Q(**{low: valid.low, high: valid.high}),
-                name=f"periodic_schedule_{name}_range",
-            )
-        )
-    return constraints
-
-
 def default_timezone() -> str:
     from django.conf import settings
 
     return settings.TIME_ZONE or "UTC"
 
 
-class Schedule(TrackedChanges):
+class Schedule(TrackedChanges, Lifecycle):
     """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
 
     Kind = ScheduleKind
@@ -94,6 +78,15 @@ class Schedule(TrackedChanges):
         default="",
         db_default="",
         help_text=_("Cron: a fire a fall-back change repeats; empty: as cron(8) does."),
+    )
+    rrule = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "RFC 5545 recurrence: an RRULE line, with optional EXDATE and RDATE lines, in its "
+            "time zone, anchored at start_at."
+        ),
     )
     interval = models.DurationField(null=True, blank=True)
     run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
@@ -270,7 +263,7 @@ class Schedule(TrackedChanges):
             # index for LIKE 'prefix%' that no query here uses, and that every cursor move
             # (a non-HOT update) had to write: one index in four.
             models.UniqueConstraint(fields=["name"], name="periodic_schedule_name_unique"),
-            *_range_constraints(),
+            *validation.range_constraints(),
         ]
         indexes = [
             # In due()'s order (cursor, then id), so a batch reads its rows off the index;
@@ -347,21 +340,9 @@ class Schedule(TrackedChanges):
         trigger = open_trigger_of(self, closures_of(self))
         return triggers.fire_times(trigger, n, after or clock.wall_now())
 
-    def pause(self, until: datetime, reason: str, *, by: str = "") -> None:
-        """Pause until ``until``: its fires before then are not run (one skipped run, code
-        ``paused``, says so), and then it goes on from its next fire, without catching up.
-        ``by`` names who paused it. Raises ValidationError for a pause that ends in the
-        past or out of range, or without a reason."""
-        self.paused_until, self.pause_reason, self.paused_by = until, reason, by
-        pausing.check(self, clock.now(self._state.db or "default"))
-        self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
-
-    def resume(self) -> None:
-        """End a pause now: the schedule goes on from its first fire after now. Raises
-        ValidationError when its calendars would leave it no fire within reach."""
-        pausing.check_resume(self, clock.now(self._state.db or "default"))
-        self.paused_until, self.pause_reason, self.paused_by = None, "", ""
-        self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+    # Pausing and resuming (docs/pause.md): defined in models/pausing.py, set here by name.
+    pause = pausing.pause
+    resume = pausing.resume
 
     @property
     def attention_note(self) -> str:

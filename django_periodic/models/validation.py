@@ -9,6 +9,9 @@ together (``calendars.next_fire_error``).
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.db import models
+from django.db.models import Q
+
 from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
@@ -135,3 +138,20 @@ def _job_errors(schedule: "Schedule") -> list[tuple[str, str]]:
         except TypeError as exc:
             errors.append(("args", f"The arguments do not fit {schedule.job}(): {exc}."))
     return errors
+
+
+def range_constraints() -> list[models.CheckConstraint]:
+    """One CHECK per field of bounds.SCHEDULE: no path (``update()``, ``bulk_create()``, raw
+    SQL) stores a value out of its range. NULL passes a CHECK: an empty field is allowed
+    where the field is nullable."""
+    constraints = []
+    for name, valid in bounds.SCHEDULE.items():
+        low = f"{name}__gt" if valid.low_open else f"{name}__gte"
+        high = f"{name}__lt" if valid.high_open else f"{name}__lte"
+        constraints.append(
+            models.CheckConstraint(
+                condition=Q(**{low: valid.low, high: valid.high}),
+                name=f"periodic_schedule_{name}_range",
+            )
+        )
+    return constraints

@@ -16,23 +16,27 @@ from django.utils.formats import number_format
 from django.utils.safestring import SafeString
 from django.utils.text import capfirst
 
-from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models import FireOverride, Lease, Run, Schedule, ScheduleVersion
 from django_periodic.operations import retention
 
 # Runs (with their leases) deleted per statement; all in the one transaction of the delete.
 HISTORY_BATCH = 10_000
 HISTORY = (Run, Lease)
+# A schedule's own small tables (a row per change, per overridden fire): Django's cascade
+# deletes them with it.
+OWN_ROWS = (ScheduleVersion, FireOverride)
 
 
 def history_only() -> bool:
-    """Whether runs and leases are all that point at schedules (and runs, and leases): no
-    model of the project cascades from them, or protects them, where counts would not say."""
+    """Whether runs, leases and the schedule's own rows (``OWN_ROWS``) are all that point at
+    schedules (and runs, and leases): no model of the project cascades from them, or
+    protects them, where counts would not say."""
     pointing = {
         relation.related_model
         for model in (Schedule, *HISTORY)
         for relation in model._meta.related_objects
     }
-    return pointing <= set(HISTORY)
+    return pointing <= {*HISTORY, *OWN_ROWS}
 
 
 def summary(
