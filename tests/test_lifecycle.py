@@ -89,9 +89,7 @@ def test_a_fire_skipped_for_an_overlap_does_not_count():
 
 @pytest.mark.django_db
 def test_a_fanned_out_fire_counts_once_however_many_scopes():
-    schedule = every_minute(
-        job="tests.jobs.per_tenant", scopes="tests.jobs.tenants", max_runs=2
-    )
+    schedule = every_minute(job="tests.jobs.per_tenant", scopes="tests.jobs.tenants", max_runs=2)
     fire(schedule, T0)
     fire(schedule, T0 + MINUTE)
     assert Run.objects.filter(schedule=schedule).count() == 2 * len(jobs.TENANTS)

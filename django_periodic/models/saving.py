@@ -53,9 +53,9 @@ def move_cursor(schedule: "Schedule", using: str) -> bool:
             return False  # pausing: the planner skips the fires of the pause
         if schedule.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
             return False
-        if changed == {"max_runs"} and schedule.next_fire_at is not None:
-            if not schedule.has_ended:
-                return False  # a new limit not reached yet: its fires go on as planned
+        going_on = schedule.next_fire_at is not None and not schedule.has_ended
+        if changed == {"max_runs"} and going_on:
+            return False  # a new limit not reached yet: its fires go on as planned
     now = clock.now(using)
     if schedule._state.adding:
         schedule.created_at = now  # an interval's anchor: the database's clock, like all times
