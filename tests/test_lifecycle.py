@@ -7,16 +7,18 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.core.exceptions import ValidationError
 
-from django_periodic import registry
+from django_periodic import registry, signals
 from django_periodic.choices import Misfire, Overlap, RunStatus, RunTrigger
-from django_periodic.engine.planning import code_schedules, planner
-from django_periodic.models import Run, Schedule
+from django_periodic.db import clock
+from django_periodic.engine.planning import attention, code_schedules, planner
+from django_periodic.models import Run, Schedule, pausing
 from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import fire, set_cursor
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
+SECOND = timedelta(seconds=1)
 
 
 def every_minute(**fields) -> Schedule:
@@ -211,3 +213,105 @@ def test_a_code_schedule_fires_on_creation_by_the_first_sync_only(clean_registry
     code_schedules.sync_code_schedules()  # a scheduler's start: the row exists
     schedule = Schedule.objects.get(name="warm_cache")
     assert manual_runs(schedule) == 1
+
+
+# pause_after_failures
+
+
+@pytest.fixture
+def paused_signals():
+    """The schedule_paused signals sent, as (schedule, by, until, reason)."""
+    sent = []
+
+    def receiver(sender, schedule, by, until, reason, **kwargs):
+        sent.append((schedule, by, until, reason))
+
+    signals.schedule_paused.connect(receiver)
+    yield sent
+    signals.schedule_paused.disconnect(receiver)
+
+
+def paused_by(now: datetime) -> list:
+    """The schedules an evaluation (as the scheduler's housekeeping makes) paused."""
+    return attention.evaluate(now).paused
+
+
+def runs_ending(schedule: Schedule, statuses: str, now: datetime) -> list[Run]:
+    """Runs of ``schedule`` a second apart after ``now``, one per letter: F failed, S
+    succeeded."""
+    status = {"F": RunStatus.FAILED, "S": RunStatus.SUCCEEDED}
+    return [
+        RunFactory(schedule=schedule, plan_time=now + (n + 1) * SECOND, status=status[letter])
+        for n, letter in enumerate(statuses)
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_pauses_itself_after_exactly_n_failures_in_a_row(paused_signals):
+    now = clock.now()
+    schedule = ScheduleFactory(pause_after_failures=3)
+    first, second = runs_ending(schedule, "FF", now)
+    assert paused_by(now) == []
+    (third,) = runs_ending(schedule, "F", now + 2 * SECOND)
+    (paused,) = paused_by(now)
+    assert paused.schedule_id == schedule.pk
+    schedule.refresh_from_db()
+    assert schedule.paused_until == pausing.UNTIL_RESUMED and schedule.paused_by == "scheduler"
+    assert schedule.is_paused(now + timedelta(days=365 * 100))
+    for run in (first, second, third):
+        assert f"run {run.pk} planned" in schedule.pause_reason
+    assert schedule.pause_reason.startswith("3 failed runs in a row")
+    assert paused_signals == [
+        (schedule.name, "scheduler", pausing.UNTIL_RESUMED, schedule.pause_reason)
+    ]
+    assert attention.evaluate(now).watched == 0  # paused: judged no more
+    assert len(paused_signals) == 1
+
+
+@pytest.mark.django_db
+def test_a_success_in_between_ends_the_streak():
+    now = clock.now()
+    schedule = ScheduleFactory(pause_after_failures=3)
+    runs_ending(schedule, "FFSFF", now)
+    assert paused_by(now) == []
+    schedule.refresh_from_db()
+    assert schedule.paused_until is None
+
+
+@pytest.mark.django_db
+def test_a_resumed_schedule_gets_its_threshold_afresh():
+    now = clock.now()
+    schedule = ScheduleFactory(pause_after_failures=2)
+    Schedule.objects.filter(pk=schedule.pk).update(updated_at=now - timedelta(hours=1))
+    runs_ending(schedule, "FF", now - timedelta(minutes=1))  # before the resume below
+    assert len(paused_by(now)) == 1
+    schedule.refresh_from_db()
+    schedule.resume()
+    assert paused_by(clock.now()) == []
+    later = clock.now()
+    runs_ending(schedule, "FF", later)
+    assert len(paused_by(later)) == 1
+
+
+@pytest.mark.django_db
+def test_a_disabled_schedule_or_one_without_the_field_does_not_pause():
+    now = clock.now()
+    off = ScheduleFactory(pause_after_failures=1, enabled=False)
+    plain = ScheduleFactory()
+    for schedule in (off, plain):
+        runs_ending(schedule, "FFF", now)
+    assert paused_by(now) == []
+    assert Schedule.objects.filter(paused_until__isnull=False).count() == 0
+
+
+@pytest.mark.django_db
+def test_a_schedule_paused_for_its_failures_skips_its_fires_until_resumed():
+    now = clock.now()
+    schedule = every_minute(pause_after_failures=1)
+    runs_ending(schedule, "F", now)
+    paused_by(now)
+    later = now + timedelta(hours=1)
+    fire(schedule, later)
+    (skipped,) = Run.objects.filter(schedule=schedule, plan_time=later)
+    assert skipped.status == RunStatus.SKIPPED
+    assert skipped.error_message.startswith("Paused until resumed by scheduler: 1 failed run")
