@@ -15,6 +15,8 @@ from django_periodic.models import Run, Schedule, pausing
 from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import fire, set_cursor
+from tests.models import Execution
+from tests.processes import wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -315,3 +317,66 @@ def test_a_schedule_paused_for_its_failures_skips_its_fires_until_resumed():
     (skipped,) = Run.objects.filter(schedule=schedule, plan_time=later)
     assert skipped.status == RunStatus.SKIPPED
     assert skipped.error_message.startswith("Paused until resumed by scheduler: 1 failed run")
+
+
+# a real scheduler
+
+
+def executions(schedule: Schedule) -> int:
+    """How many times the job of ``schedule`` ran, by the rows it wrote (tests.jobs.record)."""
+    return Execution.objects.filter(schedule=schedule.name).count()
+
+
+def wait_for_fires(clock_schedule: Schedule, n: int) -> None:
+    """Wait until ``clock_schedule`` (every second, tests.jobs.record) has run ``n`` more
+    times: a measure of the scheduler's progress that is no sleep."""
+    target = executions(clock_schedule) + n
+    wait_for(lambda: executions(clock_schedule) >= target, 30, f"{n} more fires")
+
+
+@pytest.mark.processes
+def test_a_running_scheduler_runs_a_job_exactly_max_runs_times(postgres, children):
+    start = clock.now().replace(microsecond=0) + 2 * SECOND
+    every_second = {"job": "tests.jobs.record", "interval": SECOND, "start_at": start}
+    limited = ScheduleFactory(name="limited", max_runs=3, **every_second)
+    ticking = ScheduleFactory(name="ticking", **every_second)
+    child = children.start("--workers", "2")
+    wait_for(lambda: executions(limited) >= 3, 30, "three runs of the limited schedule")
+    wait_for_fires(ticking, 5)  # several further fires of its twin
+    assert child.terminate() == 0
+    assert executions(limited) == 3
+    limited.refresh_from_db()
+    assert (limited.fire_count, limited.next_fire_at) == (3, None)
+    plan_times = Execution.objects.filter(schedule="limited").values_list("plan_time", flat=True)
+    # Those it ran are those recorded to run; any missed while it started were skipped.
+    assert sorted(plan_times) == planned_times(limited)
+
+
+@pytest.mark.processes
+def test_a_running_scheduler_pauses_a_failing_schedule_and_runs_it_no_more(postgres, children):
+    start = clock.now().replace(microsecond=0) + 2 * SECOND
+    failing = ScheduleFactory(
+        name="failing",
+        job="tests.jobs.record_and_fail",
+        interval=SECOND,
+        start_at=start,
+        pause_after_failures=3,
+    )
+    ticking = ScheduleFactory(name="ticking", job="tests.jobs.record", interval=SECOND)
+    child = children.start("--workers", "2", settings={"ALERT_INTERVAL": 1})
+    paused = Schedule.objects.filter(pk=failing.pk, paused_by="scheduler")
+    wait_for(paused.exists, 30, "the failing schedule to pause itself")
+    ran = executions(failing)
+    wait_for_fires(ticking, 5)
+    assert child.terminate() == 0
+    # A fire planned ahead before the pause may still run (docs/pause.md); no more.
+    assert ran >= 3 and executions(failing) <= ran + 1
+    failing.refresh_from_db()
+    assert failing.paused_until == pausing.UNTIL_RESUMED
+    failed = Run.objects.filter(schedule=failing, status=RunStatus.FAILED)
+    assert failed.count() == executions(failing)  # every call failed, every failure a call
+    named = [
+        pk for pk in failed.values_list("pk", flat=True) if f"run {pk} " in failing.pause_reason
+    ]
+    assert len(named) >= 3
+    assert "Schedule 'failing' paused itself until resumed" in child.output()
