@@ -6,7 +6,9 @@ of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at`` and ``release_time``,
 ``duration``, ``lease_lost`` adds ``reentered``. ``schedule_disabled`` is sent with
 ``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``;
 ``schedule_needs_attention`` and ``schedule_recovered`` with ``sender=Schedule`` and the
-keyword arguments of ``ATTENTION_ARGUMENTS``. See docs/signals.md.
+keyword arguments of ``ATTENTION_ARGUMENTS``; ``schedule_paused`` with ``sender=Schedule``
+and ``schedule_id``, ``schedule``, ``until``, ``reason``, ``by`` and ``using``. See
+docs/signals.md.
 
 A change made in a transaction is announced after it commits (``transaction.on_commit``),
 and never if it rolls back. Receivers run in the thread that made the change (a
@@ -53,8 +55,16 @@ schedule_needs_attention = Signal()
 #: A schedule that needed attention does not any more: it succeeded, or it was disabled,
 #: or its alerts were removed. Sent once, like ``schedule_needs_attention``.
 schedule_recovered = Signal()
+#: The scheduler paused a schedule after ``pause_after_failures`` failed runs in a row,
+#: until resumed (docs/policies.md, "Lifecycle"): sent once, by the scheduler that paused it.
+schedule_paused = Signal()
 
-SCHEDULE_SIGNALS = (schedule_disabled, schedule_needs_attention, schedule_recovered)
+SCHEDULE_SIGNALS = (
+    schedule_disabled,
+    schedule_needs_attention,
+    schedule_recovered,
+    schedule_paused,
+)
 
 RUN_SIGNALS = (run_planned, run_started, run_finished, run_retried, run_skipped, lease_lost)
 

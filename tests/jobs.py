@@ -343,3 +343,10 @@ def _release_leases_of(run_id: int) -> None:
 def atomic_heartbeat(context):
     """Atomic: returns what ``context.heartbeat()`` says."""
     return context.heartbeat()
+
+
+@job(takes_context=True)
+def record_and_fail(context):
+    """Writes an Execution row for its run (committed: it is not atomic), then raises."""
+    record(context)
+    raise RuntimeError("recorded, then failed")

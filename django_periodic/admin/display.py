@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 
 from django_periodic.admin.history import RunSummary, ScopeRun
 from django_periodic.models import Run, Schedule
-from django_periodic.models.pausing import pause_note
+from django_periodic.models.pausing import UNTIL_RESUMED, pause_note
 
 EMPTY = "—"
 
@@ -239,12 +239,13 @@ def pause(schedule: Schedule) -> SafeString:
     if until is None:
         return format_html("{}", EMPTY)
     ended = "" if schedule.is_paused(timezone.now()) else _(" (ended)")
+    resumed = until >= UNTIL_RESUMED  # paused_after_failures: until someone resumes it
     return format_html(
         '<span class="periodic-paused" title="{}">{} {}{}<br>'
         '<span class="periodic-quiet">{}</span></span>',
         pause_note(until, schedule.pause_reason, schedule.paused_by),
         _("paused until"),
-        local(until).strftime("%Y-%m-%d %H:%M:%S"),
+        _("resumed") if resumed else local(until).strftime("%Y-%m-%d %H:%M:%S"),
         ended,
         schedule.pause_reason[:80],
     )

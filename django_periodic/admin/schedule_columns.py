@@ -99,10 +99,16 @@ class ScheduleColumns(_ScheduleAdmin):
         if schedule.is_paused(clock.wall_now()):
             return display.pause(schedule)
         if schedule.next_fire_at is None:
-            return format_html('<span class="periodic-quiet">{}</span>', _("no more fires"))
+            ended = schedule.runs_note if schedule.has_ended else _("no more fires")
+            return format_html('<span class="periodic-quiet">{}</span>', ended)
         if schedule.is_unplanned:  # stored without save(); the planner plans it first
             return format_html('<span class="periodic-quiet">{}</span>', _("not planned yet"))
         return display.when(schedule.next_fire_at, clock.wall_now())
+
+    @admin.display(description=gettext_lazy("fires"), ordering="fire_count")
+    def fires(self, schedule: Schedule) -> str:
+        """Its fires run so far, of its max_runs: "3 of 10 runs" (models/lifecycle.py)."""
+        return schedule.runs_note
 
     @admin.display(description=gettext_lazy("attention"), ordering="attention_since")
     def attention(self, schedule: Schedule) -> SafeString:

@@ -44,10 +44,17 @@ class Facts:
     failures: int
 
 
+def failing(failures: int, threshold: int | None) -> bool:
+    """The failing rule: ``failures`` failed runs in a row (since its last success) reach
+    ``threshold`` (None: the rule is off). ``alert_failures`` and ``pause_after_failures``
+    (engine/planning/self_pausing.py) both judge by it."""
+    return threshold is not None and failures >= threshold
+
+
 def reason(facts: Facts, now: datetime) -> str:
     """Why the schedule needs attention at ``now`` (an ``AttentionReason`` value, a plain
     str), "" if it does not."""
-    if facts.alert_failures is not None and facts.failures >= facts.alert_failures:
+    if failing(facts.failures, facts.alert_failures):
         return AttentionReason.FAILING.value
     oldest = facts.oldest_unsucceeded
     if facts.alert_after is not None and oldest is not None and oldest < now - facts.alert_after:

@@ -40,8 +40,9 @@ SCHEDULE_OPTIONS = frozenset(
 # options of @job: calendars are rows, edited in the admin.
 CALENDAR_FIELDS = ("calendars", "on_closed_day")
 # Fields whose change moves a schedule's cursor (next_fire_at) when saved (a change of its
-# calendars moves it where they are saved: Calendar.save(), the admin's save_related()).
-CURSOR_FIELDS = (*TRIGGER_FIELDS, "on_closed_day", "enabled", "paused_until")
+# calendars moves it where they are saved: Calendar.save(), the admin's save_related()); a
+# change of max_runs ends it, or resumes one that had ended.
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "on_closed_day", "enabled", "paused_until", "max_runs")
 # Fields whose change makes a new revision of a schedule (Schedule.revision): what its
 # runs call, and when.
 REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)

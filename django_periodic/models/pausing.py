@@ -23,6 +23,9 @@ if TYPE_CHECKING:
 
 PAUSE_REASON_MAX_LENGTH = 500
 _MICROSECOND = timedelta(microseconds=1)
+# A pause that holds until someone resumes it (pause_after_failures, docs/policies.md):
+# a day before LATEST, within the paused_until CHECK, with a fire after it within reach.
+UNTIL_RESUMED = bounds.LATEST - timedelta(days=1)
 
 
 def holds(paused_until: datetime | None, now: datetime) -> bool:
@@ -36,11 +39,19 @@ def paused(now: datetime) -> Q:
     return Q(paused_until__gt=now)
 
 
+def until_text(until: datetime) -> str:
+    """When a pause ends, in words: "until resumed" (``UNTIL_RESUMED``), else "until" and
+    its time (UTC)."""
+    if until >= UNTIL_RESUMED:
+        return "until resumed"
+    return f"until {until:%Y-%m-%d %H:%M:%S} UTC"
+
+
 def pause_note(until: datetime, reason: str, by: str) -> str:
     """A pause in words: until when (UTC), by whom, why."""
     who = f" by {by}" if by else ""
     why = f": {reason}" if reason else ""
-    return f"Paused until {until:%Y-%m-%d %H:%M:%S} UTC{who}{why}"
+    return f"Paused {until_text(until)}{who}{why}"
 
 
 def until_error(until: datetime | None, now: datetime) -> str | None:

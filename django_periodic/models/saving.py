@@ -42,7 +42,8 @@ def move_cursor(schedule: "Schedule", using: str) -> bool:
     A new schedule, an edited trigger and a resumed schedule (enabled again, or its
     pause ended) restart from now (time spent paused is not a misfire). Disabling and
     pausing keep the cursor, and a one-shot keeps it unless ``run_at`` changed, so that
-    a fired one-shot can never fire again.
+    a fired one-shot can never fire again. One that has run its ``max_runs`` fires has
+    none (models/lifecycle.py); raising or clearing ``max_runs`` resumes it from now.
     """
     changed = schedule._changed_cursor_fields()
     if not schedule._state.adding:
@@ -52,8 +53,11 @@ def move_cursor(schedule: "Schedule", using: str) -> bool:
             return False  # pausing: the planner skips the fires of the pause
         if schedule.trigger_kind == ScheduleKind.ONCE and "run_at" not in changed:
             return False
+        going_on = schedule.next_fire_at is not None and not schedule.has_ended
+        if changed == {"max_runs"} and going_on:
+            return False  # a new limit not reached yet: its fires go on as planned
     now = clock.now(using)
     if schedule._state.adding:
         schedule.created_at = now  # an interval's anchor: the database's clock, like all times
-    schedule.next_fire_at = schedule.first_fire_time(now)
+    schedule.next_fire_at = None if schedule.has_ended else schedule.first_fire_time(now)
     return True

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from django_periodic import choices
 from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
-from django_periodic.models import alerting, extra_runs, pausing, saving, validation
+from django_periodic.models import alerting, extra_runs, lifecycle, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.field_groups import CURSOR_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
@@ -280,6 +280,7 @@ class Schedule(TrackedChanges, Lifecycle):
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         update_fields = kwargs.get("update_fields")
+        fires_once = lifecycle.fires_on_save(self, update_fields)  # fire_on_create
         touches_trigger = update_fields is None or set(update_fields) & set(CURSOR_FIELDS)
         moved = touches_trigger and saving.move_cursor(self, kwargs.get("using") or "default")
         if moved and update_fields is not None:
@@ -300,6 +301,8 @@ class Schedule(TrackedChanges, Lifecycle):
         if moved:
             # Sleeping schedulers look at the new cursor.
             saving.wake_schedulers(self._state.db or "default")
+        if fires_once:
+            lifecycle.fire_once(self)
 
     @property
     def trigger_kind(self) -> str:

@@ -61,7 +61,8 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         for schedule in self.prefetch_related("calendars").iterator(chunk_size=2000):
             if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
                 continue  # a fired one-shot stays fired
-            schedule.next_fire_at = schedule.first_fire_time(now)
+            # One that has run its max_runs fires stays ended (models/lifecycle.py).
+            schedule.next_fire_at = None if schedule.has_ended else schedule.first_fire_time(now)
             changed.append(schedule)
         updated = self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
         if updated:

@@ -16,6 +16,7 @@ from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.models import lifecycle
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.field_groups import TRIGGER_FIELDS
 from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 def schedule_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
-    found += _range_errors(schedule)
+    found += _range_errors(schedule) + lifecycle.errors(schedule)
     return found + _calendar_errors(schedule, found)
 
 

@@ -8,7 +8,9 @@ holds (a planner, or another scheduler judging at the same time), and read again
 whose stored state is no longer the one judged from is left to the next evaluation. One
 UPDATE per new state follows (at most three), and the signals of the changes are sent once
 the transaction commits. However many scheduler processes judge, each change is written by
-one of them and announced by that one only. Four queries at most, however many schedules.
+one of them and announced by that one only. Four queries at most, however many schedules;
+the same facts say which schedules pause themselves for their failures (self_pausing.py,
+three more at most, only when one does).
 """
 
 import logging
@@ -20,6 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import (
     BooleanField,
+    Case,
     Count,
     DateTimeField,
     ExpressionWrapper,
@@ -29,12 +32,14 @@ from django.db.models import (
     Q,
     Subquery,
     Value,
+    When,
 )
 from django.db.models.functions import Coalesce
 
 from django_periodic import signals
 from django_periodic.choices import RunStatus, RunTrigger
 from django_periodic.db import announcements
+from django_periodic.engine.planning import self_pausing
 from django_periodic.models import Run, Schedule, alerting
 from django_periodic.timing import bounds
 
@@ -74,12 +79,15 @@ class Evaluation:
 
     watched: int = 0
     changes: list[Change] = field(default_factory=list)
+    paused: list[self_pausing.Paused] = field(default_factory=list)  # for their failures
 
 
 def evaluate(now: datetime, using: str = "default") -> Evaluation:
-    """Judge every schedule at ``now`` (the database's clock) and write what changed."""
-    rows = _facts(using)
-    found = Evaluation(watched=sum(1 for row in rows if row["watched"]))
+    """Judge every schedule at ``now`` (the database's clock) and write what changed; and
+    pause those that keep failing (``self_pausing``), judged from the same facts."""
+    rows = _facts(now, using)
+    found = Evaluation(watched=sum(1 for row in rows if row["watched"] or row["self_pausing"]))
+    found.paused = self_pausing.pause_failing(rows, now, using)
     judged: dict[int, tuple[Row, str]] = {}
     for row in rows:
         verdict = _verdict(row, now)
@@ -108,38 +116,61 @@ def _verdict(row: Row, now: datetime) -> str | None:
         return None
 
 
-def _facts(using: str) -> list[Row]:
-    """Every schedule with alerts or stored as needing attention, with the facts the rules
-    read. One query; each subquery reads one schedule's runs by the index on (schedule,
-    -plan_time), newest first, from its last success on."""
-    runs = Run.objects.using(using).filter(schedule=OuterRef("pk"))
-    last_success = runs.filter(status=RunStatus.SUCCEEDED).order_by("-plan_time")
-    since_success = Q(
-        plan_time__gt=Coalesce(
-            OuterRef("last_success"), Value(bounds.UNPLANNED, output_field=DateTimeField())
-        )
+def _last_success(using: str) -> Subquery:
+    """The plan time of the latest succeeded run of the schedule (``OuterRef("pk")``), of
+    any trigger; NULL: none."""
+    runs = Run.objects.using(using).filter(schedule=OuterRef("pk"), status=RunStatus.SUCCEEDED)
+    return Subquery(runs.order_by("-plan_time").values("plan_time")[:1])
+
+
+def _since_success(after: Any = None) -> Q:
+    """The runs planned after the schedule's last success (annotated ``last_success``), and
+    after ``after`` (an expression of the schedule's row) if given."""
+    start = Coalesce(
+        OuterRef("last_success"), Value(bounds.UNPLANNED, output_field=DateTimeField())
     )
-    fires = runs.filter(since_success, trigger=RunTrigger.SCHEDULE).exclude(
+    return Q(plan_time__gt=start) & (Q() if after is None else Q(plan_time__gt=after))
+
+
+def _failures(using: str, since: Q) -> Subquery:
+    """How many runs of the schedule (``OuterRef("pk")``) that ``since`` selects failed:
+    its failures in a row (``alerting.failing``); NULL: none."""
+    runs = Run.objects.using(using).filter(since, schedule=OuterRef("pk"), status=RunStatus.FAILED)
+    counted = runs.values("schedule").annotate(n=Count("pk")).values("n")
+    return Subquery(counted, output_field=IntegerField())
+
+
+def _facts(now: datetime, using: str) -> list[Row]:
+    """Every schedule with alerts, stored as needing attention, or that may pause itself,
+    with the facts the rules read. One query; each subquery reads one schedule's runs by
+    the index on (schedule, -plan_time), newest first, from its last success on."""
+    runs = Run.objects.using(using).filter(schedule=OuterRef("pk"))
+    fires = runs.filter(_since_success(), trigger=RunTrigger.SCHEDULE).exclude(
         status=RunStatus.SKIPPED, error_code__in=alerting.NOT_EXPECTED
     )
-    failures = (
-        runs.filter(since_success, status=RunStatus.FAILED)
-        .values("schedule")
-        .annotate(n=Count("pk"))
-        .values("n")
-    )
     schedules = Schedule.objects.using(using)
-    candidates = schedules.with_alerts() | schedules.needing_attention()
+    pausing = self_pausing.watched(now)
+    candidates = schedules.with_alerts() | schedules.needing_attention() | schedules.filter(pausing)
+    # A self-pausing schedule counts from its last save too (self_pausing.py).
+    since_saved = _failures(using, _since_success(after=OuterRef("updated_at")))
     return list(
-        candidates.annotate(
-            last_success=Subquery(last_success.values("plan_time")[:1]),
-        )
+        candidates.annotate(last_success=_last_success(using))
         .annotate(
             oldest_unsucceeded=Subquery(fires.order_by("plan_time").values("plan_time")[:1]),
-            failures=Subquery(failures, output_field=IntegerField()),
+            failures=_failures(using, _since_success()),
             watched=ExpressionWrapper(alerting.WITH_ALERTS, output_field=BooleanField()),
+            self_pausing=ExpressionWrapper(pausing, output_field=BooleanField()),
+            failures_since_saved=Case(When(pausing, then=since_saved)),
         )
-        .values(*FACT_FIELDS, "oldest_unsucceeded", "failures", "watched")
+        .values(
+            *FACT_FIELDS,
+            *self_pausing.FACT_FIELDS,
+            "oldest_unsucceeded",
+            "failures",
+            "watched",
+            "self_pausing",
+            "failures_since_saved",
+        )
     )
 
 

@@ -67,6 +67,8 @@ class Due:
     has_calendars: bool = False
     jitter: timedelta | None = None  # its runs' stagger (timing/stagger.py)
     job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
+    max_runs: int | None = None  # its lifecycle (ending.py)
+    fire_count: int = 0
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None

@@ -18,7 +18,7 @@ from django_periodic import policies
 from django_periodic.conf import get_settings
 from django_periodic.engine import batches
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import overlap
+from django_periodic.engine.planning import ending, overlap
 from django_periodic.engine.planning.decisions import Decision, Due, Fire
 from django_periodic.engine.records import PlannedRow
 from django_periodic.error_texts import error_text
@@ -40,8 +40,10 @@ def record(
     The schedules' rows must be locked by the current transaction since their cursors were
     read (``plan_due`` selects them ``FOR UPDATE``). A refused decision carries the
     database's error; its schedule's cursor has not moved. With ``inserted``, the runs
-    inserted are added to that list (for the signals; it costs a RETURNING).
+    inserted are added to that list (for the signals; it costs a RETURNING). A decision
+    that reaches its schedule's ``max_runs`` is recorded cut there (``ending.capped``).
     """
+    decisions = [ending.capped(decision) for decision in decisions]
     return batches.else_one_by_one(
         lambda: (_record_atomically(decisions, now, using, inserted), []),
         lambda: _record_one_by_one(decisions, now, using, inserted),

@@ -10,7 +10,7 @@ from django.db.models import Max
 
 from django_periodic import choices
 from django_periodic.engine import records
-from django_periodic.engine.planning import backfill, recording
+from django_periodic.engine.planning import backfill, ending, recording
 from django_periodic.engine.planning.decisions import (
     Decision,
     Due,
@@ -34,10 +34,13 @@ def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[in
     connection = connections[using]
     table = connection.ops.quote_name(Schedule._meta.db_table)
     sql = (
-        f"UPDATE {table} SET next_fire_at = %s, last_error = '', planning_failures = 0"
-        " WHERE id = %s"
+        f"UPDATE {table} SET next_fire_at = %s, fire_count = fire_count + %s, last_error = '',"
+        " planning_failures = 0 WHERE id = %s"
     )
-    params = [(_db_datetime(d.cursor, connection), d.schedule.pk) for d in decisions]
+    params = [
+        (_db_datetime(d.cursor, connection), ending.counted(d.fires), d.schedule.pk)
+        for d in decisions
+    ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
     return {d.schedule.pk for d in decisions}

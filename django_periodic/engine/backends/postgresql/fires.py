@@ -12,7 +12,7 @@ from django_periodic.conf import tasks_backend_for
 from django_periodic.db import arrays
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import backfill, recording
+from django_periodic.engine.planning import backfill, ending, recording
 from django_periodic.engine.planning.decisions import Decision
 from django_periodic.engine.records import PlannedRow
 from django_periodic.models import (
@@ -33,7 +33,8 @@ SNAPSHOT_COLUMNS_LOADED: tuple[str, ...] = ()
 # arguments, attempts: COPIED_FROM_SCHEDULE) taken from the rows the UPDATE returns (this
 # transaction has locked them), its tasks backend by conf.tasks_backend_for's rule in SQL,
 # and exclusive as policies.is_exclusive decides it in Python: taken_from_schedule's
-# values, which tests/test_rules.py checks the runs against. Only a plan time
+# values, which tests/test_rules.py checks the runs against. The cursor's move adds the
+# fires the decision counts (ending.counted) to fire_count. Only a plan time
 # already recorded is ignored: any other conflict (a second active run) is an error that
 # rolls the batch back. It returns the ids whose cursor did not move.
 #
@@ -49,9 +50,11 @@ WITH batch AS (
     SELECT * FROM unnest(%(id)s::bigint[], %(shape)s::bigint[]) AS b (id, shape)
 ), moved AS (
     UPDATE {schedule} AS s
-    SET next_fire_at = c.new_cursor, last_error = '', planning_failures = 0
-    FROM batch JOIN unnest(%(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[])
-        WITH ORDINALITY AS c (old_cursor, new_cursor, shape) USING (shape)
+    SET next_fire_at = c.new_cursor, fire_count = s.fire_count + c.counted, last_error = '',
+        planning_failures = 0
+    FROM batch JOIN unnest(
+        %(old_cursor)s::timestamptz[], %(new_cursor)s::timestamptz[], %(counted)s::integer[]
+    ) WITH ORDINALITY AS c (old_cursor, new_cursor, counted, shape) USING (shape)
     WHERE s.id = ANY(%(id)s::bigint[]) AND s.id = batch.id AND s.next_fire_at = c.old_cursor
     RETURNING s.id, batch.shape, s.tasks_backend, {copied_of_schedule}
 ), inserted AS (
@@ -143,7 +146,7 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
     shapes: dict[tuple[Any, ...], int] = {}
     ids: list[int] = []
     shape_of: list[int] = []
-    cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": []}
+    cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": [], "counted": []}
     fires: dict[str, list[Any]] = {name: [] for name in FIRE_COLUMNS}
     for d in decisions:
         schedule = d.schedule
@@ -156,6 +159,7 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
             shape = shapes[(*key, staggered)] = len(shapes) + 1  # ORDINALITY counts from 1
             cursors["old_cursor"].append(schedule.next_fire_at)
             cursors["new_cursor"].append(d.cursor)
+            cursors["counted"].append(ending.counted(d.fires))
             for fire in d.fires:
                 release = recording.release(schedule, fire)
                 deadline = recording.start_deadline(schedule, fire, release, now)
