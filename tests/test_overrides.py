@@ -329,3 +329,24 @@ def test_a_running_scheduler_runs_a_moved_fire_once_at_its_new_time_and_not_a_sk
     assert execution.executed_at >= to - timedelta(seconds=0.1)
     (skipped_run,) = Run.objects.filter(schedule=schedule, plan_time=skipped)
     assert (skipped_run.status, skipped_run.error_code) == ("skipped", ErrorCode.OVERRIDDEN)
+
+
+# -- the admin -------------------------------------------------------------------------------
+
+
+def test_the_override_view_needs_the_permission_to_change_schedules(client, admin_client):
+    from django.contrib.auth.models import Permission, User
+    from django.urls import reverse
+
+    schedule, first = hourly()
+    url = reverse("admin:django_periodic_schedule_override", args=[schedule.pk])
+    query = f"?action=skip&at={first.isoformat().replace('+', '%2B')}"
+    viewer = User.objects.create_user("viewer", password="viewer", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_schedule"))
+    client.force_login(viewer)
+    assert client.post(url + query, {"reason": "holiday"}).status_code == 403
+    assert not schedule.overrides.exists()
+    response = admin_client.post(url + query, {"reason": "holiday"})
+    assert response.status_code == 302
+    (override,) = schedule.overrides.all()
+    assert (override.plan_time, override.move_to, override.by) == (first, None, "admin")
