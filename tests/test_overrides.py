@@ -169,6 +169,17 @@ def test_a_fire_moved_earlier_moves_the_cursor_and_is_planned_in_time():
     ]
 
 
+def test_a_cursor_left_at_a_moved_fire_by_a_save_walks_to_its_new_time():
+    schedule, first = hourly()
+    to = first + timedelta(minutes=20)
+    schedule.move_fire(first, to, "after the backup")
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=first)  # as a save sets it
+    planner.plan_due(first)
+    assert runs_of(schedule) == []
+    planner.plan_due(to)
+    assert runs_of(schedule) == [(first, "pending", "", to)]
+
+
 def test_clearing_an_override_before_its_fire_is_planned_restores_it():
     schedule, first = hourly()
     schedule.move_fire(first + HOUR, first + 30 * MINUTE, "before the audit")

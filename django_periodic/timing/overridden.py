@@ -75,12 +75,12 @@ class OverriddenTrigger(Trigger):
     inner: Trigger
     overrides: tuple[Override, ...]
     _by_time: dict[datetime, Override] = field(init=False, repr=False, compare=False)
-    _moved_from: frozenset[datetime] = field(init=False, repr=False, compare=False)
+    _moved_from: dict[datetime, datetime] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         real = [o for o in self.overrides if self._is_fire(o.plan_time)]
         object.__setattr__(self, "_by_time", {o.at: o for o in real})
-        moved = frozenset(o.plan_time for o in real if o.move_to is not None)
+        moved = {o.plan_time: o.move_to for o in real if o.move_to is not None}
         object.__setattr__(self, "_moved_from", moved)
 
     def _is_fire(self, moment: datetime) -> bool:
@@ -104,6 +104,10 @@ class OverriddenTrigger(Trigger):
         """The override whose effective time is ``moment``, or None."""
         return self._by_time.get(moment)
 
+    def moved_to(self, moment: datetime) -> datetime | None:
+        """Where the fire at ``moment`` was moved, or None (not moved)."""
+        return self._moved_from.get(moment)
+
 
 def overridden(trigger: Trigger, overrides: tuple[Override, ...]) -> Trigger:
     """``trigger`` under ``overrides``; itself when there are none."""
@@ -113,6 +117,15 @@ def overridden(trigger: Trigger, overrides: tuple[Override, ...]) -> Trigger:
 def override_at(trigger: Trigger, moment: datetime) -> Override | None:
     """The override of ``trigger`` (if it is overridden) whose effective time is ``moment``."""
     return trigger.override_at(moment) if isinstance(trigger, OverriddenTrigger) else None
+
+
+def walk_from(trigger: Trigger, start: datetime | None) -> datetime | None:
+    """Where the planner's walk from ``start`` (its cursor) begins: there, or, for a cursor
+    left at a fire that was moved away (set by a save that does not look at overrides),
+    that fire's new time."""
+    if start is None or not isinstance(trigger, OverriddenTrigger):
+        return start
+    return trigger.moved_to(start) or start
 
 
 def inner_of(trigger: Trigger) -> Trigger:

@@ -268,7 +268,8 @@ class Memo:
         due = self.due.get((key, schedule.next_fire_at, now))
         if due is None:
             try:
-                due = _due_times(trigger, schedule.next_fire_at, now, self.limit)
+                cursor = overridden.walk_from(trigger, schedule.next_fire_at)
+                due = _due_times(trigger, cursor, now, self.limit)
             except Exception as exc:
                 due = f"Cannot plan: {exc}"
             self.due[key, schedule.next_fire_at, now] = due
