@@ -15,7 +15,8 @@ from django_periodic.engine.planning import decisions, planner
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
-from django_periodic.timing.overridden import Override
+from django_periodic.timing import overridden, triggers
+from django_periodic.timing.overridden import OverriddenTrigger, Override
 from tests.factories import ScheduleFactory, SchedulerProcessFactory, due_row
 from tests.models import Execution
 from tests.processes import wait_for
@@ -63,6 +64,54 @@ def test_the_cursor_walks_a_moved_fire_at_its_new_time_keyed_by_its_plan_time():
     row.next_fire_at = first.cursor
     (fire,) = decisions.decide(row, first.cursor, Occupancy()).fires
     assert (fire.plan_time, fire.status, fire.release_at) == (moved, "pending", first.cursor)
+
+
+@pytest.mark.django_db(transaction=False)
+def test_schedules_alike_but_for_their_overrides_do_not_share_a_decision():
+    plain = due_row(T0, pk=1)
+    skipping = due_row(T0, pk=2, overrides=(Override(T0, None, "skipped"),))
+    found = decisions.decide_all([plain, skipping], T0, {})
+    assert [[fire.status for fire in d.fires] for d in found] == [["pending"], ["skipped"]]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_each_scope_of_a_fanned_out_schedule_runs_a_moved_fire_at_its_new_time():
+    to = T0 + timedelta(seconds=20)
+    row = due_row(T0, next_fire_at=to, scopes="tests.jobs.tenants", overrides=(Override(T0, to),))
+    decision = decisions.decide_fanned_out(row, to, ["a", "b"], {})
+    assert [(f.scope, f.plan_time, f.release_at) for f in decision.fires] == [
+        ("a", T0, to),
+        ("b", T0, to),
+    ]
+
+
+@pytest.mark.django_db(transaction=False)
+def test_the_effective_times_walk_in_order_and_map_back_to_their_fires():
+    inner = triggers.IntervalTrigger(MINUTE, T0)
+    overrides = (
+        Override(T0 + MINUTE, None, "skipped"),
+        Override(T0 + 2 * MINUTE, T0 + 2 * MINUTE + timedelta(seconds=50)),  # later
+        Override(T0 + 4 * MINUTE, T0 + 3 * MINUTE + timedelta(seconds=10)),  # earlier
+        Override(T0 + timedelta(seconds=30), None, "not a fire: ignored"),
+    )
+    trigger = OverriddenTrigger(inner, overrides)
+    walked = triggers.fire_times(trigger, 5, T0 - timedelta(seconds=1))
+    assert [t - T0 for t in walked] == [
+        timedelta(0),
+        MINUTE,
+        timedelta(minutes=2, seconds=50),
+        timedelta(minutes=3),
+        timedelta(minutes=3, seconds=10),
+    ]
+    assert trigger.latest_at_or_before(T0 + 4 * MINUTE) == T0 + 3 * MINUTE + timedelta(seconds=10)
+    assert trigger.latest_at_or_before(T0 + 2 * MINUTE + timedelta(seconds=1)) == T0 + MINUTE
+    assert [overridden.plan_time_of(trigger, t)[0] - T0 for t in walked] == [
+        timedelta(0),
+        MINUTE,
+        2 * MINUTE,
+        3 * MINUTE,
+        4 * MINUTE,
+    ]
 
 
 # -- validation ------------------------------------------------------------------------------

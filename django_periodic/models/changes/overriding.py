@@ -70,6 +70,7 @@ def clear_override(schedule: "Schedule", plan_time: datetime) -> None:
             )
         found.delete()
         _move_cursor(locked, min(plan_time, found.at), using)
+    saving.wake_schedulers(using)
 
 
 def _override(schedule: "Schedule", override: FireOverride) -> FireOverride:
