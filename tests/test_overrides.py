@@ -218,6 +218,16 @@ def test_a_fire_moved_earlier_moves_the_cursor_and_is_planned_in_time():
     ]
 
 
+def test_moving_the_next_fire_earlier_moves_the_cursor_of_the_instance_too():
+    first = clock.now() + HOUR
+    schedule = ScheduleFactory(interval=HOUR, start_at=first)
+    to = first - 30 * MINUTE
+    schedule.move_fire(first, to, "half an hour earlier")
+    assert schedule.next_fire_at == to
+    schedule.refresh_from_db()
+    assert schedule.next_fire_at == to
+
+
 def test_a_cursor_left_at_a_moved_fire_by_a_save_walks_to_its_new_time():
     schedule, first = hourly()
     to = first + timedelta(minutes=20)

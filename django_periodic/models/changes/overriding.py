@@ -70,6 +70,7 @@ def clear_override(schedule: "Schedule", plan_time: datetime) -> None:
             )
         found.delete()
         _move_cursor(locked, min(plan_time, found.at), using)
+    schedule.next_fire_at = locked.next_fire_at
     saving.wake_schedulers(using)
 
 
@@ -98,9 +99,9 @@ def _override(schedule: "Schedule", override: FireOverride) -> FireOverride:
             # A worker claimed it between our read and our update: it runs as planned.
             raise ValidationError({"plan_time": "Its run started meanwhile: it runs as planned."})
         if not statuses:
-            _move_cursor(
-                locked, min(override.plan_time, override.move_to or override.plan_time), using
-            )
+            _move_cursor(locked, min(override.plan_time, override.at), using)
+    # The caller's instance too, so that saving it later does not put the old cursor back.
+    schedule.next_fire_at = locked.next_fire_at
     saving.wake_schedulers(using)
     return override
 
