@@ -221,17 +221,20 @@ def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
 def loaded(schedule: Schedule) -> Due:
     """A schedule as the planner's ORM path loads it (with the snapshot's columns)."""
     rows = Schedule.objects.filter(pk=schedule.pk)
-    rows = rows.annotate(anchor=F("created_at"), has_calendars=Value(False))
+    rows = rows.annotate(
+        anchor=F("created_at"), has_calendars=Value(False), has_overrides=Value(False)
+    )
     fields = (*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED)
     return Due(*rows.values_list(*fields).get())
 
 
 def fires_of_each_status(now) -> tuple[Fire, ...]:
-    """A fire recorded in each status a decision gives: skipped, queued and pending."""
+    """A fire recorded in each status a decision gives: skipped, queued and pending (one
+    moved by an override: released at its new time, timing/overridden.py)."""
     return (
         Fire(now - 2 * SECOND, RunStatus.SKIPPED, ErrorCode.MISSED, "missed"),
         Fire(now - SECOND, RunStatus.QUEUED),
-        Fire(now, RunStatus.PENDING),
+        Fire(now, RunStatus.PENDING, release_at=now + 3 * SECOND),
     )
 
 
@@ -261,6 +264,9 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
         assert finished == [finished_when_recorded(row["status"], now) for row in rows]
         assert finished == [now, None, None]  # skipped, queued, pending
         assert all(taken(row) == taken_from_schedule(sql.schedule) for row in rows)
+        moved = rows[-1]  # released at its new time, its start deadline counted from it
+        assert moved["release_at"] == now + 3 * SECOND
+        assert moved["start_deadline"] == now + 3 * SECOND + sql.schedule.misfire_grace
 
 
 def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():

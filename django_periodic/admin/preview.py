@@ -2,7 +2,7 @@
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -11,7 +11,7 @@ from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_periodic.admin import display, dst_preview
+from django_periodic.admin import display, dst_preview, overrides
 from django_periodic.models import Schedule, open_trigger_of
 from django_periodic.timing import business_days, open_fires, triggers
 from django_periodic.timing.business_days import Closures
@@ -30,6 +30,8 @@ class FireTime:
     local: datetime
     offset_change: str = ""
     closed: str = ""  # a closed fire: which calendar closed it, why, and what became of it
+    override: str = ""  # an overridden fire: skipped, or where it runs (admin/overrides.py)
+    skipped: bool = False
 
 
 @dataclass
@@ -43,6 +45,14 @@ class Preview:
     notes: list[str] = field(default_factory=list)
     # A cron's DST changes in the next two years, with its rule applied (dst_preview.py).
     dst: dst_preview.DstChanges = field(default_factory=dst_preview.DstChanges)
+
+    def table(self) -> list[tuple[str, str, str, str, str, bool]]:
+        """``rows()``, each with its override in words and whether it is struck through
+        (closed or skipped)."""
+        return [
+            (*row, fire.override, bool(fire.closed) or fire.skipped)
+            for row, fire in zip(self.rows(), self.fires, strict=True)
+        ]
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(wall time, UTC time, offset change, closed) as text; seconds only where a fire
@@ -69,6 +79,7 @@ class Preview:
                     "local": fire.local.isoformat(),
                     "offset_change": fire.offset_change,
                     "closed": fire.closed,
+                    "override": fire.override,
                 }
                 for fire in self.fires
             ],
@@ -158,9 +169,15 @@ def preview(
         result.errors["__all__"] = [str(exc)]
         return result
     previous = now.astimezone(zone)
+    found = overrides.marks(schedule, times)
     for utc, note in sorted([*((t, "") for t in times), *closed]):
         local = utc.astimezone(zone)
-        result.fires.append(FireTime(utc, local, _offset_change(previous, local), note))
+        fire = FireTime(utc, local, _offset_change(previous, local), note)
+        if override := found.get(utc) if not note else None:
+            fire = replace(
+                fire, override=overrides.mark_text(override), skipped=not override.move_to
+            )
+        result.fires.append(fire)
         previous = local
     if len(closed) == CLOSED_FIRES:
         result.notes.append(

@@ -2,6 +2,7 @@
 
 from collections import Counter
 from collections.abc import Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -26,7 +27,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
 from django_periodic.admin import actions as schedule_actions
-from django_periodic.admin import display, preview
+from django_periodic.admin import display, overrides, preview
 from django_periodic.admin.actions import deletion
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
@@ -173,6 +174,11 @@ class ScheduleAdmin(ScheduleColumns):
                 wrap(self.run_now_view),
                 name="{}_{}_run_now".format(*info),
             ),
+            path(
+                "<path:object_id>/override/",
+                wrap(partial(overrides.override_view, self)),
+                name="{}_{}_override".format(*info),
+            ),
             *super().get_urls(),
         ]
 
@@ -187,6 +193,11 @@ class ScheduleAdmin(ScheduleColumns):
             "run_now_url": self._url("run_now", object_id),
             "runs_url": f"{self._url('changelist', model='run')}?schedule={object_id}",
         }
+        if (obj := self.get_object(request, unquote(object_id))) is not None:
+            # Its overrides and its next fires' "Skip…" and "Move…" (admin/overrides.py).
+            can_change = self.has_change_permission(request, obj)
+            url = self._url("override", object_id)
+            urls |= overrides.page_context(obj, url, can_change)
         return super().change_view(request, object_id, form_url, {**urls, **(extra_context or {})})
 
     # -- deleting a schedule with its history --------------------------------------------------

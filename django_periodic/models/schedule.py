@@ -15,6 +15,7 @@ from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, lifecycle, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
+from django_periodic.models.changes import overriding
 from django_periodic.models.field_groups import CURSOR_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
@@ -346,6 +347,10 @@ class Schedule(TrackedChanges, Lifecycle):
     # Pausing and resuming (docs/pause.md): defined in models/pausing.py, set here by name.
     pause = pausing.pause
     resume = pausing.resume
+    # Single fires skipped or moved (docs/overrides.md): in models/changes/overriding.py.
+    skip_fire = overriding.skip_fire
+    move_fire = overriding.move_fire
+    clear_override = overriding.clear_override
 
     @property
     def attention_note(self) -> str:

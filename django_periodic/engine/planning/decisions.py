@@ -9,7 +9,7 @@ the error. The recording module writes decisions without importing the planner.
 """
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,7 @@ from django_periodic.engine.runs import storable
 from django_periodic.models import first_fire_time_of, planning_trigger_of
 from django_periodic.models.pausing import pause_note
 from django_periodic.policies import Occupancy
-from django_periodic.timing import business_days, open_fires, triggers
+from django_periodic.timing import business_days, open_fires, overridden, triggers
 
 logger = logging.getLogger("django_periodic")
 
@@ -34,6 +34,7 @@ class Fire:
     error_code: str = ""
     error_message: str = ""
     scope: str = ""
+    release_at: datetime | None = None  # a moved fire's new time (timing/overridden.py)
 
 
 @dataclass(slots=True)
@@ -69,6 +70,7 @@ class Due:
     job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
     max_runs: int | None = None  # its lifecycle (ending.py)
     fire_count: int = 0
+    has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -78,6 +80,7 @@ class Due:
     # Its calendars, loaded once per batch (planner), or why they cannot be used.
     closures: business_days.Closures | None = None
     calendar_error: str = ""
+    overrides: tuple[overridden.Override, ...] = ()  # loaded once per batch (planner)
 
     def trigger_key(self) -> tuple[Any, ...]:
         """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
@@ -97,12 +100,13 @@ class Due:
             self.on_closed_day if self.has_calendars else "",
             self.closures,
             self.calendar_error,
+            self.overrides,
         )
 
     def trigger(self) -> triggers.Trigger:
         """What its cursor walks, built by the model's own rules (``models.trigger_of``),
-        under its calendars (``models.planning_trigger_of``)."""
-        return planning_trigger_of(self, self.calendars())
+        under its calendars (``models.planning_trigger_of``) and its overrides."""
+        return overridden.overridden(planning_trigger_of(self, self.calendars()), self.overrides)
 
     def calendars(self) -> business_days.Closures | None:
         """Its calendars' rules; raises InvalidTrigger if they could not be loaded."""
@@ -184,10 +188,7 @@ def _decide_fanned_out(
         decided = idle if in_flight is None else decide(schedule, at, in_flight, memo)
         if decided.supersedes:
             supersedes.append(key)
-        fires += [
-            Fire(fire.plan_time, fire.status, fire.error_code, fire.error_message, key)
-            for fire in decided.fires
-        ]
+        fires += [replace(fire, scope=key) for fire in decided.fires]
     return Decision(schedule, idle.cursor, tuple(fires), tuple(supersedes))
 
 
@@ -269,7 +270,8 @@ class Memo:
         due = self.due.get((key, schedule.next_fire_at, now))
         if due is None:
             try:
-                due = _due_times(trigger, schedule.next_fire_at, now, self.limit)
+                cursor = overridden.walk_from(trigger, schedule.next_fire_at)
+                due = _due_times(trigger, cursor, now, self.limit)
             except Exception as exc:
                 due = f"Cannot plan: {exc}"
             self.due[key, schedule.next_fire_at, now] = due
@@ -312,6 +314,7 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") ->
     if _in_pause(schedule):
         return _paused(schedule, memo)
     due = memo.due_times(schedule, now)
+    trigger = memo.trigger(schedule)
     times, fires = _open_and_closed(schedule, due.times, memo)
     status: str
     reason: str
@@ -320,7 +323,8 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") ->
             status, reason = RunStatus.SKIPPED, ErrorCode.MISSED
         else:
             status, reason = policies.overlap_status(schedule, occupancy)
-        fires.append(Fire(plan_time, status, reason))
+        plan, release = overridden.plan_time_of(trigger, plan_time)
+        fires.append(Fire(plan, status, reason, release_at=release))
     if due.unlisted and times:
         latest = times[-1]
         message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
@@ -334,14 +338,20 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") ->
 def _open_and_closed(
     schedule: Due, times: list[datetime], memo: "Memo"
 ) -> tuple[list[datetime], list[Fire]]:
-    """The due times that run, and a skipped run (code ``closed``) for each that starts a
-    span its calendars close (``open_fires.PlanningTrigger``)."""
+    """The due times that run, and a skipped run for each that an override skips (code
+    ``overridden``) or that starts a span its calendars close (``closed``,
+    ``open_fires.PlanningTrigger``). A moved fire runs where it was moved, closed or not."""
     trigger = memo.trigger(schedule)
-    if not isinstance(trigger, open_fires.PlanningTrigger):
-        return times, []  # no calendars: nothing to look at
+    calendars = overridden.inner_of(trigger)
+    if trigger is calendars and not isinstance(calendars, open_fires.PlanningTrigger):
+        return times, []  # no calendars, no overrides: nothing to look at
     open_times, closed = [], []
     for plan_time in times:
-        closure = trigger.closure(plan_time)
+        override = overridden.override_at(trigger, plan_time)
+        if override is not None and override.move_to is None:
+            closed.append(Fire(plan_time, RunStatus.SKIPPED, ErrorCode.OVERRIDDEN, override.note))
+            continue
+        closure = overridden.closure(trigger, plan_time)
         if closure is None:
             open_times.append(plan_time)
             continue

@@ -34,7 +34,7 @@ from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements, timestamps
 from django_periodic.engine import batches, records
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import fleet, overlap, recording
+from django_periodic.engine.planning import fleet, overlap, overrides, recording
 from django_periodic.engine.planning.decisions import (
     Decision,
     Due,
@@ -64,7 +64,7 @@ DECISION_FIELDS = (
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
     "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
-    "max_runs", "fire_count",
+    "max_runs", "fire_count", "has_overrides",
 )  # fmt: skip
 
 
@@ -174,13 +174,14 @@ def _locked(due: ScheduleQuerySet, limit: int, using: str) -> tuple[list[Due], l
     due = due.annotate(anchor=Case(When(ANCHORED_AT_CREATION, then=F("created_at"))))
     # Whether it has calendars: an index probe per row, so that those without cost nothing.
     calendars = Schedule.calendars.through.objects.filter(schedule_id=OuterRef("pk"))
-    due = due.annotate(has_calendars=Exists(calendars))
+    due = due.annotate(has_calendars=Exists(calendars), has_overrides=overrides.HAS_OVERRIDES)
     loaded, failed = batches.else_one_by_one(
         partial(_load, due, limit, fields, using),
         partial(_load_one_by_one, due, limit, fields),
         "Could not load a batch of due schedules; loading them one at a time.",
     )
     _load_calendars([s for s in loaded if s.has_calendars], using)
+    overrides.load([s for s in loaded if s.has_overrides], using)
     return loaded, failed
 
 
@@ -333,7 +334,8 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
     result.fired = len(fires) - result.skipped
     result.late = sum(
         fire.status != Run.Status.SKIPPED
-        and fire.plan_time < policies.misfire_deadline(schedule.misfire_grace, now)
+        and (fire.release_at or fire.plan_time)
+        < policies.misfire_deadline(schedule.misfire_grace, now)
         for schedule, fire in fires
     )
     return result

@@ -123,6 +123,9 @@ def record_failure(schedule: Due, error: str, using: str) -> bool:
 
 
 def release(schedule: Due, fire: Fire) -> datetime | None:
+    """When a fire's run may start: a moved fire's new time, else after its stagger."""
+    if fire.release_at is not None:
+        return fire.release_at
     return stagger.release_time(schedule.jitter, schedule.pk, fire.scope, fire.plan_time)
 
 

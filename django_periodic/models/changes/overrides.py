@@ -2,6 +2,8 @@
 once (``Schedule.skip_fire()``, ``Schedule.move_fire()``; docs/overrides.md). A moved fire
 is keyed in the ledger by its original plan time, so it can never run twice."""
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -58,3 +60,8 @@ class FireOverride(models.Model):
         if self.action == OverrideAction.MOVE:
             return f"{self.plan_time:%Y-%m-%d %H:%M} moved to {self.move_to:%Y-%m-%d %H:%M}"
         return f"{self.plan_time:%Y-%m-%d %H:%M} skipped"
+
+    @property
+    def at(self) -> datetime:
+        """Where its fire runs: its new time if moved, else its plan time."""
+        return self.move_to or self.plan_time

@@ -1,7 +1,12 @@
 """The portable ledger: every operation through the ORM, on any database Django supports.
 A few statements where the PostgreSQL backend sends one; the same rows in the end."""
 
-from django_periodic.engine.backends.common import backfill, cancel, plan_extra_runs
+from django_periodic.engine.backends.common import (
+    backfill,
+    cancel,
+    override_runs,
+    plan_extra_runs,
+)
 from django_periodic.engine.backends.portable.claims import claim
 from django_periodic.engine.backends.portable.fires import (
     SNAPSHOT_COLUMNS_LOADED,
@@ -30,6 +35,7 @@ __all__ = [
     "look_ahead",
     "mark_started",
     "of_schedules",
+    "override_runs",
     "plan_extra_runs",
     "recent_runs",
     "record_fires",

@@ -1,7 +1,12 @@
 """The PostgreSQL ledger: our own statements, most operations one round trip, with arrays
 as parameters, prepared on the server, timestamps parsed once (``db/``)."""
 
-from django_periodic.engine.backends.common import backfill, cancel, plan_extra_runs
+from django_periodic.engine.backends.common import (
+    backfill,
+    cancel,
+    override_runs,
+    plan_extra_runs,
+)
 from django_periodic.engine.backends.postgresql.claims import claim
 from django_periodic.engine.backends.postgresql.fires import (
     SNAPSHOT_COLUMNS_LOADED,
@@ -30,6 +35,7 @@ __all__ = [
     "look_ahead",
     "mark_started",
     "of_schedules",
+    "override_runs",
     "plan_extra_runs",
     "recent_runs",
     "record_fires",
