@@ -121,7 +121,7 @@ def resume_action(
     resumed = []
     for schedule in (schedule for schedule in queryset if schedule.is_paused(now)):
         try:
-            schedule.resume()
+            schedule.resume(by=request.user.get_username())
         except ValidationError as exc:
             _refused(model_admin, request, schedule, exc)
             continue
