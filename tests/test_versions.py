@@ -27,6 +27,7 @@ from django_periodic.models import (
     changed_by,
     restore_version,
 )
+from django_periodic.operations import retention
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.models import Execution
 from tests.processes import wait_for
@@ -362,3 +363,48 @@ def test_restoring_needs_the_change_permission(client, django_user_model):
     restore = reverse("admin:django_periodic_schedule_restore", args=[schedule.pk, first.pk])
     assert client.post(restore).status_code == 403
     assert Schedule.objects.get(pk=schedule.pk).max_attempts == 2
+
+
+# -- retention ---------------------------------------------------------------------------------
+
+
+def edited(schedule: Schedule, times: int) -> None:
+    for attempts in range(2, 2 + times):
+        schedule.max_attempts = attempts
+        schedule.save()
+
+
+def test_pruning_keeps_each_schedules_newest_keep_versions(settings, now):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 2}
+    busy, quiet = ScheduleFactory(), ScheduleFactory()
+    edited(busy, 4)  # five versions
+    kept = [v.pk for v in versions_of(busy)[-2:]]
+    pruned = sum((p for p in retention.prune(now)), retention.Pruned())
+    assert pruned.versions == 3
+    assert [v.pk for v in versions_of(busy)] == kept
+    assert len(versions_of(quiet)) == 1
+
+
+def test_a_dry_run_counts_the_versions_it_would_delete(settings, now):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
+    schedule = ScheduleFactory()
+    edited(schedule, 2)
+    pruned = sum((p for p in retention.prune(now, dry_run=True)), retention.Pruned())
+    assert pruned.versions == 2 and len(versions_of(schedule)) == 3
+
+
+def test_without_keep_versions_every_version_is_kept(settings, now):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": None}
+    schedule = ScheduleFactory()
+    edited(schedule, 3)
+    list(retention.prune(now))
+    assert len(versions_of(schedule)) == 4
+
+
+def test_prune_runs_reports_the_versions_it_deleted(settings):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
+    edited(ScheduleFactory(), 2)
+    out = StringIO()
+    call_command("prune_runs", stdout=out)
+    assert "Deleted 2 versions; kept the newest 1 of each schedule" in out.getvalue()
+    assert ScheduleVersion.objects.count() == 1
