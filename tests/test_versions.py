@@ -350,6 +350,35 @@ def test_the_history_page_shows_the_diff_and_restore_restores(admin_client):
     assert versions_of(schedule)[-1].by == "admin"
 
 
+def test_a_restore_in_the_admin_that_no_longer_validates_says_why_and_saves_nothing(
+    admin_client,
+):
+    schedule = ScheduleFactory(max_attempts=1)
+    first = versions_of(schedule)[0]
+    ScheduleVersion.objects.filter(pk=first.pk).update(
+        fields={**first.fields, "job": "tests.jobs.gone"}
+    )
+    schedule.max_attempts = 2
+    schedule.save()
+    restore = reverse("admin:django_periodic_schedule_restore", args=[schedule.pk, first.pk])
+    response = admin_client.post(restore, follow=True)
+    shown = [str(message) for message in response.context["messages"]]
+    assert len(shown) == 1 and shown[0].startswith("Not restored: job: ")
+    assert Schedule.objects.get(pk=schedule.pk).max_attempts == 2
+    assert len(versions_of(schedule)) == 2
+
+
+def test_the_admins_disable_and_enable_actions_are_versions_by_the_user(admin_client):
+    schedule = ScheduleFactory()
+    changelist = reverse("admin:django_periodic_schedule_changelist")
+    for action in ("disable", "enable"):
+        data = {"action": action, "_selected_action": [schedule.pk]}
+        assert admin_client.post(changelist, data).status_code == 302
+    disabled, enabled = versions_of(schedule)[1:]
+    assert (disabled.by, disabled.changes) == ("admin", {"enabled": [True, False]})
+    assert (enabled.by, enabled.changes) == ("admin", {"enabled": [False, True]})
+
+
 def test_restoring_needs_the_change_permission(client, django_user_model):
     from django.contrib.auth.models import Permission
 
