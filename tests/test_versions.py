@@ -135,6 +135,15 @@ def test_saving_twice_diffs_against_the_last_save():
     ]
 
 
+def test_a_refreshed_instance_diffs_against_the_row_it_read():
+    schedule = ScheduleFactory(max_attempts=1)
+    Schedule.objects.filter(pk=schedule.pk).update_versioned(by="ops", max_attempts=2)
+    schedule.refresh_from_db()
+    schedule.max_attempts = 3
+    schedule.save()
+    assert versions_of(schedule)[-1].changes == {"max_attempts": [2, 3]}
+
+
 # -- pause, resume, code, import ---------------------------------------------------------------
 
 

@@ -23,7 +23,8 @@ def _copy_if_mutable(value: Any) -> Any:
 
 
 class TrackedChanges(models.Model):
-    """A model that remembers its ``CURSOR_FIELDS`` and ``REVISION_FIELDS`` as loaded."""
+    """A model that remembers its ``CURSOR_FIELDS`` and ``REVISION_FIELDS`` as loaded, and
+    the row it was loaded from, which its next version is diffed against."""
 
     # The trigger fields as loaded or last saved (see from_db); absent on a new instance.
     _loaded_trigger: dict[str, Any]
@@ -102,6 +103,7 @@ class TrackedChanges(models.Model):
         return instance
 
     def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        # What it reads is what the row holds now: the next version is diffed against it.
         super().refresh_from_db(*args, **kwargs)
         fields = kwargs.get("fields") or (args[1] if len(args) > 1 else None)
         read = {

@@ -163,7 +163,7 @@ def record_calendars(schedule: "Schedule", old: list[str], using: str) -> None:
     if sorted(old) == new:
         return
     change = {"calendars": [sorted(old), new]}
-    version: ScheduleVersion | None = getattr(schedule, "_last_version", None)
+    version = schedule._last_version
     if version is None or version._state.db != using:
         record(schedule, change, using=using)
         return
@@ -189,12 +189,7 @@ def update_versioned(
         before = {row.pop("pk"): row for row in rows}
         updated = model.objects.using(using).filter(pk__in=before).update(**values)
         after = model.objects.using(using).filter(pk__in=before).values("pk", "revision", *COLUMNS)
-        through = model.calendars.through.objects.using(using).filter(schedule_id__in=before)
-        names: dict[int, list[str]] = {}
-        for pk, name in through.order_by("calendar__name").values_list(
-            "schedule_id", "calendar__name"
-        ):
-            names.setdefault(pk, []).append(name)
+        names = _calendar_names_of(queryset, list(before))
         who = _signed(by, reason)
         versions = []
         for row in after:
@@ -215,3 +210,13 @@ def update_versioned(
                 )
         ScheduleVersion.objects.using(using).bulk_create(versions)
     return updated
+
+
+def _calendar_names_of(queryset: "QuerySet[Schedule]", pks: list[int]) -> dict[int, list[str]]:
+    """The names of the calendars of each of these schedules, sorted, in one query."""
+    through = queryset.model.calendars.through.objects.using(queryset.db)
+    pairs = through.filter(schedule_id__in=pks).order_by("calendar__name")
+    names: dict[int, list[str]] = {}
+    for pk, name in pairs.values_list("schedule_id", "calendar__name"):
+        names.setdefault(pk, []).append(name)
+    return names
