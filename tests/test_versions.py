@@ -13,6 +13,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic import job, registry
@@ -386,6 +387,18 @@ def test_the_admins_disable_and_enable_actions_are_versions_by_the_user(admin_cl
     disabled, enabled = versions_of(schedule)[1:]
     assert (disabled.by, disabled.changes) == ("admin", {"enabled": [True, False]})
     assert (enabled.by, enabled.changes) == ("admin", {"enabled": [False, True]})
+
+
+def test_the_history_page_costs_the_same_queries_for_few_or_many_versions(admin_client):
+    def queries_for(edits: int) -> int:
+        schedule = ScheduleFactory(max_attempts=1)
+        edited(schedule, edits)
+        history = reverse("admin:django_periodic_schedule_history", args=[schedule.pk])
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(history).status_code == 200
+        return len(captured.captured_queries)
+
+    assert queries_for(1) == queries_for(30)
 
 
 def test_restoring_needs_the_change_permission(client, django_user_model):
