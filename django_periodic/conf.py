@@ -60,6 +60,8 @@ class PeriodicSettings:
     KEEP_RUNS: int | None = None
     KEEP_RUNS_FOR: timedelta | None = None
     KEEP_FAILED_RUNS_FOR: timedelta | None = None
+    # Each schedule's newest versions kept (docs/versions.md); None: every version.
+    KEEP_VERSIONS: int | None = 100
     PRUNE_INTERVAL: timedelta = timedelta(hours=1)
     PRUNE_BATCH_SIZE: int = 1000
     # Alerts (engine/planning/attention.py): how often a scheduler judges which schedules need
@@ -82,6 +84,7 @@ ALERT_INTERVAL_FLOOR = timedelta(seconds=1)
 STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE", "WAKEUP_DATABASE"})
 MAY_BE_NONE = frozenset(
     {"TASKS_BACKEND", "WAKEUP_DATABASE", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"}
+    | {"KEEP_VERSIONS"}
 )
 # Keys for which 0 is a meaningful value (it turns the feature off).
 MAY_BE_ZERO = frozenset({"PLAN_AHEAD", "UNKNOWN_JOB_GRACE"})
@@ -119,6 +122,7 @@ RANGES: dict[str, bounds.Range[Any]] = {
     "KEEP_RUNS": bounds.SCHEDULE["keep_runs"],
     "KEEP_RUNS_FOR": bounds.SCHEDULE["keep_runs_for"],
     "KEEP_FAILED_RUNS_FOR": bounds.SCHEDULE["keep_failed_runs_for"],
+    "KEEP_VERSIONS": bounds.Range(1, 1_000_000),
     "PRUNE_INTERVAL": bounds.Range(_ZERO, _WEEK, low_open=True),
     "PRUNE_BATCH_SIZE": bounds.Range(1, 1_000_000),
     "ALERT_INTERVAL": bounds.Range(ALERT_INTERVAL_FLOOR, _DAY),

@@ -74,8 +74,9 @@ def test_a_code_defined_schedule_shows_its_trigger_read_only_with_its_location(a
     schedule = ScheduleFactory(interval=None, cron="0 3 * * *", defined_in="tests.jobs:42")
     page = admin_client.get(change_url(schedule))
     form = page.context["adminform"].form
-    # Calendars are not @job options: the admin is where a code-defined schedule gets them.
-    assert set(form.fields) == {"enabled", "calendars", "on_closed_day"}
+    # Calendars are not @job options: the admin is where a code-defined schedule gets them;
+    # the reason is its version's (docs/versions.md).
+    assert set(form.fields) == {"enabled", "calendars", "on_closed_day", "version_reason"}
     html = page.content.decode()
     assert "Defined in code at <code>tests.jobs:42</code>" in html
     assert 'name="cron"' not in html

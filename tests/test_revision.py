@@ -191,12 +191,14 @@ def test_a_retry_records_the_revision_of_the_run_it_repeats(now):
 # -- where it shows ----------------------------------------------------------------------------
 
 
-def test_the_run_list_and_page_show_the_revision(admin_client):
+def test_the_run_list_and_page_show_the_revision_linked_to_its_versions(admin_client):
     run = RunFactory(schedule=ScheduleFactory(), schedule_revision=7)
+    history = reverse("admin:django_periodic_schedule_history", args=[run.schedule_id])
+    link = f'<a href="{history}#revision-7">7</a>'
     listing = admin_client.get(reverse("admin:django_periodic_run_changelist"))
-    assert '<td class="field-schedule_revision">7</td>' in listing.content.decode()
+    assert f'<td class="field-revision_link">{link}</td>' in listing.content.decode()
     page = admin_client.get(reverse("admin:django_periodic_run_change", args=[run.pk]))
-    assert "Revision:" in page.content.decode()
+    assert "Revision:" in page.content.decode() and link in page.content.decode()
 
 
 def test_the_schedule_page_shows_its_revision_and_its_runs_revisions(admin_client):

@@ -31,6 +31,7 @@ from django_periodic.models import (
     closures_from,
 )
 from django_periodic.models.calendars import expect_calendars
+from django_periodic.models.changes import versioning
 from django_periodic.timing import triggers
 
 if TYPE_CHECKING:
@@ -200,6 +201,13 @@ class ScheduleForm(_ScheduleModelForm):
     )
     args = JSONArgumentsField(empty=list, help_text=_('Positional arguments, e.g. [1, "two"].'))
     kwargs = JSONArgumentsField(empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.'))
+    # Not a field of the schedule: why this change, which its version records.
+    version_reason = forms.CharField(
+        label=_("Reason"),
+        required=False,
+        max_length=versioning.REASON_MAX_LENGTH,
+        help_text=_("Why this change: its version in the history records it."),
+    )
 
     class Meta:
         model = Schedule

@@ -24,7 +24,7 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic.admin import display
+from django_periodic.admin import display, versions
 from django_periodic.admin.run_list import (
     RunChangeList,
     RunHolder,
@@ -87,7 +87,7 @@ class RunAdmin(_RunAdmin):
         "plan",
         "release",
         "trigger",
-        "schedule_revision",
+        "revision_link",
         "status_badge",
         "attempts",
         "started",
@@ -115,6 +115,11 @@ class RunAdmin(_RunAdmin):
     class Media:
         css = {"all": ["django_periodic/admin.css"]}
 
+    @admin.display(description=gettext_lazy("revision"), ordering="schedule_revision")
+    def revision_link(self, run: Run) -> SafeString | str:
+        """Its schedule's revision, linked to that revision's versions."""
+        return versions.revision_link(run)
+
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
@@ -132,7 +137,7 @@ class RunAdmin(_RunAdmin):
                         "scope_text",
                         "status_badge",
                         "trigger",
-                        "schedule_revision",
+                        "revision_link",
                         "plan",
                         "release",
                     ]

@@ -27,7 +27,7 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
 from django_periodic.admin import actions as schedule_actions
-from django_periodic.admin import display, overrides, preview
+from django_periodic.admin import display, overrides, preview, versions
 from django_periodic.admin.actions import deletion
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
@@ -48,9 +48,11 @@ from django_periodic.models import (
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
+    changed_by,
     closures_from,
     closures_of,
 )
+from django_periodic.models.changes import versioning
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts, _FieldsetSpec
@@ -147,6 +149,8 @@ class ScheduleAdmin(ScheduleColumns):
             (_("Alerts"), {"fields": list(ALERT_FIELDS)}),
             (_("Lifecycle"), {"fields": list(LIFECYCLE_FIELDS)}),
         ]
+        if self.has_change_permission(request, obj) or obj is None:
+            fieldsets.append((_("Change"), {"fields": ["version_reason"]}))  # its version's
         if obj is not None:
             # The scopes' latest runs only where there are scopes.
             hidden = set() if obj.scopes else {"scope_status"}
@@ -169,6 +173,11 @@ class ScheduleAdmin(ScheduleColumns):
         wrap = self.admin_site.admin_view
         return [
             path("preview/", wrap(self.preview_view), name="{}_{}_preview".format(*info)),
+            path(
+                "<path:object_id>/history/<int:version_id>/restore/",
+                wrap(self.restore_view),
+                name="{}_{}_restore".format(*info),
+            ),
             path(
                 "<path:object_id>/run-now/",
                 wrap(self.run_now_view),
@@ -269,12 +278,41 @@ class ScheduleAdmin(ScheduleColumns):
         result = preview.preview(form.instance, now, errors, closures)
         return JsonResponse({**result.as_json(), "html": preview.render(result)})
 
+    def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
+        """Save it as a version by this user, for the reason given on the form."""
+        using = obj._state.db or "default"
+        # Its calendars as they were, for save_related()'s version.
+        form.calendars_before = versioning.calendar_names(obj, using) if change else []
+        reason = form.cleaned_data.get("version_reason", "")
+        with changed_by(request.user.get_username(), reason):
+            super().save_model(request, obj, form, change)
+
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Save its calendars; a change of them plans it again from now (as an edited
-        trigger does), so that no fire they now close or open is planned by the old ones."""
+        trigger does), so that no fire they now close or open is planned by the old ones.
+        The change joins the version save_model() made (or makes one)."""
         super().save_related(request, form, formsets, change)
+        obj, using = form.instance, form.instance._state.db
+        if "calendars" in form.changed_data:
+            with changed_by(
+                request.user.get_username(), form.cleaned_data.get("version_reason", "")
+            ):
+                versioning.record_calendars(obj, form.calendars_before, using)
         if change and "calendars" in form.changed_data:
             Schedule.objects.using(form.instance._state.db).filter(pk=form.instance.pk).reschedule()
+
+    # -- its versions: the history page, "Restore this version" ----------------------------------
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        context = versions.history_context(self, request, object_id)
+        return super().history_view(request, object_id, {**context, **(extra_context or {})})
+
+    def restore_view(
+        self, request: HttpRequest, object_id: str, version_id: int
+    ) -> HttpResponseBase:
+        return versions.restore_view(self, request, object_id, version_id)
 
     # -- the "Run now" button -----------------------------------------------------------------
 

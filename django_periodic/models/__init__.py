@@ -7,6 +7,8 @@ name below is importable from ``django_periodic.models``.
 
 from django_periodic.models.calendars import Calendar, closures_from, closures_of
 from django_periodic.models.changes.overrides import FireOverride
+from django_periodic.models.changes.restoring import restore_version
+from django_periodic.models.changes.versioning import changed_by
 from django_periodic.models.changes.versions import ScheduleVersion
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
@@ -20,6 +22,7 @@ from django_periodic.models.field_groups import (
     REVISION_FIELDS,
     SCHEDULE_OPTIONS,
     TRIGGER_FIELDS,
+    VERSIONED_FIELDS,
 )
 from django_periodic.models.processes import (
     Lease,
@@ -71,6 +74,7 @@ __all__ = [
     "SCHEDULE_OPTIONS",
     "SNAPSHOT_FIELDS",
     "TRIGGER_FIELDS",
+    "VERSIONED_FIELDS",
     "Calendar",
     "FireOverride",
     "Lease",
@@ -83,6 +87,7 @@ __all__ = [
     "SchedulerProcess",
     "SchedulerProcessQuerySet",
     "TriggerRow",
+    "changed_by",
     "closures_from",
     "closures_of",
     "default_timezone",
@@ -90,6 +95,7 @@ __all__ = [
     "kind_of",
     "open_trigger_of",
     "planning_trigger_of",
+    "restore_version",
     "trigger_field_errors",
     "trigger_of",
 ]

@@ -52,3 +52,19 @@ PAUSE_FIELDS = ("paused_until", "pause_reason", "paused_by")
 # by the scheduler alone, never by a full save() (Schedule.save), so that an edit saved
 # from a stale form cannot undo a transition and have it announced twice.
 ATTENTION_FIELDS = ("attention_reason", "attention_since")
+# What a version of a schedule records (models/changes/versioning.py): every field a user
+# sets, through the admin, save(), @job, pause() or the importer. Never the scheduler's own
+# (the cursor, attention, counters), whose writes make no version.
+VERSIONED_FIELDS = (
+    "name",
+    "job",
+    *JOB_FIELDS,
+    "enabled",
+    *TRIGGER_FIELDS,
+    *CALENDAR_FIELDS,
+    *POLICY_FIELDS,
+    *RETENTION_FIELDS,
+    *ALERT_FIELDS,
+    *LIFECYCLE_FIELDS,
+    *PAUSE_FIELDS,
+)

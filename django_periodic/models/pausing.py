@@ -15,6 +15,7 @@ from django.db.models import Q
 
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_of, next_fire_error
+from django_periodic.models.changes import versioning
 from django_periodic.models.field_groups import PAUSE_FIELDS
 from django_periodic.timing import bounds, triggers
 
@@ -107,12 +108,15 @@ def pause(schedule: "Schedule", until: datetime, reason: str, *, by: str = "") -
     past or out of range, or without a reason."""
     schedule.paused_until, schedule.pause_reason, schedule.paused_by = until, reason, by
     check(schedule, clock.now(schedule._state.db or "default"))
-    schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+    with versioning.changed_by(by or versioning.author().by, reason):  # its version's
+        schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
 
 
-def resume(schedule: "Schedule") -> None:
+def resume(schedule: "Schedule", *, by: str = "", reason: str = "") -> None:
     """End a pause now: the schedule goes on from its first fire after now. Raises
-    ValidationError when its calendars would leave it no fire within reach."""
+    ValidationError when its calendars would leave it no fire within reach. ``by`` and
+    ``reason`` are its version's (docs/versions.md)."""
     check_resume(schedule, clock.now(schedule._state.db or "default"))
     schedule.paused_until, schedule.pause_reason, schedule.paused_by = None, "", ""
-    schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+    with versioning.changed_by(by or versioning.author().by, reason or "Resumed."):
+        schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])

@@ -15,7 +15,7 @@ from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, lifecycle, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
-from django_periodic.models.changes import overriding
+from django_periodic.models.changes import overriding, versioning
 from django_periodic.models.field_groups import CURSOR_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
@@ -294,10 +294,11 @@ class Schedule(TrackedChanges, Lifecycle):
                 kwargs["update_fields"] = {*kwargs["update_fields"], "revision"}
         if update_fields is None and not args and saving.writes_every_field(self, kwargs):
             kwargs["update_fields"] = saving.edited_fields(self)
-        super().save(*args, **kwargs)
-        if revised:
-            saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
-            self.revision = saved.values_list("revision", flat=True).get()
+        with versioning.recording(self, kwargs):  # a version of what it changes
+            super().save(*args, **kwargs)
+            if revised:
+                saved = Schedule.objects.using(self._state.db).filter(pk=self.pk)
+                self.revision = saved.values_list("revision", flat=True).get()
         self._remember_saved(update_fields)
         if moved:
             # Sleeping schedulers look at the new cursor.

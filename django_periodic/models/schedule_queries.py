@@ -11,6 +11,7 @@ from django.db.models import F
 from django_periodic.choices import ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting, pausing
+from django_periodic.models.changes import versioning
 from django_periodic.models.field_groups import REVISION_FIELDS
 from django_periodic.models.saving import wake_schedulers
 from django_periodic.models.trigger_rows import KIND_FILTERS
@@ -53,6 +54,10 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         if "revision" not in kwargs and not kwargs.keys().isdisjoint(REVISION_FIELDS):
             kwargs["revision"] = F("revision") + 1
         return super().update(**kwargs)
+
+    # update() that records a version of each row it changes (docs/versions.md): defined in
+    # models/changes/versioning.py, set here by name.
+    update_versioned = versioning.update_versioned
 
     def reschedule(self, now: datetime | None = None) -> int:
         """Recompute the cursor of these schedules from ``now`` (after edits that bypass save())."""

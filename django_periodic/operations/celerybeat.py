@@ -20,7 +20,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from django_periodic.choices import UNSET_TRIGGER
-from django_periodic.models import Schedule
+from django_periodic.models import Schedule, changed_by
 from django_periodic.operations.celerybeat_rows import (
     CRON_FIELDS,
     MODEL_LABELS,
@@ -37,6 +37,8 @@ ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority")
 # Schedule fields whose errors are the project's code to fix (a job to register, or one
 # that takes these arguments), not the data's: such a task is reported, not malformed.
 CODE_FIELDS = frozenset({"job", "args", "kwargs"})
+# Who made the versions of the schedules it imports (docs/versions.md).
+IMPORT = "import"
 
 
 class Unmappable(Exception):
@@ -266,7 +268,9 @@ def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) ->
                 raise Malformed(field, " ".join(messages)) from None
         return ImportedTask(mapping, NOT_IMPORTED, _validation_reason(exc, mapping))
     if not dry_run:
-        schedule.save(using=using)
+        reason = f"Imported from the celery beat task {mapping.name!r} ({mapping.celery_task})."
+        with changed_by(IMPORT, reason):
+            schedule.save(using=using)
     return ImportedTask(mapping, action)
 
 

@@ -64,4 +64,6 @@ class Pruner(threading.Thread):
             return pruned
         if pruned.runs:
             logger.info("Retention: deleted %d runs and %d leases.", pruned.runs, pruned.leases)
+        if pruned.versions:
+            logger.info("Retention: deleted %d versions of schedules.", pruned.versions)
         return pruned

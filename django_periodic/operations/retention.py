@@ -8,6 +8,8 @@ the same name in capitals. A schedule with neither a count nor an age rule keeps
 Active runs are never deleted, nor anything planning needs: the schedule's cursor
 (``next_fire_at``), not its history, keeps a plan time from firing twice.
 
+A schedule's versions (docs/versions.md) are kept by count: its newest ``KEEP_VERSIONS``.
+
 ``run_scheduler`` applies these rules in a background pass (``pruner.py``) and
 ``prune_runs`` applies them from cron; both delete through ``prune()``.
 """
@@ -34,7 +36,14 @@ from django.db.models import (
 
 from django_periodic.conf import get_settings
 from django_periodic.db import features, pooling
-from django_periodic.models import RETENTION_FIELDS, Lease, Run, RunQuerySet, Schedule
+from django_periodic.models import (
+    RETENTION_FIELDS,
+    Lease,
+    Run,
+    RunQuerySet,
+    Schedule,
+    ScheduleVersion,
+)
 
 # Schedules whose cutoffs one statement computes.
 SCHEDULE_BATCH = 100
@@ -113,9 +122,15 @@ class Pruned:
     runs: int = 0
     leases: int = 0
     busy: bool = False  # another process was pruning: nothing was done
+    versions: int = 0
 
     def __add__(self, other: "Pruned") -> "Pruned":
-        return Pruned(self.runs + other.runs, self.leases + other.leases, self.busy or other.busy)
+        return Pruned(
+            self.runs + other.runs,
+            self.leases + other.leases,
+            self.busy or other.busy,
+            self.versions + other.versions,
+        )
 
 
 def prune(
@@ -128,8 +143,9 @@ def prune(
     wait: bool = False,
     stopping: Callable[[], bool] = lambda: False,
 ) -> Iterator[Pruned]:
-    """Delete the finished runs (and their leases) that no rule keeps, yielding what each
-    batch deleted; ``dry_run`` counts them instead, one count per batch of schedules.
+    """Delete the finished runs (and their leases) that no rule keeps, then the versions
+    past each schedule's newest ``KEEP_VERSIONS``, yielding what each batch deleted;
+    ``dry_run`` counts them instead, one count per batch of schedules.
 
     One process prunes at a time (an advisory lock on PostgreSQL): without ``wait``, a
     prune that finds another under way yields ``Pruned(busy=True)`` and stops. ``stopping``
@@ -152,6 +168,12 @@ def prune(
                     return
             if stopping():
                 return
+        keep_versions = get_settings().KEEP_VERSIONS
+        if keep_versions is not None:
+            for versions in prune_versions(keep_versions, using=using, dry_run=dry_run):
+                yield Pruned(versions=versions)
+                if stopping():
+                    return
 
 
 def _schedule_batches(now: datetime, rules: Rules, using: str) -> Iterator[dict[int, Cutoffs]]:
@@ -220,6 +242,31 @@ def _prunable(by_schedule: dict[int, Cutoffs], using: str) -> RunQuerySet:
             older &= ~Q(status=Run.Status.FAILED) | Q(plan_time__lt=cut.failed_before)
         condition |= older
     return Run.objects.using(using).finished().filter(condition)
+
+
+def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) -> Iterator[int]:
+    """Delete each schedule's versions but its newest ``keep`` (by id: the order they were
+    recorded in), yielding how many each batch of schedules lost (``dry_run``: would lose).
+
+    One statement finds a batch's cutoffs, each a short read of the schedule's newest
+    versions; one more deletes (or counts) the older ones of the whole batch.
+    """
+    newest = ScheduleVersion.objects.filter(schedule=OuterRef("pk")).order_by("-pk").values("pk")
+    schedules = Schedule.objects.using(using).order_by("pk")
+    after = 0
+    while True:
+        batch = schedules.filter(pk__gt=after).annotate(nth=Subquery(newest[keep - 1 : keep]))
+        rows = list(batch.values_list("pk", "nth")[:SCHEDULE_BATCH])
+        condition = Q()
+        for pk, nth in rows:
+            if nth is not None:
+                condition |= Q(schedule_id=pk, pk__lt=nth)
+        if condition:
+            old = ScheduleVersion.objects.using(using).filter(condition)
+            yield old.count() if dry_run else _delete(old)
+        if len(rows) < SCHEDULE_BATCH:
+            return
+        after = rows[-1][0]
 
 
 def _count(prunable: RunQuerySet) -> Pruned:

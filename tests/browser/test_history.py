@@ -29,7 +29,7 @@ def test_an_edited_schedules_runs_name_the_revision_that_recorded_them(admin_pag
     expect(page.locator("#id_keep_runs")).to_have_value("5")
 
     run_now_and_wait(page)
-    expect(page.locator(".field-schedule_revision .readonly")).to_have_text("1")
+    expect(page.locator(".field-revision_link .readonly")).to_have_text("1")
     page.locator(".field-schedule_link a").click()
     page.fill("#id_args", '["Paris"]')
     page.click("input[name=_continue]")
@@ -42,5 +42,5 @@ def test_an_edited_schedules_runs_name_the_revision_that_recorded_them(admin_pag
     expect(page.locator(".field-result_json")).to_contain_text("Paris")
     page.locator(".field-schedule_link a").click()
     page.locator(".object-tools").get_by_role("link", name="Runs").click()
-    revisions = page.locator("#result_list tbody td.field-schedule_revision")
+    revisions = page.locator("#result_list tbody td.field-revision_link")
     expect(revisions).to_have_text(["2", "1"])

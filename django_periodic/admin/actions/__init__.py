@@ -6,7 +6,7 @@ Each action is a method of ScheduleAdmin, defined here and set on the class unde
 """
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from django.contrib import admin, messages
 from django.db.models import QuerySet
@@ -18,7 +18,7 @@ from django_periodic.admin import display
 from django_periodic.admin.actions import backfill as backfill_page
 from django_periodic.admin.actions import pause as pause_page
 from django_periodic.db import clock, notifications
-from django_periodic.models import Schedule
+from django_periodic.models import Schedule, ScheduleQuerySet, changed_by
 from django_periodic.timing import triggers
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def report_requested(
 def enable(
     model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
 ) -> None:
-    resumed, failed = _restart(queryset.filter(enabled=False))
+    resumed, failed = _restart(queryset.filter(enabled=False), request.user.get_username())
     _report_resumed(model_admin, request, resumed, failed)
 
 
@@ -73,11 +73,12 @@ def resume_with_catch_up(
 ) -> None:
     paused = queryset.filter(enabled=False)
     # Without a cursor there is nothing to catch up: such a schedule restarts from now.
-    resumed, failed = _restart(paused.filter(next_fire_at__isnull=True))
+    by = request.user.get_username()
+    resumed, failed = _restart(paused.filter(next_fire_at__isnull=True), by)
     # update() bypasses save(), which would restart the cursor from now: the stored
     # cursor stays, and the planner fires or skips the missed times by the misfire policy.
-    kept = paused.filter(next_fire_at__isnull=False)
-    resumed += kept.update(enabled=True, updated_at=clock.now(queryset.db))
+    kept = cast(ScheduleQuerySet, paused.filter(next_fire_at__isnull=False))
+    resumed += kept.update_versioned(by=by, enabled=True, updated_at=clock.now(queryset.db))
     notifications.notify(queryset.db)
     _report_resumed(model_admin, request, resumed, failed)
 
@@ -86,7 +87,9 @@ def resume_with_catch_up(
 def disable(
     model_admin: "ModelAdmin[Schedule]", request: HttpRequest, queryset: QuerySet[Schedule]
 ) -> None:
-    paused = queryset.filter(enabled=True).update(enabled=False, updated_at=clock.now(queryset.db))
+    enabled = cast(ScheduleQuerySet, queryset.filter(enabled=True))
+    by = request.user.get_username()
+    paused = enabled.update_versioned(by=by, enabled=False, updated_at=clock.now(queryset.db))
     message = ngettext("Paused %(n)d schedule.", "Paused %(n)d schedules.", paused)
     model_admin.message_user(request, message % {"n": paused})
 
@@ -112,13 +115,15 @@ def backfill(
     return backfill_page.backfill_action(model_admin, request, queryset)
 
 
-def _restart(queryset: QuerySet[Schedule]) -> tuple[int, list[str]]:
-    """Enable each schedule through save(), which restarts its cursor from now."""
+def _restart(queryset: QuerySet[Schedule], by: str) -> tuple[int, list[str]]:
+    """Enable each schedule through save(), which restarts its cursor from now (a version
+    by ``by``)."""
     resumed, failed = 0, []
     for schedule in queryset:
         schedule.enabled = True
         try:
-            schedule.save(update_fields=["enabled", "updated_at"])
+            with changed_by(by):
+                schedule.save(update_fields=["enabled", "updated_at"])
         except triggers.InvalidTrigger as exc:
             failed.append(f"{schedule.name}: {exc}")
         else:

@@ -118,15 +118,16 @@ def resume_action(
 ) -> None:
     """End the pauses of the selected schedules that are paused; each goes on from now."""
     now = clock.now(queryset.db)
+    note = _("Resumed: its pause ended early.")  # the log's, and its version's reason
     resumed = []
     for schedule in (schedule for schedule in queryset if schedule.is_paused(now)):
         try:
-            schedule.resume()
+            schedule.resume(by=request.user.get_username(), reason=note)
         except ValidationError as exc:
             _refused(model_admin, request, schedule, exc)
             continue
         resumed.append(schedule)
-        model_admin.log_change(request, schedule, _("Resumed: its pause ended early."))
+        model_admin.log_change(request, schedule, note)
     message = ngettext(
         "Resumed %(n)d paused schedule.", "Resumed %(n)d paused schedules.", len(resumed)
     )

@@ -11,9 +11,11 @@ from django_periodic import registry
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.error_texts import shown
 from django_periodic.escaping import escaped
-from django_periodic.models import SCHEDULE_OPTIONS, Schedule
+from django_periodic.models import SCHEDULE_OPTIONS, Schedule, changed_by
 
 logger = logging.getLogger("django_periodic")
+# Who made the versions of the schedules the code defines (docs/versions.md).
+CODE = "code"
 
 
 @dataclass
@@ -56,7 +58,8 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
         stored = {s.name: s for s in existing.filter(name__in=wanted)}
         for name, job in wanted.items():
             try:
-                with transaction.atomic(using=using):
+                reason = f"Defined in code ({job.defined_in})."
+                with transaction.atomic(using=using), changed_by(CODE, reason):
                     _sync_one(job, stored.get(name), report, using)
             except (ValidationError, TypeError) as exc:
                 # One bad definition must not keep the scheduler from starting.
@@ -66,7 +69,8 @@ def sync_code_schedules(using: str = "default") -> SyncReport:
         for schedule in gone:
             schedule.last_error = f"No longer defined in code (was at {schedule.defined_in})."
             schedule.enabled, schedule.defined_in = False, ""
-            schedule.save(using=using)
+            with changed_by(CODE, schedule.last_error):
+                schedule.save(using=using)
             report.disabled.append(schedule.name)
     for verb, names in vars(report).items():
         if names and verb != "invalid":

@@ -3,6 +3,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_periodic.conf import get_settings
 from django_periodic.db import clock
 from django_periodic.operations import retention
 
@@ -17,7 +18,8 @@ class Command(BaseCommand):
         "in batches: the KEEP_* settings and each schedule's own, as run_scheduler applies "
         "them; --days and --keep-runs replace the settings. With no rule at all, runs "
         f"planned more than {DEFAULT_DAYS} days ago go. Active runs are kept, and schedule "
-        "cursors keep old plan times from firing again."
+        "cursors keep old plan times from firing again. Versions past each schedule's "
+        "newest KEEP_VERSIONS go too."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -73,6 +75,11 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} {pruned.runs} runs and {pruned.leases} leases; {_kept(rules, now)}."
         )
+        if (keep_versions := get_settings().KEEP_VERSIONS) is not None:
+            self.stdout.write(
+                f"{verb} {pruned.versions} versions; kept the newest {keep_versions} of each "
+                "schedule (KEEP_VERSIONS)."
+            )
 
 
 def _rules(days: int | None, keep_runs: int | None) -> retention.Rules:
