@@ -268,6 +268,10 @@ def test_a_schedule_pauses_itself_after_exactly_n_failures_in_a_row(paused_signa
     ]
     assert attention.evaluate(now).watched == 0  # paused: judged no more
     assert len(paused_signals) == 1
+    version = schedule.versions.first()  # the newest: the pause, by the scheduler
+    assert (version.by, version.revision) == ("scheduler", schedule.revision)
+    assert version.changes["paused_by"] == ["", "scheduler"]
+    assert version.changes["pause_reason"] == ["", schedule.pause_reason]
 
 
 @pytest.mark.django_db

@@ -7,8 +7,8 @@ its failed runs in a row reach ``pause_after_failures``: the failing rule of its
 an edit), so that a schedule resumed gets its threshold afresh. Only an enabled schedule
 that no pause holds is judged (``watched``). Those found are locked (skipping rows another
 process holds), and those still enabled and unpaused are paused in one UPDATE, their
-reasons naming the failed runs; ``schedule_paused`` is sent once the transaction commits. Three
-queries, only when a schedule pauses, however many.
+reasons naming the failed runs, each with a version (by "scheduler"); ``schedule_paused`` is sent once the transaction commits. Three
+Three queries and the version's few, only when a schedule pauses, however many.
 """
 
 import logging
@@ -76,8 +76,13 @@ def _pause(found: dict[int, Row], now: datetime, using: str) -> list[Paused]:
             Paused(pk, name, _reason(found[pk], failed.get(pk, []))) for pk, name in names.items()
         ]
         reasons = Case(*(When(pk=p.schedule_id, then=Value(p.reason)) for p in paused))
-        schedules.filter(pk__in=names).update(
-            paused_until=pausing.UNTIL_RESUMED, pause_reason=reasons, paused_by=BY
+        # A version of each, as a pause through pause() makes (docs/versions.md).
+        schedules.filter(pk__in=names).update_versioned(
+            by=BY,
+            reason="Paused itself: its failed runs in a row reached pause_after_failures.",
+            paused_until=pausing.UNTIL_RESUMED,
+            pause_reason=reasons,
+            paused_by=BY,
         )
         announcements.send_on_commit(_events(paused, using), using)
     for p in paused:
