@@ -15,6 +15,7 @@ from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
+from django_periodic.models.explaining import explain as explaining
 from django_periodic.models.field_groups import CURSOR_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
@@ -362,6 +363,10 @@ class Schedule(TrackedChanges, Lifecycle):
     backfill = extra_runs.backfill
     plan_extra_run = extra_runs.plan_extra_run
     plan_extra_runs = extra_runs.plan_extra_runs
+
+    # What became of its fires, and what a change would do to them (docs/explain.md):
+    # defined in models/explaining/, set here by name.
+    explain = explaining.explain
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
