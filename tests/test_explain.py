@@ -6,6 +6,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -29,7 +30,12 @@ def base() -> datetime:
 
 
 def every_ten(**fields) -> Schedule:
-    values = {"cron": "*/10 * * * *", "timezone": "UTC", "interval": None, "job": "tests.jobs.record"}
+    values = {
+        "cron": "*/10 * * * *",
+        "timezone": "UTC",
+        "interval": None,
+        "job": "tests.jobs.record",
+    }
     return ScheduleFactory(**(values | fields))
 
 
@@ -266,5 +272,16 @@ def test_periodic_status_explain_prints_json_accounts():
         (b.isoformat(), "succeeded"),
         ((b + TEN).isoformat(), "not_planned_yet"),
     ]
-    text = output_of("periodic_status", "--explain", "nightly", "--since", b.isoformat())
-    assert "succeeded" in text
+    text = output_of(
+        "periodic_status", "--explain", "nightly", "--since", "1h", "--until", (b + TEN).isoformat()
+    )
+    assert f"{b:%Y-%m-%d %H:%M:%S}Z  succeeded  run #" in text
+
+
+@pytest.mark.django_db
+def test_periodic_status_explain_refuses_an_unknown_schedule_and_a_bad_window():
+    every_ten(name="nightly")
+    with pytest.raises(CommandError, match="No schedule named 'nope'"):
+        output_of("periodic_status", "--explain", "nope")
+    with pytest.raises(CommandError, match="Not a time"):
+        output_of("periodic_status", "--explain", "nightly", "--since", "yesterday")

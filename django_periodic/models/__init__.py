@@ -8,6 +8,7 @@ name below is importable from ``django_periodic.models``.
 from django_periodic.models.calendars import Calendar, closures_from, closures_of
 from django_periodic.models.changes.overrides import FireOverride
 from django_periodic.models.changes.versions import ScheduleVersion
+from django_periodic.models.explaining.accounts import FireAccount, FireStatus
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
@@ -72,7 +73,9 @@ __all__ = [
     "SNAPSHOT_FIELDS",
     "TRIGGER_FIELDS",
     "Calendar",
+    "FireAccount",
     "FireOverride",
+    "FireStatus",
     "Lease",
     "LeaseQuerySet",
     "Run",
