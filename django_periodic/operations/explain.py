@@ -25,7 +25,7 @@ _AGO = re.compile(r"^(\d+)([mhd])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days"}
 # How an outcome stands out: the admin colours its word by this (admin.css), the plain
 # lines do not need to.
-TONES = {
+TONES: dict[str, str] = {
     FireStatus.SUCCEEDED: "ok",
     FireStatus.FAILED: "bad",
     FireStatus.NO_RECORD: "bad",
@@ -113,7 +113,7 @@ def as_plain(schedule: Schedule, asked: Window, accounts: list[FireAccount]) -> 
 
 def tone(account: FireAccount) -> str:
     """How its outcome stands out: ok, bad, active, skipped, or "" (no run, as expected)."""
-    return TONES.get(account.status, "")  # type: ignore[call-overload]
+    return TONES.get(account.status, "")
 
 
 def _at(moment: datetime) -> str:

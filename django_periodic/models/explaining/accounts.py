@@ -40,7 +40,7 @@ class FireStatus(models.TextChoices):
 
 
 # What a skipped run's code makes of its fire: the reasons with a word of their own.
-_SKIP_STATUS = {
+_SKIP_STATUS: dict[str, str] = {
     ErrorCode.CLOSED: FireStatus.CLOSED,
     ErrorCode.PAUSED: FireStatus.PAUSED,
     ErrorCode.OVERRIDDEN: FireStatus.OVERRIDDEN,
@@ -94,7 +94,7 @@ class FireAccount:
 def status_of_run(run: RunRow) -> str:
     """A run's outcome as a fire's: its status, or a skip's own word by its code."""
     if run.status == RunStatus.SKIPPED:
-        return _SKIP_STATUS.get(run.error_code, FireStatus.SKIPPED)  # type: ignore[call-overload]
+        return _SKIP_STATUS.get(run.error_code, FireStatus.SKIPPED)
     return str(run.status)
 
 
