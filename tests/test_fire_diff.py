@@ -97,3 +97,13 @@ def test_a_field_that_does_not_decide_fires_is_refused():
     with pytest.raises(ValueError, match="days"):
         schedule.fire_diff(days=0)
     assert daily(cron="* * * * * ").fire_diff(days=1, cron="*/2 * * * *").as_dict()["kept"] > 0
+
+
+@pytest.mark.django_db
+def test_a_dense_window_ends_at_its_most_fires():
+    schedule = daily("* * * * *")
+    found = schedule.fire_diff(days=30, max_fires=100, cron="*/2 * * * *")
+    assert len(found.removed) == 50 and found.kept == 50
+    # Ends at the 100th fire of the schedule as it is: an hour and 40 minutes on.
+    assert timedelta(minutes=99) < found.until - found.since <= timedelta(minutes=100)
+    assert found.until.second == 0 and max(fire.at for fire in found.removed) <= found.until

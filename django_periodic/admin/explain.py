@@ -36,8 +36,10 @@ EXPLAIN_TEMPLATE = "admin/django_periodic/schedule/explain.html"
 CONFIRM_TEMPLATE = "admin/django_periodic/schedule/fire_diff.html"
 # The field of a POSTed form that says its diff was seen and confirmed.
 CONFIRMED = "_confirmed_diff"
-# How far ahead the confirmation looks.
+# How far ahead the confirmation looks: 30 days, or up to its 1,000th fire if sooner (a
+# page to read, and computed while the operator waits).
 DIFF_DAYS = 30
+DIFF_FIRES = 1_000
 CUSTOM = "custom"
 
 
@@ -160,6 +162,6 @@ def _diff(saved: Schedule, form: forms.ModelForm) -> FireDiff | None:  # type: i
     if not changes:
         return None
     try:
-        return saved.fire_diff(days=DIFF_DAYS, **changes)
+        return saved.fire_diff(days=DIFF_DAYS, max_fires=DIFF_FIRES, **changes)
     except (ValueError, triggers.InvalidTrigger):
         return None  # nothing to show: the model's own validation has the last word

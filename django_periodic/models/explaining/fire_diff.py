@@ -24,18 +24,22 @@ if TYPE_CHECKING:
 # The changes a diff can be asked for: what decides when a schedule fires.
 DIFFABLE = frozenset({*TRIGGER_FIELDS, "rrule", "on_closed_day", "calendars", "overrides"})
 MAX_DAYS = 366
-# The most fires either side may hold: a diff is read by people (fewer days, then).
+# The most fires either side may hold: a diff is read by people (the window ends sooner).
 MAX_FIRES = 100_000
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def fire_diff(schedule: "Schedule", days: int = 30, **changes: Any) -> diffs.FireDiff:
+def fire_diff(
+    schedule: "Schedule", days: int = 30, *, max_fires: int = MAX_FIRES, **changes: Any
+) -> diffs.FireDiff:
     """Which fires of the next ``days`` days (from the database's clock) are added, removed
     or moved if ``changes`` were saved: trigger fields, ``timezone``, ``dst_gap`` /
     ``dst_repeat``, ``start_at`` / ``end_at``, ``on_closed_day``, ``calendars`` (a list of
     ``Calendar``) and ``overrides`` (a list of ``FireOverride``, saved or not, instead of
-    its own). Nothing is saved. Raises ValueError for another field or a bad ``days``, and
-    InvalidTrigger for a trigger that cannot be built. See docs/explain.md.
+    its own). Nothing is saved. The window ends sooner, at the ``max_fires``-th fire of
+    either side, when it would hold more (the diff's ``until`` says where). Raises
+    ValueError for another field or a bad ``days``, and InvalidTrigger for a trigger that
+    cannot be built. See docs/explain.md.
     """
     unknown = sorted(set(changes) - DIFFABLE)
     if unknown:
@@ -45,14 +49,19 @@ def fire_diff(schedule: "Schedule", days: int = 30, **changes: Any) -> diffs.Fir
     using = schedule._state.db or "default"
     since = clock.now(using)
     until = since + timedelta(days=days)
-    old = _Side.of(schedule, _closures(schedule), _overrides(schedule, using), since, until)
+    if not isinstance(max_fires, int) or not 1 <= max_fires <= MAX_FIRES:
+        raise ValueError(f"max_fires must be a whole number from 1 to {MAX_FIRES:,}.")
+    own = _overrides(schedule, using)
+    old = _Side.of(schedule, _closures(schedule), own, since, until, max_fires)
+    until = old.cut(until, max_fires)
     changed = copy.copy(schedule)
     for name, value in changes.items():
         if name not in ("calendars", "overrides"):
             setattr(changed, name, value)
     closures = closures_from(changes["calendars"]) if "calendars" in changes else old.closures
     overrides = changes.get("overrides", old.overrides)
-    new = _Side.of(changed, closures, list(overrides), since, until)
+    new = _Side.of(changed, closures, list(overrides), since, until, max_fires)
+    until = old.cut(new.cut(until, max_fires), max_fires)
     flags = {**old.flags(new), **new.flags(None)}
     zone = triggers.parse_timezone(changed.timezone)
     return diffs.diff(old.fires, new.fires, zone, flags, since=since, until=until)
@@ -88,11 +97,14 @@ class _Side:
         overrides: list[FireOverride],
         since: datetime,
         until: datetime,
+        most: int,
     ) -> "_Side":
         side = cls(schedule, closures, overrides, [])
         trigger = open_trigger_of(schedule, closures)
         skipped = {override.plan_time for override in overrides}
-        fires = [fire for fire in _fires(trigger, since, until) if fire not in skipped]
+        # One more than kept shows that the window holds more (cut() ends it sooner).
+        computed = _fires(trigger, since, until, most + len(skipped) + 1)
+        fires = [fire for fire in computed if fire not in skipped]
         fires += [
             override.move_to
             for override in overrides
@@ -102,6 +114,15 @@ class _Side:
         ]
         side.fires = sorted(set(_limited(schedule, fires)))
         return side
+
+    def cut(self, until: datetime, most: int) -> datetime:
+        """Keep its fires up to ``until``, and at most ``most`` of them; return the end of
+        the window that holds them (``until``, or its last fire kept)."""
+        self.fires = [fire for fire in self.fires if fire <= until]
+        if len(self.fires) <= most:
+            return until
+        self.fires = self.fires[:most]
+        return self.fires[-1]
 
     def flags(self, other: "_Side | None") -> dict[datetime, tuple[str, ...]]:
         """Each of its fires' flags; with ``other`` (the changed side), those ``other``
@@ -114,7 +135,7 @@ class _Side:
         for fire in self.fires:
             if fire in moved_to:
                 found[fire].append(diffs.OVERRIDDEN)
-            elif nominal.next_after(fire - _MICROSECOND) != fire:
+            elif self.closures is not None and nominal.next_after(fire - _MICROSECOND) != fire:
                 found[fire].append(diffs.SHIFTED)
         if other is not None:
             overridden = {override.plan_time for override in other.overrides}
@@ -141,12 +162,13 @@ class _Side:
                 yield fire, flag
 
 
-def _fires(trigger: triggers.Trigger, since: datetime, until: datetime) -> list[datetime]:
+def _fires(
+    trigger: triggers.Trigger, since: datetime, until: datetime, most: int
+) -> list[datetime]:
+    """The trigger's fires in ``(since, until]``, the first ``most`` of them."""
     fires: list[datetime] = []
     fire = trigger.next_after(since)
-    while fire is not None and fire <= until:
-        if len(fires) >= MAX_FIRES:
-            raise ValueError(f"More than {MAX_FIRES:,} fires in the window: ask for fewer days.")
+    while fire is not None and fire <= until and len(fires) < most:
         fires.append(fire)
         fire = trigger.next_after(fire)
     return fires
