@@ -97,6 +97,23 @@ def test_missed_fires_are_skipped_by_the_misfire_policy():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_missed_fires_past_the_catchup_limit_are_expanded_from_their_one_row(settings):
+    settings.DJANGO_PERIODIC = {"CATCHUP_LIMIT": 2}
+    b = base()
+    schedule = every_ten()
+    set_cursor(schedule, b)
+    planner.plan_due(b + 8 * TEN)  # down for 80 minutes: 3 rows for the 8 missed fires
+    schedule.refresh_from_db()
+    assert Run.objects.filter(schedule=schedule, status="skipped").count() == 4
+    accounts = schedule.explain(b, b + 9 * TEN)
+    assert [(a.status, a.code) for a in accounts] == [
+        *[("skipped", ErrorCode.MISSED)] * 8,
+        ("pending", ""),
+    ]
+    assert "stands for the span" in accounts[5].detail
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_pause_is_expanded_to_every_fire_it_held_from_its_one_row():
     b = base()
     schedule = every_ten()

@@ -211,7 +211,8 @@ class _Facts:
             return FireAccount(plan_time, FireStatus.MOVED, detail=note)
         for start, end, run in self.spans:
             if start < plan_time < end:
-                status = FireStatus.PAUSED if run.error_code == ErrorCode.PAUSED else "skipped"
+                paused = run.error_code == ErrorCode.PAUSED
+                status = FireStatus.PAUSED if paused else FireStatus.SKIPPED
                 detail = f"{run.error_message} (one skipped run, #{run.pk}, stands for the span)"
                 return FireAccount(plan_time, status, run.error_code, detail, None, run.scope)
         return self._not_run(plan_time)
