@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import planner
-from django_periodic.models import Calendar, FireOverride, Run, Schedule
+from django_periodic.models import Calendar, FireOverride, Run, Schedule, ScheduleVersion
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
 from tests.helpers import output_of, set_cursor
@@ -136,6 +136,23 @@ def test_a_pause_is_expanded_to_every_fire_it_held_from_its_one_row():
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_fires_of_a_pause_still_to_come_read_paused_and_those_after_not_planned_yet():
+    b = base()
+    schedule = every_ten()
+    set_cursor(schedule, b)
+    schedule.refresh_from_db()
+    schedule.pause(b + TEN + timedelta(minutes=5), "freeze", by="ops")
+    accounts = schedule.explain(b, b + 3 * TEN)
+    assert [(a.status, a.code) for a in accounts] == [
+        ("paused", ErrorCode.PAUSED),
+        ("paused", ErrorCode.PAUSED),
+        ("not_planned_yet", ""),
+    ]
+    assert "by ops: freeze (not planned yet)" in accounts[0].detail
+    assert not Run.objects.filter(schedule=schedule).exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_closed_span_is_expanded_to_every_closed_fire_with_its_calendar():
     day = (clock.now() + timedelta(days=10)).replace(hour=0, minute=0, second=0, microsecond=0)
     closed = [f"{day + timedelta(days=n):%Y-%m-%d}" for n in (1, 2)]
@@ -211,6 +228,34 @@ def test_fires_after_max_runs_was_reached_say_so():
         "succeeded",
         "after_max_runs",
         "after_max_runs",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_its_versions_say_when_it_was_disabled_and_when_its_trigger_changed():
+    b = base()
+    schedule = every_ten()
+    set_cursor(schedule, b + 3 * TEN)  # its cursor when it was enabled again
+    planner.plan_due(b + 3 * TEN)
+    # The rows the versions of its changes leave (docs/versions.md): a cron edited before b,
+    # disabled between b + 5 minutes and b + 25 minutes.
+    versions = [
+        (b - TEN, {"cron": ["0 * * * *", "*/10 * * * *"]}),
+        (b + timedelta(minutes=5), {"enabled": [True, False]}),
+        (b + timedelta(minutes=25), {"enabled": [False, True]}),
+    ]
+    for revision, (at, changes) in enumerate(versions, 2):
+        ScheduleVersion.objects.create(
+            schedule=schedule, revision=revision, created_at=at, changes=changes
+        )
+    schedule.refresh_from_db()
+    assert [status for _, status, _ in outcomes(schedule, b - 2 * TEN, b + 4 * TEN)] == [
+        "before_change",
+        "no_record",  # after the edit, before it was disabled: no run, no reason
+        "no_record",
+        "disabled",
+        "disabled",
+        "pending",
     ]
 
 
