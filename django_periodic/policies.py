@@ -6,7 +6,7 @@ retries) feed these the rows they have locked, so both decide by the same rules.
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from django_periodic.choices import ErrorCode, Misfire, Overlap, RunStatus
@@ -87,6 +87,28 @@ def supersedes_retry(in_flight: Occupancy, statuses: Iterable[str]) -> bool:
     """Whether new fires end the run of their scope waiting to retry: a newer fire that
     runs or waits (not one skipped) replaces it."""
     return in_flight.retrying and any(status != RunStatus.SKIPPED for status in statuses)
+
+
+# The one skipped row that stands for missed times not listed one by one (too many to
+# list: decisions.py): missed_span_note() writes its message, missed_span_end() reads it back.
+_MISSED_SPAN = "Missed, as was every plan time after it up to "
+_MISSED_SPAN_END = "%Y-%m-%d %H:%M:%S"
+
+
+def missed_span_note(latest: datetime) -> str:
+    """The message of the row that stands for every missed time after it, up to ``latest``."""
+    return f"{_MISSED_SPAN}{latest:{_MISSED_SPAN_END}}."
+
+
+def missed_span_end(message: str) -> datetime | None:
+    """The ``latest`` a ``missed_span_note()`` names (to the second, UTC), or None."""
+    if not message.startswith(_MISSED_SPAN):
+        return None
+    try:
+        text = message[len(_MISSED_SPAN) :].rstrip(".")
+        return datetime.strptime(text, _MISSED_SPAN_END).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def misfire_marks(

@@ -28,6 +28,7 @@ from django.utils.translation import gettext as _
 
 from django_periodic.admin import actions as schedule_actions
 from django_periodic.admin import display, overrides, preview, versions
+from django_periodic.admin import explain as fire_accounts
 from django_periodic.admin.actions import deletion
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
@@ -188,6 +189,11 @@ class ScheduleAdmin(ScheduleColumns):
                 wrap(partial(overrides.override_view, self)),
                 name="{}_{}_override".format(*info),
             ),
+            path(
+                "<path:object_id>/explain/",
+                wrap(self.explain_view),
+                name="{}_{}_explain".format(*info),
+            ),
             *super().get_urls(),
         ]
 
@@ -198,8 +204,12 @@ class ScheduleAdmin(ScheduleColumns):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
+        # A change of when it fires shows the fires it adds, removes or moves first.
+        if confirm := fire_accounts.confirmation(self, request, object_id):
+            return confirm
         urls = {
             "run_now_url": self._url("run_now", object_id),
+            "explain_url": self._url("explain", object_id),
             "runs_url": f"{self._url('changelist', model='run')}?schedule={object_id}",
         }
         if (obj := self.get_object(request, unquote(object_id))) is not None:
@@ -313,6 +323,12 @@ class ScheduleAdmin(ScheduleColumns):
         self, request: HttpRequest, object_id: str, version_id: int
     ) -> HttpResponseBase:
         return versions.restore_view(self, request, object_id, version_id)
+
+    # -- the "Explain" page: what became of its fires ------------------------------------------
+
+    def explain_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
+        """Each fire of a window, what became of it (admin/explain.py)."""
+        return fire_accounts.explain_view(self, request, object_id)  # type: ignore[no-any-return]
 
     # -- the "Run now" button -----------------------------------------------------------------
 

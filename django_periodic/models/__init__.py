@@ -10,6 +10,7 @@ from django_periodic.models.changes.overrides import FireOverride
 from django_periodic.models.changes.restoring import restore_version
 from django_periodic.models.changes.versioning import changed_by
 from django_periodic.models.changes.versions import ScheduleVersion
+from django_periodic.models.explaining.accounts import FireAccount, FireStatus
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
@@ -76,7 +77,9 @@ __all__ = [
     "TRIGGER_FIELDS",
     "VERSIONED_FIELDS",
     "Calendar",
+    "FireAccount",
     "FireOverride",
+    "FireStatus",
     "Lease",
     "LeaseQuerySet",
     "Run",

@@ -7,7 +7,7 @@ none is caught up (engine/planning/decisions.py). Pausing and resuming are refus
 ``ValidationError``, when the schedule's calendars leave it no fire within reach after then.
 """
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
@@ -40,12 +40,18 @@ def paused(now: datetime) -> Q:
     return Q(paused_until__gt=now)
 
 
+# How a pause's skipped run names its end: pause_note() writes it, pause_end() reads it back.
+_NOTE_END = "%Y-%m-%d %H:%M:%S"
+_NOTE_PREFIX = "Paused until "
+_UNTIL_RESUMED_TEXT = "until resumed"
+
+
 def until_text(until: datetime) -> str:
     """When a pause ends, in words: "until resumed" (``UNTIL_RESUMED``), else "until" and
     its time (UTC)."""
     if until >= UNTIL_RESUMED:
-        return "until resumed"
-    return f"until {until:%Y-%m-%d %H:%M:%S} UTC"
+        return _UNTIL_RESUMED_TEXT
+    return f"until {until:{_NOTE_END}} UTC"
 
 
 def pause_note(until: datetime, reason: str, by: str) -> str:
@@ -53,6 +59,20 @@ def pause_note(until: datetime, reason: str, by: str) -> str:
     who = f" by {by}" if by else ""
     why = f": {reason}" if reason else ""
     return f"Paused {until_text(until)}{who}{why}"
+
+
+def pause_end(note: str) -> datetime | None:
+    """The end of the pause a skipped run's ``pause_note()`` names (to the second, UTC), or
+    None for a note that is not one: explain() expands a pause's span fire by fire from it."""
+    if note.startswith(f"Paused {_UNTIL_RESUMED_TEXT}"):
+        return UNTIL_RESUMED
+    if not note.startswith(_NOTE_PREFIX):
+        return None
+    text = note[len(_NOTE_PREFIX) :].split(" UTC", 1)[0]
+    try:
+        return datetime.strptime(text, _NOTE_END).replace(tzinfo=UTC)
+    except ValueError:
+        return None
 
 
 def until_error(until: datetime | None, now: datetime) -> str | None:

@@ -16,6 +16,8 @@ from django_periodic.db import clock
 from django_periodic.models import alerting, extra_runs, lifecycle, pausing, saving, validation
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.changes import overriding, versioning
+from django_periodic.models.explaining import explain as explaining
+from django_periodic.models.explaining import fire_diff as diffing
 from django_periodic.models.field_groups import CURSOR_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
@@ -371,6 +373,11 @@ class Schedule(TrackedChanges, Lifecycle):
     backfill = extra_runs.backfill
     plan_extra_run = extra_runs.plan_extra_run
     plan_extra_runs = extra_runs.plan_extra_runs
+
+    # What became of its fires, and what a change would do to them (docs/explain.md):
+    # defined in models/explaining/, set here by name.
+    explain = explaining.explain
+    fire_diff = diffing.fire_diff
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}

@@ -327,7 +327,7 @@ def _decide(schedule: Due, now: datetime, occupancy: Occupancy, memo: "Memo") ->
         fires.append(Fire(plan, status, reason, release_at=release))
     if due.unlisted and times:
         latest = times[-1]
-        message = f"Missed, as was every plan time after it up to {latest:%Y-%m-%d %H:%M:%S}."
+        message = policies.missed_span_note(latest)
         reason = ErrorCode.MISSED
         fires.append(Fire(due.unlisted, RunStatus.SKIPPED, reason, message))
     superseding = policies.supersedes_retry(occupancy, (fire.status for fire in fires))

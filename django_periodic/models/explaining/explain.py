@@ -1,0 +1,296 @@
+"""``Schedule.explain()``: what became of every fire of a schedule's trigger in a window.
+
+Every nominal fire (the trigger before its calendars and bounds) gets one account, from what
+the database holds, with nothing stored for it: its runs (one per scope), its override, its
+calendars' closures (a closed span's fires, of which one skipped run stands for all, are
+expanded fire by fire here), the spans of pauses and of missed times for which one skipped
+run stands (expanded from the end its message names), the schedule's bounds, ``max_runs``,
+its versions (a fire before its trigger last changed, or while it was disabled) and its
+cursor (a fire not planned yet). Runs in the window that no fire of the trigger as it is
+now accounts for (an earlier trigger's) get an account of their own.
+
+The window costs a constant number of queries however many fires it holds (at most
+``MAX_FIRES``): the trigger math is done here, the rows are read once.
+"""
+
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django_periodic import choices, policies
+from django_periodic.choices import ErrorCode, OnClosedDay, OverrideAction, RunStatus
+from django_periodic.db import clock
+from django_periodic.models.calendars import closures_of
+from django_periodic.models.changes.overrides import FireOverride
+from django_periodic.models.changes.versions import ScheduleVersion
+from django_periodic.models.explaining.accounts import (
+    RUN_FIELDS,
+    FireAccount,
+    FireStatus,
+    RunRow,
+    from_runs,
+)
+from django_periodic.models.field_groups import TRIGGER_FIELDS
+from django_periodic.models.pausing import pause_end
+from django_periodic.models.trigger_rows import trigger_of
+from django_periodic.timing import bounds, business_days, open_fires, triggers
+
+if TYPE_CHECKING:
+    from django_periodic.models.schedule import Schedule
+
+# The most fires one window may hold: an explanation is read by people, and its trigger
+# math is done here in one go.
+MAX_FIRES = 100_000
+# The changes that make a schedule's earlier fires another trigger's (its versions).
+_TRIGGER_CHANGES = [*TRIGGER_FIELDS, "on_closed_day"]
+# The skipped runs that stand for a span of fires, and where their message says it ends.
+_SPANS = {ErrorCode.PAUSED: pause_end, ErrorCode.MISSED: policies.missed_span_end}
+# Their messages name their end to the second: a fire within that second is still theirs
+# (a fire after a span has a run of its own, which is read first).
+_SECOND = timedelta(seconds=1)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def explain(
+    schedule: "Schedule", since: datetime, until: datetime, scope: str | None = None
+) -> list[FireAccount]:
+    """One account for every fire of the schedule's trigger in ``[since, until)``, in order:
+    what became of it (``FireStatus``), its code, the details in words and its run.
+
+    ``scope`` names one scope key of a fanned-out schedule: the accounts of its runs alone.
+    None: each fire's account sums up all its scopes' runs (their statuses counted in
+    ``scopes``; ``mixed`` when they differ). Raises ValueError for an empty or reversed
+    window, or one holding more than ``MAX_FIRES`` fires, and InvalidTrigger for a
+    schedule whose trigger cannot be built. See docs/explain.md.
+    """
+    if since.tzinfo is None or until.tzinfo is None:
+        raise ValueError("since and until must be aware datetimes.")
+    if until <= since:
+        raise ValueError("until must come after since.")
+    fires = nominal_fires(schedule, since, until)
+    facts = _Facts.load(schedule, since, until, scope)
+    accounts = [facts.account(plan_time) for plan_time in fires]
+    accounts += facts.unmatched(since, until)
+    return sorted(accounts, key=lambda account: (account.plan_time, account.scope))
+
+
+def nominal_fires(schedule: "Schedule", since: datetime, until: datetime) -> list[datetime]:
+    """The fires of the schedule's trigger in ``[since, until)``, before its calendars and
+    its ``start_at`` / ``end_at`` (whose fires are accounted for as out of bounds)."""
+    bounded = trigger_of(schedule)
+    assert isinstance(bounded, triggers.BoundedTrigger)  # what trigger_of builds
+    trigger = triggers.BoundedTrigger(bounded.trigger)  # within time's bounds only
+    fires: list[datetime] = []
+    fire = trigger.next_after(since - _MICROSECOND)
+    while fire is not None and fire < until:
+        if len(fires) >= MAX_FIRES:
+            raise ValueError(f"The window holds more than {MAX_FIRES:,} fires: narrow it.")
+        fires.append(fire)
+        fire = trigger.next_after(fire)
+    return fires
+
+
+@dataclass
+class _Facts:
+    """What the database says of a schedule's fires in a window, read once."""
+
+    schedule: "Schedule"
+    now: datetime
+    runs: dict[datetime, list[RunRow]]
+    overrides: dict[datetime, FireOverride]
+    spans: list[tuple[datetime, datetime, RunRow]]  # [start, end) a skipped run stands for
+    closures: business_days.Closures | None = None
+    calendar_error: str = ""
+    last_change: datetime | None = None  # its trigger's last change (its versions)
+    disabled: list[tuple[datetime, datetime]] = field(default_factory=list)
+    last_planned: datetime | None = None  # with max_runs reached: its last run's plan time
+
+    @classmethod
+    def load(
+        cls, schedule: "Schedule", since: datetime, until: datetime, scope: str | None
+    ) -> "_Facts":
+        using = schedule._state.db or "default"
+        runs = schedule.runs.using(using).filter(trigger__in=choices.LEDGER_TRIGGERS)
+        if scope is not None:
+            runs = runs.filter(scope=scope)
+        facts = cls(schedule, clock.now(using), defaultdict(list), {}, [])
+        try:
+            facts.closures = closures_of(schedule)
+        except triggers.InvalidTrigger as exc:
+            facts.calendar_error = str(exc)
+        # A closed fire may run up to a shift's reach away from its own time.
+        reach = business_days.SHIFT_REACH if facts.closures is not None else timedelta(0)
+        window = runs.filter(plan_time__gte=since - reach, plan_time__lt=until + reach)
+        for row in window.order_by("plan_time", "scope").values_list(*RUN_FIELDS):
+            run = RunRow(*row)
+            facts.runs[run.plan_time].append(run)
+            facts._add_span(run)
+        # The span of one that started before the window may reach into it.
+        spanning = runs.filter(
+            plan_time__lt=since, status=RunStatus.SKIPPED, error_code__in=list(_SPANS)
+        )
+        for row in spanning.order_by("-plan_time").values_list(*RUN_FIELDS)[:1]:
+            facts._add_span(RunRow(*row))
+        overrides = FireOverride.objects.using(using).filter(
+            schedule=schedule, plan_time__gte=since, plan_time__lt=until
+        )
+        facts.overrides = {override.plan_time: override for override in overrides}
+        facts._read_versions(using)
+        if schedule.max_runs is not None and schedule.fire_count >= schedule.max_runs:
+            latest = schedule.runs.using(using).filter(trigger__in=choices.LEDGER_TRIGGERS)
+            facts.last_planned = (
+                latest.order_by("-plan_time").values_list("plan_time", flat=True).first()
+            )
+        return facts
+
+    def _add_span(self, run: RunRow) -> None:
+        if run.status != RunStatus.SKIPPED or run.error_code not in _SPANS:
+            return
+        end = _SPANS[run.error_code](run.error_message)  # type: ignore[index]
+        if end is not None:
+            self.spans.append((run.plan_time, end + _SECOND, run))
+
+    def _read_versions(self, using: str) -> None:
+        """When its trigger last changed, and the spans it was disabled, by its versions."""
+        versions = ScheduleVersion.objects.using(using).filter(
+            schedule=self.schedule, changes__has_any_keys=[*_TRIGGER_CHANGES, "enabled"]
+        )
+        off: datetime | None = None
+        for created_at, changes in versions.order_by("created_at", "id").values_list(
+            "created_at", "changes"
+        ):
+            if set(changes) & set(_TRIGGER_CHANGES):
+                self.last_change = created_at
+            if "enabled" in changes:
+                now_enabled = bool(changes["enabled"][1])
+                if not now_enabled and off is None:
+                    off = created_at
+                elif now_enabled and off is not None:
+                    self.disabled.append((off, created_at))
+                    off = None
+        if off is not None:
+            self.disabled.append((off, bounds.LATEST))
+
+    # -- one fire's account --------------------------------------------------------------------
+
+    def account(self, plan_time: datetime) -> FireAccount:
+        """What became of the fire at ``plan_time``."""
+        schedule = self.schedule
+        if schedule.start_at is not None and plan_time < schedule.start_at:
+            detail = f"Before its start_at ({_show(schedule.start_at)})."
+            return FireAccount(plan_time, FireStatus.BEFORE_START, detail=detail)
+        if schedule.end_at is not None and plan_time > schedule.end_at:
+            detail = f"After its end_at ({_show(schedule.end_at)})."
+            return FireAccount(plan_time, FireStatus.AFTER_END, detail=detail)
+        override = self.overrides.get(plan_time)
+        note = _override_note(override)
+        if runs := self.runs.pop(plan_time, None):
+            return from_runs(plan_time, runs, note)  # a moved fire's run keeps its plan time
+        if override is not None and override.action == OverrideAction.SKIP:
+            return FireAccount(plan_time, FireStatus.OVERRIDDEN, ErrorCode.OVERRIDDEN, note)
+        return self._before(plan_time) or self._unrecorded(plan_time, note)
+
+    def _before(self, plan_time: datetime) -> FireAccount | None:
+        """A fire of a time the trigger as it is now did not hold yet."""
+        if plan_time < self.schedule.created_at:
+            created = _show(self.schedule.created_at)
+            detail = f"Before the schedule was created ({created})."
+            return FireAccount(plan_time, FireStatus.BEFORE_CREATED, detail=detail)
+        if self.last_change is not None and plan_time < self.last_change:
+            detail = f"Before its trigger last changed ({_show(self.last_change)})."
+            return FireAccount(plan_time, FireStatus.BEFORE_CHANGE, detail=detail)
+        return None
+
+    def _unrecorded(self, plan_time: datetime, note: str) -> FireAccount:
+        """A fire with no run at its own time: closed, moved, in a span, or not yet."""
+        if closed := self._closed(plan_time):
+            return closed
+        if note:  # moved, not run yet
+            return FireAccount(plan_time, FireStatus.MOVED, detail=note)
+        for start, end, run in self.spans:
+            if start < plan_time < end:
+                paused = run.error_code == ErrorCode.PAUSED
+                status = FireStatus.PAUSED if paused else FireStatus.SKIPPED
+                detail = f"{run.error_message} (one skipped run, #{run.pk}, stands for the span)"
+                return FireAccount(plan_time, status, run.error_code, detail, None, run.scope)
+        return self._not_run(plan_time)
+
+    def _not_run(self, plan_time: datetime) -> FireAccount:
+        schedule = self.schedule
+        if self._ended(plan_time):
+            detail = f"It reached its max_runs ({schedule.max_runs}): no fire after its last."
+            return FireAccount(plan_time, FireStatus.AFTER_MAX_RUNS, detail=detail)
+        for start, end in self.disabled:
+            if start <= plan_time < end:
+                detail = f"The schedule was disabled from {_show(start)}."
+                return FireAccount(plan_time, FireStatus.DISABLED, detail=detail)
+        cursor = schedule.next_fire_at
+        # Not planned yet: at or after its cursor (with none, after now).
+        ahead = plan_time >= cursor if cursor is not None else plan_time > self.now
+        if ahead and schedule.paused_until is not None and plan_time < schedule.paused_until:
+            detail = f"{_pause_of(schedule)} (not planned yet)."
+            return FireAccount(plan_time, FireStatus.PAUSED, ErrorCode.PAUSED, detail)
+        if plan_time > self.now and not schedule.enabled:
+            return FireAccount(plan_time, FireStatus.DISABLED, detail="The schedule is disabled.")
+        if ahead:
+            detail = f"Its next fire is at {_show(cursor)}." if cursor else "It has no next fire."
+            return FireAccount(plan_time, FireStatus.NOT_PLANNED_YET, detail=detail)
+        detail = (
+            "No run and no reason found: this should not happen (its runs pruned? a row "
+            "changed by hand?)."
+        )
+        if self.calendar_error:
+            detail += f" Its calendars cannot be used: {self.calendar_error}"
+        return FireAccount(plan_time, FireStatus.NO_RECORD, detail=detail)
+
+    def _ended(self, plan_time: datetime) -> bool:
+        schedule = self.schedule
+        if schedule.max_runs is None or schedule.fire_count < schedule.max_runs:
+            return False
+        return self.last_planned is None or plan_time > self.last_planned
+
+    def _closed(self, plan_time: datetime) -> FireAccount | None:
+        """A fire its calendars close: not run, or run on another day (its account then)."""
+        if self.closures is None or (closure := self.closures.closure(plan_time)) is None:
+            return None
+        on_closed_day = self.schedule.on_closed_day
+        note = open_fires.closed_note(closure, on_closed_day)
+        if not closure.blackout and on_closed_day != OnClosedDay.SKIP:
+            # Bounds are the open trigger's: a shift out of them is not run.
+            opened = open_fires.OpenTrigger(trigger_of(self.schedule), self.closures, on_closed_day)
+            shifted = opened.shifted(plan_time)
+            if shifted is not None and (runs := self.runs.pop(shifted, None)):
+                moved = f"Closed ({closure}): run on {_show(shifted)} instead."
+                return from_runs(plan_time, runs, moved)
+            if shifted is not None:
+                note = f"{note} It runs at {_show(shifted)}."
+        return FireAccount(plan_time, FireStatus.CLOSED, ErrorCode.CLOSED, note)
+
+    def unmatched(self, since: datetime, until: datetime) -> Iterator[FireAccount]:
+        """The runs in the window that no fire of the trigger as it is now accounts for."""
+        for plan_time, runs in self.runs.items():
+            if since <= plan_time < until:
+                note = "Not a fire of its trigger as it is now (an earlier trigger's)."
+                yield from_runs(plan_time, runs, note)
+
+
+def _override_note(override: FireOverride | None) -> str:
+    if override is None:
+        return ""
+    who = f" by {override.by}" if override.by else ""
+    if override.action == OverrideAction.MOVE:
+        assert override.move_to is not None  # a CHECK constraint
+        return f"Moved to {_show(override.move_to)}{who}: {override.reason}."
+    return f"Skipped{who}: {override.reason}."
+
+
+def _pause_of(schedule: "Schedule") -> str:
+    who = f" by {schedule.paused_by}" if schedule.paused_by else ""
+    assert schedule.paused_until is not None
+    return f"Paused until {_show(schedule.paused_until)}{who}: {schedule.pause_reason}"
+
+
+def _show(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S} UTC"
