@@ -7,8 +7,9 @@ its failed runs in a row reach ``pause_after_failures``: the failing rule of its
 an edit), so that a schedule resumed gets its threshold afresh. Only an enabled schedule
 that no pause holds is judged (``watched``). Those found are locked (skipping rows another
 process holds), and those still enabled and unpaused are paused in one UPDATE, their
-reasons naming the failed runs, each with a version (by "scheduler"); ``schedule_paused`` is sent once the transaction commits. Three
-Three queries and the version's few, only when a schedule pauses, however many.
+reasons naming the failed runs, each with a version (by "scheduler");
+``schedule_paused`` is sent once the transaction commits. A few queries, only when a
+schedule pauses, however many.
 """
 
 import logging
