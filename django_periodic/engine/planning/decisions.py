@@ -67,6 +67,7 @@ class Due:
     has_calendars: bool = False
     jitter: timedelta | None = None  # its runs' stagger (timing/stagger.py)
     job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
+    rrule: str = ""  # an RRULE's text (Schedule.rrule)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -89,6 +90,7 @@ class Due:
             self.dst_repeat,
             self.interval,
             self.run_at,
+            self.rrule,
             self.start_at,
             self.end_at,
             anchor,
