@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from django_periodic import registry
+from django_periodic.admin.forms import ScheduleForm
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import decisions, planner
@@ -21,7 +22,7 @@ from django_periodic.testing import fire_times
 from django_periodic.timing import recurrences
 from django_periodic.timing.recurrences import RRuleTrigger
 from django_periodic.timing.triggers import InvalidTrigger
-from tests.factories import ScheduleFactory, due_row
+from tests.factories import ScheduleFactory, due_row, schedule_form_data
 from tests.helpers import set_cursor
 from tests.models import Execution
 from tests.processes import wait_for
@@ -344,3 +345,27 @@ def test_a_running_scheduler_runs_a_rules_job_at_the_rules_times(children, postg
     assert seconds == [0, 2, 3, 6, 8]
     schedule.refresh_from_db()
     assert schedule.next_fire_at is None  # COUNT=5: no fire after the last
+
+
+# -- the admin's form --------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_form_saves_an_rrule_schedule_and_clears_the_other_kinds():
+    data = schedule_form_data(
+        name="month end", trigger_kind="rrule", rrule=LAST_WORKING_DAY, cron="0 3 * * *",
+        timezone="Europe/Paris", start_at="2027-01-01 08:00:00",
+    )  # fmt: skip
+    form = ScheduleForm(data)
+    assert form.is_valid(), form.errors
+    schedule = form.save()
+    assert (schedule.trigger_kind, schedule.cron) == ("rrule", "")
+    assert schedule.next_fire_at == paris(2027, 1, 29, 9)  # start_at 08:00 UTC: 09:00 in Paris
+
+
+@pytest.mark.django_db
+def test_the_admin_form_wants_the_rule_of_an_rrule_schedule():
+    form = ScheduleForm(schedule_form_data(name="empty", trigger_kind="rrule", cron=""))
+    assert form.errors["rrule"] == [
+        "An RRULE trigger needs its rule (and start_at, where it starts)."
+    ]
