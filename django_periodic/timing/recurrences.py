@@ -216,7 +216,8 @@ class RRuleTrigger(WallClockTrigger):
         rule = self._recurrence.rule
         if rule._freq not in _WALL_CLOCK:
             return None
-        return _PERIODS[rule._freq] * rule._interval
+        interval: int = rule._interval
+        return _PERIODS[rule._freq] * interval
 
     @functools.cached_property
     def sample(self) -> tuple[datetime, ...]:
