@@ -11,11 +11,11 @@ from django.core.exceptions import ValidationError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_periodic import registry
+from django_periodic import job
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
-from django_periodic.engine.planning import decisions, planner
+from django_periodic.engine.planning import code_schedules, decisions, planner
 from django_periodic.models import Calendar, Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
 from django_periodic.testing import fire_times
@@ -243,14 +243,31 @@ def test_dst_choices_apply_to_a_rule():
     rrule_schedule("FREQ=DAILY", dst_gap="skip", dst_repeat="both").full_clean()
 
 
-def test_job_checks_a_rule_at_import():
+def test_job_checks_a_rule_at_import(clean_registry):
+    def report():
+        return None
+
+    dtstart = "DTSTART:20260101T000000\nRRULE:FREQ=DAILY"
     with pytest.raises(InvalidTrigger, match="Remove the DTSTART line"):
-        registry._schedule_options({"rrule": "DTSTART:20260101T000000\nRRULE:FREQ=DAILY",
-                                    "start_at": paris(2026, 1, 1)})  # fmt: skip
+        job(name="report", rrule=dtstart, start_at=paris(2026, 1, 1))(report)
     with pytest.raises(TypeError, match="with start_at"):
-        registry._schedule_options({"rrule": "FREQ=DAILY"})
-    options = {"rrule": LAST_WORKING_DAY, "start_at": paris(2026, 1, 1), "timezone": "Europe/Paris"}
-    assert registry._schedule_options(options) == options
+        job(name="report", rrule="FREQ=DAILY")(report)
+
+
+@pytest.mark.django_db
+def test_a_rule_defined_in_code_is_synced_as_its_schedule(clean_registry):
+    def report():
+        return None
+
+    start = paris(2026, 1, 1, 18)
+    job(name="report", rrule=LAST_WORKING_DAY, start_at=start, timezone="Europe/Paris")(report)
+    assert code_schedules.sync_code_schedules().created == ["report"]
+    schedule = Schedule.objects.get(name="report")
+    assert (schedule.trigger_kind, schedule.rrule, schedule.cron) == ("rrule", LAST_WORKING_DAY, "")
+    assert schedule.next_fire_times(2, after=start) == [
+        paris(2026, 1, 30, 18),
+        paris(2026, 2, 27, 18),
+    ]
 
 
 # -- wrapped as the others: calendars, pause, the testing helper -----------------------------
