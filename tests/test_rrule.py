@@ -299,6 +299,20 @@ def test_a_paused_rule_skips_its_fire_and_moves_to_the_next():
     assert decision.cursor == paris(2026, 1, 2, 9)
 
 
+@pytest.mark.django_db
+def test_a_rules_run_is_staggered_within_its_jitter_and_keeps_its_plan_time():
+    start = paris(2026, 1, 1, 9)
+    schedule = ScheduleFactory(
+        interval=None, rrule="FREQ=DAILY", start_at=start, jitter=timedelta(minutes=10),
+        timezone="Europe/Paris",
+    )  # fmt: skip
+    set_cursor(schedule, start)
+    planner.plan_due(start + timedelta(seconds=1))
+    (run,) = Run.objects.filter(schedule=schedule)
+    assert run.plan_time == start
+    assert start <= run.release_at < start + timedelta(minutes=10)
+
+
 # -- the planner, and a bad row ---------------------------------------------------------------
 
 
