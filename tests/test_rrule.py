@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from dateutil import rrule as dateutil_rrule
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -400,3 +401,19 @@ def test_the_admin_form_wants_the_rule_of_an_rrule_schedule():
     assert form.errors["rrule"] == [
         "An RRULE trigger needs its rule (and start_at, where it starts)."
     ]
+
+
+@pytest.mark.django_db
+def test_the_admin_preview_lists_a_rules_fires_and_the_dst_changes_it_meets(admin_client):
+    data = schedule_form_data(
+        name="night", trigger_kind="rrule", rrule="FREQ=DAILY", cron="", timezone="Europe/Paris",
+        start_at_0="2026-01-01", start_at_1="01:30:00",  # 02:30 in Paris
+    )  # fmt: skip
+    url = reverse("admin:django_periodic_schedule_preview")
+    payload = admin_client.post(url, data).json()
+    assert payload["errors"] == {} and payload["description"].startswith("RRULE FREQ=DAILY")
+    assert len(payload["fires"]) == 10
+    spring = next(c for c in payload["dst_changes"] if "starts" in c["change"])
+    assert spring["rule"] == "default (first valid instant)"
+    assert "02:30 does not exist" in spring["walls"]
+    assert "03:00 CEST" in spring["result"]  # the change's first instant

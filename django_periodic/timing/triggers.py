@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import copy
 import functools
+import itertools
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -153,6 +154,11 @@ class WallClockTrigger(Trigger):
     @abc.abstractmethod
     def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
         """Its naive wall times after `start` (exclusive), or at/before it if backward."""
+
+    def wall_times(self, first: datetime, end: datetime) -> tuple[datetime, ...]:
+        """Its naive wall times in [first, end), before any DST rule (timing/dst.py)."""
+        walls = self._walls(first - _MICROSECOND, backward=False)
+        return tuple(itertools.takewhile(lambda wall: wall < end, walls))
 
     def next_after(self, after: datetime) -> datetime | None:
         start = _naive_utc(after, "after")
