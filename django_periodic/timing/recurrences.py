@@ -35,8 +35,9 @@ from django_periodic.timing.triggers import (
 
 # The longest text a rule may have: a rule, and a few years of dates skipped or added.
 MAX_LENGTH = 4000
-# The shortest time between fires is measured over this many of a rule's first fires.
-SAMPLED_FIRES = 1000
+# The shortest time between fires is measured over this many of a rule's first fires: a
+# few milliseconds, once per distinct rule and process (the planner checks it too).
+SAMPLED_FIRES = 250
 # Wall times kept per rule: enough for a planner's few questions about the times near now.
 _WINDOW = 4096
 # Frequencies of a wall-clock rule, as cron's "*" in the minute or hour field: by default
@@ -221,13 +222,11 @@ class RRuleTrigger(WallClockTrigger):
 
     @functools.cached_property
     def sample(self) -> tuple[datetime, ...]:
-        """Its first ``SAMPLED_FIRES`` fires (aware UTC), on which its bounds are judged."""
-        fires: list[datetime] = []
-        fire = self.next_after(bounds.EARLIEST)
-        while fire is not None and len(fires) < SAMPLED_FIRES:
-            fires.append(fire)
-            fire = self.next_after(fire)
-        return tuple(fires)
+        """Its first ``SAMPLED_FIRES`` wall times' fires (aware UTC, in order), on which its
+        bounds are judged: each wall time made an instant directly, not searched for."""
+        walls = itertools.islice(self._recurrence.walls(None), SAMPLED_FIRES)
+        instants = {instant for wall in walls for instant in self._instants(wall)}
+        return tuple(instant.replace(tzinfo=UTC) for instant in sorted(instants))
 
     def shortest_gap(self) -> timedelta | None:
         """The shortest time between two of its sampled fires (None: fewer than two)."""
@@ -242,7 +241,7 @@ class RRuleTrigger(WallClockTrigger):
             wall = step(wall - _MICROSECOND if backward else wall)
 
 
-@functools.lru_cache(maxsize=1024)
+@functools.lru_cache(maxsize=4096)
 def rrule(
     text: str, start_at: datetime, timezone: str = "UTC", *, dst_gap: str = "", dst_repeat: str = ""
 ) -> RRuleTrigger:
