@@ -137,6 +137,17 @@ def test_a_frequent_rule_from_long_ago_answers_near_now_without_walking_from_its
     assert trigger.next_after(now) == previous + timedelta(seconds=7)
 
 
+def test_a_rule_that_cannot_start_afresh_walks_on_and_back_through_its_kept_window():
+    """COUNT counts from DTSTART: such a rule is listed from it, keeping only a window."""
+    start = datetime(2026, 1, 1, 6, tzinfo=UTC)
+    trigger = RRuleTrigger("FREQ=DAILY;COUNT=2000", start, "UTC")
+    day = timedelta(days=1)
+    assert trigger.next_after(start + 1500 * day) == start + 1501 * day
+    assert trigger.latest_at_or_before(start + 100 * day + US) == start + 100 * day
+    assert trigger.next_after(start + 1999 * day) is None
+    assert trigger.latest_at_or_before(start + 5000 * day) == start + 1999 * day
+
+
 RULES = [
     "FREQ=DAILY;BYHOUR=9,17",
     "FREQ=WEEKLY;INTERVAL=2;BYDAY=MO,FR",

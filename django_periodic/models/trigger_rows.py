@@ -180,10 +180,10 @@ def _rrule_errors(row: TriggerRow) -> list[tuple[str, str]]:
         trigger = _rrule_of(row)
     except triggers.InvalidTrigger as exc:
         return [("rrule", str(exc))]
-    if not trigger.sample:
+    if not trigger.sample.fires:
         return [("rrule", f"This rule has no fire after {bounds.show(row.start_at)}.")]
     minimum = get_settings().MIN_INTERVAL
-    gaps = (trigger.period, trigger.shortest_gap())
+    gaps = (trigger.period, trigger.sample.shortest_gap)
     shortest = min((gap for gap in gaps if gap is not None), default=None)
     if shortest is not None and shortest < minimum:
         shown, least = bounds.show(shortest), bounds.show(minimum)

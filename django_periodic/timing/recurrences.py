@@ -20,6 +20,7 @@ import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import NamedTuple
 
 from dateutil import rrule as du
 from dateutil.relativedelta import relativedelta
@@ -38,8 +39,9 @@ MAX_LENGTH = 4000
 # The shortest time between fires is measured over this many of a rule's first fires: a
 # few milliseconds, once per distinct rule and process (the planner checks it too).
 SAMPLED_FIRES = 250
-# Wall times kept per rule: enough for a planner's few questions about the times near now.
-_WINDOW = 4096
+# Wall times kept per rule: enough for a planner's few questions about the times near now,
+# and little memory for the thousands of rules a process may keep.
+_WINDOW = 256
 # Frequencies of a wall-clock rule, as cron's "*" in the minute or hour field: by default
 # its fires in a DST gap are skipped and those in a repeat run in both passes. Coarser
 # rules fire at a time of day: in a gap at the change, in a repeat once.
@@ -170,6 +172,13 @@ class _Walls:
         return self._frontier
 
 
+class Sample(NamedTuple):
+    """A rule's first fires, in figures: how many, and the shortest time between two."""
+
+    fires: int
+    shortest_gap: timedelta | None
+
+
 @dataclass(frozen=True)
 class RRuleTrigger(WallClockTrigger):
     """An RFC 5545 recurrence (``text``) on the wall clock of an IANA time zone, from
@@ -221,17 +230,13 @@ class RRuleTrigger(WallClockTrigger):
         return _PERIODS[rule._freq] * interval
 
     @functools.cached_property
-    def sample(self) -> tuple[datetime, ...]:
-        """Its first ``SAMPLED_FIRES`` wall times' fires (aware UTC, in order), on which its
-        bounds are judged: each wall time made an instant directly, not searched for."""
+    def sample(self) -> Sample:
+        """Its first ``SAMPLED_FIRES`` wall times' fires, on which its bounds are judged:
+        each wall time made an instant directly, not searched for; only the figures kept."""
         walls = itertools.islice(self._recurrence.walls(None), SAMPLED_FIRES)
-        instants = {instant for wall in walls for instant in self._instants(wall)}
-        return tuple(instant.replace(tzinfo=UTC) for instant in sorted(instants))
-
-    def shortest_gap(self) -> timedelta | None:
-        """The shortest time between two of its sampled fires (None: fewer than two)."""
-        pairs = itertools.pairwise(self.sample)
-        return min((later - earlier for earlier, later in pairs), default=None)
+        instants = sorted({instant for wall in walls for instant in self._instants(wall)})
+        gaps = (later - earlier for earlier, later in itertools.pairwise(instants))
+        return Sample(len(instants), min(gaps, default=None))
 
     def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
         step = self._memo.at_or_before if backward else self._memo.after
