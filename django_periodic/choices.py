@@ -54,6 +54,7 @@ class ScheduleKind(models.TextChoices):
     CRON = "cron", _("cron")
     INTERVAL = "interval", _("interval")
     ONCE = "once", _("one-shot")
+    RRULE = "rrule", _("RRULE (RFC 5545)")
 
 
 # The field that carries each kind of trigger (keyed by ScheduleKind, or its plain str
@@ -62,10 +63,11 @@ KIND_FIELDS: dict[str, str] = {
     ScheduleKind.CRON: "cron",
     ScheduleKind.INTERVAL: "interval",
     ScheduleKind.ONCE: "run_at",
+    ScheduleKind.RRULE: "rrule",
 }
 # Each of those fields as it is stored when it is not the schedule's trigger (its default):
 # what a code-defined or imported schedule, or the admin's form, sets the other kinds' to.
-UNSET_TRIGGER: dict[str, Any] = {"cron": "", "interval": None, "run_at": None}
+UNSET_TRIGGER: dict[str, Any] = {"cron": "", "interval": None, "run_at": None, "rrule": ""}
 
 
 class Overlap(models.TextChoices):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
 from django_periodic.choices import KIND_FIELDS
-from django_periodic.timing import triggers
+from django_periodic.timing import recurrences, triggers
 
 # The trigger options of @job(...), the fields of the trigger kinds: a code-defined
 # schedule has exactly one.
@@ -68,7 +68,8 @@ def job(
 ) -> _F | Callable[[_F], _F]:
     """Register a function as a job, by default as ``"<module>.<qualname>"``.
 
-    Keyword options ``cron``, ``interval`` (a timedelta) or ``run_at``, with any of
+    Keyword options ``cron``, ``interval`` (a timedelta), ``run_at`` or ``rrule`` (with
+    ``start_at``), with any of
     ``models.SCHEDULE_OPTIONS``, also define a schedule of the same name in code; it is
     synced to the database when a scheduler starts. The function itself is returned
     unchanged. An ``async def`` function is awaited on an event loop when it runs.
@@ -111,7 +112,9 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
     ``django_periodic.E004`` validates the whole schedule (unknown options too)."""
     given = set(TRIGGER_OPTIONS) & set(options)
     if options and len(given) != 1:
-        raise TypeError("A code-defined schedule needs exactly one of cron, interval or run_at.")
+        raise TypeError(
+            "A code-defined schedule needs exactly one of cron, interval, run_at or rrule."
+        )
     if "interval" in options and not isinstance(options["interval"], timedelta):
         raise TypeError("@job(interval=...) takes a datetime.timedelta.")
     if "run_at" in options and not isinstance(options["run_at"], datetime):
@@ -119,9 +122,18 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
     # Fail at import, where the mistake is, rather than when a scheduler starts.
     if "cron" in options:
         triggers.validate_cron(options["cron"])
+    if "rrule" in options:
+        _check_rrule(options)
     if "timezone" in options:
         triggers.parse_timezone(options["timezone"])
     return dict(options)
+
+
+def _check_rrule(options: dict[str, Any]) -> None:
+    """An RRULE's text readable at import; its start_at is required (its DTSTART)."""
+    if not isinstance(options["rrule"], str) or not isinstance(options.get("start_at"), datetime):
+        raise TypeError("@job(rrule=...) takes RFC 5545 text, with start_at (an aware datetime).")
+    recurrences.RRuleTrigger(options["rrule"], options["start_at"], options.get("timezone", "UTC"))
 
 
 def code_location(func: Callable[..., Any]) -> str:

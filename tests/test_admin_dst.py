@@ -72,7 +72,7 @@ def test_an_interval_or_one_shot_refuses_a_dst_choice_on_its_field(
     response = admin_client.post(ADD_URL, nightly(trigger_kind=kind, cron="", **trigger, **choice))
     assert response.status_code == 200
     (name,) = choice
-    assert field_errors(response) == {name: [f"{name} applies to cron triggers only."]}
+    assert field_errors(response) == {name: [f"{name} applies to cron and RRULE triggers only."]}
     assert not Schedule.objects.exists()
 
 
@@ -138,7 +138,7 @@ def test_a_choice_on_an_interval_is_named_on_its_field_by_the_live_preview(admin
         "dst_gap": "skip",
     }
     payload = admin_client.post(PREVIEW_URL, typed).json()
-    assert payload["errors"] == {"dst_gap": ["dst_gap applies to cron triggers only."]}
+    assert payload["errors"] == {"dst_gap": ["dst_gap applies to cron and RRULE triggers only."]}
     assert payload["dst_changes"] == []
 
 

@@ -144,7 +144,7 @@ def cell(html: str, column: str) -> str:
         ({**CRON, "cron": "99 * * * *"}, "Invalid minute field &#x27;99&#x27;"),
         ({**CRON, "timezone": "Mars/Olympus"}, "Unknown time zone &#x27;Mars/Olympus&#x27;"),
         ({"interval": timedelta(0)}, "positive"),
-        ({**ONCE, "run_at": None}, "A schedule needs a cron, an interval or a run_at."),
+        ({**ONCE, "run_at": None}, "A schedule needs a cron, an interval, a run_at or an rrule."),
     ],
 )
 def test_an_invalid_trigger_says_why_in_the_list(admin_client, unchecked, values, reason):

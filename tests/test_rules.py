@@ -64,12 +64,16 @@ def every_trigger_combination() -> list[Schedule]:
     or bulk_create() may store them)."""
     rows = []
     combinations = itertools.product(
-        ("", "* * * * *"), (None, timedelta(minutes=1)), (None, START), (None, START)
+        ("", "* * * * *"),
+        (None, timedelta(minutes=1)),
+        (None, START),
+        ("", "FREQ=DAILY"),
+        (None, START),
     )
-    for n, (cron, interval, run_at, start_at) in enumerate(combinations):
+    for n, (cron, interval, run_at, rrule, start_at) in enumerate(combinations):
         schedule = ScheduleFactory(name=f"kind-{n}", interval=timedelta(minutes=1))
         Schedule.objects.filter(pk=schedule.pk).update(
-            cron=cron, interval=interval, run_at=run_at, start_at=start_at
+            cron=cron, interval=interval, run_at=run_at, rrule=rrule, start_at=start_at
         )
         rows.append(Schedule.objects.get(pk=schedule.pk))
     return rows
@@ -101,7 +105,12 @@ def test_an_unset_trigger_field_is_the_schedules_default_and_makes_no_kind():
         assert Schedule._meta.get_field(name).get_default() == unset, name
     assert kind_of(Schedule(**UNSET_TRIGGER)) == ""
     for kind, name in KIND_FIELDS.items():
-        set_one = {"cron": "* * * * *", "interval": timedelta(minutes=1), "run_at": START}
+        set_one = {
+            "cron": "* * * * *",
+            "interval": timedelta(minutes=1),
+            "run_at": START,
+            "rrule": "FREQ=DAILY",
+        }
         assert kind_of(Schedule(**{**UNSET_TRIGGER, name: set_one[name]})) == kind
 
 

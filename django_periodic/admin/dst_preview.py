@@ -1,6 +1,6 @@
-"""The preview's DST changes: each change of a cron schedule's time zone in the next two
-years that skips or repeats one of its wall times, in words, with the rule applied and what
-runs (the math is the core's, ``django_periodic.timing.dst``)."""
+"""The preview's DST changes: each change of a cron or RRULE schedule's time zone in the next
+two years that skips or repeats one of its wall times, in words, with the rule applied and
+what runs (the math is the core's, ``django_periodic.timing.dst``)."""
 
 import zoneinfo
 from dataclasses import dataclass, field
@@ -11,7 +11,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic.choices import DstGap, DstRepeat
-from django_periodic.timing import dst, triggers
+from django_periodic.timing import dst, recurrences, triggers
 
 HORIZON = timedelta(days=731)  # two years, whichever holds a leap day
 # Wall times and fires named per change: a per-minute job has sixty of each an hour.
@@ -31,6 +31,7 @@ class DstChange:
 
     affected: dst.AffectedChange
     zone: zoneinfo.ZoneInfo = field(repr=False)
+    cron: bool = True  # a cron's default rule is cron(8)'s; an RRULE's is by its frequency
 
     def date(self) -> str:
         return self.affected.change.at.astimezone(self.zone).strftime("%a %Y-%m-%d")
@@ -58,6 +59,8 @@ class DstChange:
         name = str(RULE_NAMES[self.affected.rule])
         if self.affected.declared:
             return name
+        if not self.cron:
+            return _("default (%(rule)s)") % {"rule": name}
         return _("cron(8) default (%(rule)s)") % {"rule": name}
 
     def result(self) -> str:
@@ -96,18 +99,19 @@ class DstChanges:
 
 def dst_changes(trigger: triggers.Trigger, now: datetime) -> DstChanges:
     """The DST changes of a schedule's (bounded) trigger in the two years after ``now``;
-    none unless it is a cron."""
+    none unless it is a cron or an RRULE."""
     if not isinstance(trigger, triggers.BoundedTrigger):
         return DstChanges()
-    cron = trigger.trigger
-    if not isinstance(cron, triggers.CronTrigger):
+    wall_clock = trigger.trigger
+    if not isinstance(wall_clock, triggers.CronTrigger | recurrences.RRuleTrigger):
         return DstChanges()
-    zone = triggers.parse_timezone(cron.timezone)
+    zone = triggers.parse_timezone(wall_clock.timezone)
     start, end = max(now, trigger.first), min(now + HORIZON, trigger.last)
     in_zone = dst.offset_changes(zone, start, end)
     # One fire more than is shown tells that there are more, without computing them all.
-    found = (dst.affected(cron, change, limit=SHOWN + 1) for change in in_zone)
-    changes = [DstChange(affected, zone) for affected in found if affected is not None]
+    found = (dst.affected(wall_clock, change, limit=SHOWN + 1) for change in in_zone)
+    cron = isinstance(wall_clock, triggers.CronTrigger)
+    changes = [DstChange(change, zone, cron) for change in found if change is not None]
     return DstChanges(changes, len(in_zone))
 
 

@@ -49,6 +49,7 @@ KIND_REQUIRED: "dict[str, StrPromise]" = {
     Schedule.Kind.CRON: _("A cron trigger needs a cron expression."),
     Schedule.Kind.INTERVAL: _("An interval trigger needs an interval."),
     Schedule.Kind.ONCE: _("A one-shot trigger needs a time to run at."),
+    Schedule.Kind.RRULE: _("An RRULE trigger needs its rule (and start_at, where it starts)."),
 }
 
 
@@ -225,6 +226,14 @@ class ScheduleForm(_ScheduleModelForm):
         ]
         widgets = {
             "calendars": forms.CheckboxSelectMultiple,
+            "rrule": forms.Textarea(
+                attrs={
+                    "class": "vLargeTextField periodic-rrule",
+                    "rows": 3,
+                    "placeholder": "RRULE:FREQ=MONTHLY;BYDAY=MO,TU,WE,TH,FR;BYSETPOS=-1",
+                    "spellcheck": "false",
+                }
+            ),
             "cron": forms.TextInput(
                 attrs={
                     "class": "vTextField periodic-cron",
@@ -245,6 +254,10 @@ class ScheduleForm(_ScheduleModelForm):
                 "for two hours; empty: never."
             ),
             "run_at": _("In the site's time zone."),
+            "rrule": _(
+                "An RRULE line, with optional EXDATE and RDATE lines (wall times in its time "
+                "zone, or UTC ending in Z); it starts at start_at."
+            ),
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -138,6 +138,9 @@ def describe(schedule: Schedule, *, bounds: bool = True) -> str:
     elif kind == Schedule.Kind.ONCE:
         assert schedule.run_at is not None  # what makes the kind ONCE
         words = _("Once, at %(when)s") % {"when": _format(schedule.run_at, schedule.timezone)}
+    elif kind == Schedule.Kind.RRULE:
+        rule = " ".join(line.strip() for line in schedule.rrule.splitlines() if line.strip())
+        words = _("RRULE %(rule)s") % {"rule": rule}
     else:
         return ""
     if bounds and schedule.start_at:

@@ -9,6 +9,7 @@ TRIGGER_FIELDS = (
     "dst_repeat",
     "interval",
     "run_at",
+    "rrule",
     "start_at",
     "end_at",
 )

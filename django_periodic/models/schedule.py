@@ -39,7 +39,7 @@ def default_timezone() -> str:
 
 
 class Schedule(TrackedChanges, Lifecycle):
-    """When and how a registered job runs; exactly one trigger: cron, interval or run_at."""
+    """When and how a registered job runs; exactly one trigger: cron, interval, run_at or rrule."""
 
     Kind = ScheduleKind
 

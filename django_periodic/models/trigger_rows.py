@@ -15,14 +15,15 @@ from django.db.models import Q
 from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
-from django_periodic.timing import bounds, business_days, open_fires, triggers
+from django_periodic.timing import bounds, business_days, open_fires, recurrences, triggers
 
 # The kind rule in SQL: which rows are of each kind, by the field that carries it
-# (KIND_FIELDS): cron wins, then interval, then run_at.
+# (KIND_FIELDS): cron wins, then interval, then run_at, then rrule.
 KIND_FILTERS = {
     ScheduleKind.CRON: ~Q(cron=""),
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
     ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
+    ScheduleKind.RRULE: Q(cron="", interval__isnull=True, run_at__isnull=True) & ~Q(rrule=""),
 }
 
 
@@ -47,6 +48,8 @@ class TriggerRow(Protocol):
     @property
     def run_at(self) -> datetime | None: ...
     @property
+    def rrule(self) -> str: ...
+    @property
     def start_at(self) -> datetime | None: ...
     @property
     def end_at(self) -> datetime | None: ...
@@ -62,7 +65,9 @@ def kind_of(row: TriggerRow) -> str:
         return ScheduleKind.CRON
     if row.interval is not None:
         return ScheduleKind.INTERVAL
-    return ScheduleKind.ONCE if row.run_at is not None else ""
+    if row.run_at is not None:
+        return ScheduleKind.ONCE
+    return ScheduleKind.RRULE if row.rrule else ""
 
 
 def trigger_of(row: TriggerRow) -> triggers.Trigger:
@@ -89,8 +94,10 @@ def trigger_of(row: TriggerRow) -> triggers.Trigger:
     elif kind == ScheduleKind.ONCE:
         assert row.run_at is not None  # what makes the kind ONCE
         inner = triggers.OnceTrigger(row.run_at)
+    elif kind == ScheduleKind.RRULE:
+        inner = _rrule_of(row)
     else:
-        raise triggers.InvalidTrigger("A schedule needs a cron, an interval or a run_at.")
+        raise triggers.InvalidTrigger("A schedule needs a cron, an interval, a run_at or an rrule.")
     return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
 
 
@@ -142,7 +149,46 @@ def trigger_field_errors(row: TriggerRow) -> list[tuple[str, str]]:
         if message:
             errors.append((name, message))
     message = None if row.interval is None else _interval_error(row.interval)
-    return [*errors, ("interval", message)] if message else errors
+    errors = [*errors, ("interval", message)] if message else errors
+    if kind_of(row) == ScheduleKind.RRULE and not errors:
+        errors += _rrule_errors(row)
+    return errors
+
+
+def _rrule_of(row: TriggerRow) -> recurrences.RRuleTrigger:
+    """The row's RRULE, anchored at its start_at (the rule's DTSTART)."""
+    if row.start_at is None:
+        raise triggers.InvalidTrigger("An RRULE starts at start_at (its DTSTART): set start_at.")
+    return recurrences.rrule(
+        row.rrule, row.start_at, row.timezone, dst_gap=row.dst_gap, dst_repeat=row.dst_repeat
+    )
+
+
+def _rrule_errors(row: TriggerRow) -> list[tuple[str, str]]:
+    """Its text readable, anchored, with a fire, and no two fires closer than the
+    MIN_INTERVAL setting: by its period, and over a sample of its first fires."""
+    if len(row.rrule) > recurrences.MAX_LENGTH:  # before it is parsed at all
+        shown = f"{len(row.rrule)} characters"
+        return [("rrule", f"An RRULE has at most {recurrences.MAX_LENGTH} characters ({shown}).")]
+    if row.start_at is None:
+        return [("start_at", "An RRULE starts at start_at (its DTSTART): set start_at.")]
+    try:
+        triggers.parse_timezone(row.timezone)
+    except triggers.InvalidTrigger:
+        return []  # the time zone's own error (and building the trigger raises it)
+    try:
+        trigger = _rrule_of(row)
+    except triggers.InvalidTrigger as exc:
+        return [("rrule", str(exc))]
+    if not trigger.sample.fires:
+        return [("rrule", f"This rule has no fire after {bounds.show(row.start_at)}.")]
+    minimum = get_settings().MIN_INTERVAL
+    gaps = (trigger.period, trigger.sample.shortest_gap)
+    shortest = min((gap for gap in gaps if gap is not None), default=None)
+    if shortest is not None and shortest < minimum:
+        shown, least = bounds.show(shortest), bounds.show(minimum)
+        return [("rrule", f"This rule fires {shown} apart, under MIN_INTERVAL ({least}).")]
+    return []
 
 
 def _interval_error(interval: timedelta) -> str | None:

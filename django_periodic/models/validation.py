@@ -50,7 +50,7 @@ def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None)]
     if len(kinds) != 1:
         which = " and ".join(kinds) if kinds else "none"
-        message = f"Set exactly one trigger: cron, interval or run_at (got {which})."
+        message = f"Set exactly one trigger: cron, interval, run_at or rrule (got {which})."
         return [(kinds[0] if kinds else "cron", message)]
     errors = []
     try:
@@ -63,8 +63,8 @@ def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
         except triggers.InvalidTrigger as exc:
             errors.append(("cron", str(exc)))
     for name in ("dst_gap", "dst_repeat"):
-        if getattr(schedule, name) and not schedule.cron:
-            errors.append((name, f"{name} applies to cron triggers only."))
+        if getattr(schedule, name) and not (schedule.cron or schedule.rrule):
+            errors.append((name, f"{name} applies to cron and RRULE triggers only."))
     out_of_range = trigger_field_errors(schedule)
     errors += out_of_range
     compared = not {"start_at", "end_at"} & {field for field, _ in out_of_range}

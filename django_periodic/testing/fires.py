@@ -70,14 +70,14 @@ def _trigger(spec: Spec, timezone: str) -> triggers.Trigger:
 
 
 def _zone(spec: Spec, timezone: str) -> ZoneInfo:
-    if isinstance(spec, Schedule) and spec.cron:
+    if isinstance(spec, Schedule) and (spec.cron or spec.rrule):  # read on its wall clock
         return triggers.parse_timezone(spec.timezone)
     return triggers.parse_timezone(timezone)
 
 
 def _describe(spec: Spec, timezone: str) -> str:
     if isinstance(spec, Schedule):
-        return f"schedule {spec.name or spec.cron or spec.pk!r}"
+        return f"schedule {spec.name or spec.cron or spec.rrule or spec.pk!r}"
     return f"{spec!r} ({timezone})" if isinstance(spec, str) else repr(spec)
 
 

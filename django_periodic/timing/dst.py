@@ -1,6 +1,6 @@
-"""The DST changes a cron trigger meets: its time zone's UTC offset changes in a span, the
-wall times of the trigger's own that each one skips or repeats, and the fires that the
-trigger's rule (``CronTrigger.gap_rule``, ``repeat_rule``) makes of them.
+"""The DST changes a cron or RRULE trigger meets: its time zone's UTC offset changes in a
+span, the wall times of the trigger's own that each one skips or repeats, and the fires that
+the trigger's rule (``gap_rule``, ``repeat_rule``) makes of them.
 
 Cheap by construction: the zone is sampled once a day and each change found by bisection,
 then the trigger is asked only about the few hours around each change, never stepped
@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from django_periodic.choices import DstGap
 from django_periodic.timing import triggers
+from django_periodic.timing.recurrences import RRuleTrigger
 
 # Every zone's current rules put its offset changes weeks apart; sampling once a day finds
 # each of them (two changes within one day that cancel out would be missed, and none exist).
@@ -74,11 +75,11 @@ def offset_changes(zone: zoneinfo.ZoneInfo, start: datetime, end: datetime) -> l
 
 
 def affected(
-    trigger: triggers.CronTrigger, change: OffsetChange, limit: int | None = None
+    trigger: triggers.CronTrigger | RRuleTrigger, change: OffsetChange, limit: int | None = None
 ) -> AffectedChange | None:
     """What ``change`` does to ``trigger``'s fires (the first ``limit`` of them), or None if
     it skips or repeats none of its wall times."""
-    walls = _walls(triggers.cron(trigger.expression), *change.walls)
+    walls = trigger.wall_times(*change.walls)
     if not walls:
         return None
     span = abs(change.after - change.before)
@@ -112,15 +113,6 @@ def _first_instant_after(zone: zoneinfo.ZoneInfo, low: datetime, high: datetime)
         else:
             lo = mid
     return datetime.fromtimestamp(hi, UTC)
-
-
-def _walls(
-    wall_clock: triggers.CronTrigger, first: datetime, end: datetime
-) -> tuple[datetime, ...]:
-    """The naive wall times in [first, end) that ``wall_clock`` matches: the expression on a
-    clock that never changes (UTC), whose fires are the wall times themselves."""
-    fires = _fires(wall_clock, first.replace(tzinfo=UTC), end.replace(tzinfo=UTC))
-    return tuple(fire.replace(tzinfo=None) for fire in fires)
 
 
 def _fires(

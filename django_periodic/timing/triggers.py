@@ -11,6 +11,7 @@ from __future__ import annotations
 import abc
 import copy
 import functools
+import itertools
 import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -124,38 +125,40 @@ class Trigger(abc.ABC):
         """Last fire at or before `moment` (aware), as aware UTC, or None."""
 
 
-@dataclass(frozen=True)
-class CronTrigger(Trigger):
-    """A 5-field cron expression evaluated on the wall clock of an IANA time zone."""
+def check_dst_choices(dst_gap: str, dst_repeat: str) -> None:
+    """Raise InvalidTrigger unless both are a DST choice (or empty: the trigger's default)."""
+    if dst_gap not in ("", *DstGap.values) or dst_repeat not in ("", *DstRepeat.values):
+        raise InvalidTrigger(
+            f"dst_gap must be one of {', '.join(DstGap.values)} (or empty), and dst_repeat "
+            f"one of {', '.join(DstRepeat.values)} (or empty)."
+        )
 
-    expression: str
-    timezone: str = "UTC"
-    # Fires in a spring-forward gap ("skip", "first_valid") and in a fall-back repeat
-    # ("once", "both"); empty: cron(8)'s rule (fixed-time jobs run at the change, and once;
-    # wildcard jobs skip the gap, and run in both occurrences).
-    dst_gap: str = ""
-    dst_repeat: str = ""
-    _spec: _CronSpec = field(init=False, repr=False, compare=False)
-    _tz: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
-    _croniter: croniter = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        if self.dst_gap not in ("", *DstGap.values) or self.dst_repeat not in (
-            "",
-            *DstRepeat.values,
-        ):
-            raise InvalidTrigger(
-                f"dst_gap must be one of {', '.join(DstGap.values)} (or empty), and dst_repeat "
-                f"one of {', '.join(DstRepeat.values)} (or empty)."
-            )
-        spec = _parse_cron(self.expression)
-        object.__setattr__(self, "_spec", spec)
-        object.__setattr__(self, "_tz", parse_timezone(self.timezone))
-        expression, day_or = croniter_args(spec)
-        # Parsing dominates croniter's cost, so keep a parsed prototype and copy it per call;
-        # the prototype itself is never advanced, which keeps the trigger safe to share.
-        prototype = croniter(expression, datetime(2000, 1, 1), day_or=day_or)
-        object.__setattr__(self, "_croniter", prototype)
+class WallClockTrigger(Trigger):
+    """A trigger whose fires are wall times of an IANA time zone (``_tz``), each made an
+    instant by the DST rules: a wall time a spring-forward skips runs by ``gap_rule``, one a
+    fall-back repeats by ``repeat_rule``. Subclasses list their wall times (``_walls``)."""
+
+    _tz: zoneinfo.ZoneInfo
+
+    @property
+    @abc.abstractmethod
+    def gap_rule(self) -> str:
+        """The DstGap value applied to a wall time a spring-forward skips."""
+
+    @property
+    @abc.abstractmethod
+    def repeat_rule(self) -> str:
+        """The DstRepeat value applied to a wall time a fall-back repeats."""
+
+    @abc.abstractmethod
+    def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
+        """Its naive wall times after `start` (exclusive), or at/before it if backward."""
+
+    def wall_times(self, first: datetime, end: datetime) -> tuple[datetime, ...]:
+        """Its naive wall times in [first, end), before any DST rule (timing/dst.py)."""
+        walls = self._walls(first - _MICROSECOND, backward=False)
+        return tuple(itertools.takewhile(lambda wall: wall < end, walls))
 
     def next_after(self, after: datetime) -> datetime | None:
         start = _naive_utc(after, "after")
@@ -196,32 +199,6 @@ class CronTrigger(Trigger):
         assert first is not None and second is not None
         return first, second
 
-    def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
-        """Matching naive wall times after `start` (exclusive), or at/before it if backward."""
-        start = start.replace(second=0, microsecond=0) + (_MINUTE if backward else _ZERO)
-        it = copy.copy(self._croniter)
-        it.set_current(start, force=True)
-        try:
-            step = it.get_prev if backward else it.get_next
-            while True:
-                yield step(datetime)
-        except (CroniterError, OverflowError):
-            return  # no further matches within croniter's search horizon or datetime's range
-
-    @property
-    def gap_rule(self) -> str:
-        """The rule applied to a fire whose wall time a spring-forward skips: its ``dst_gap``,
-        else cron(8)'s (a fixed-time job runs at the change, a wildcard job skips it)."""
-        fixed = self._spec.fixed_time
-        return self.dst_gap or (DstGap.FIRST_VALID.value if fixed else DstGap.SKIP.value)
-
-    @property
-    def repeat_rule(self) -> str:
-        """The rule applied to a fire whose wall time a fall-back repeats: its ``dst_repeat``,
-        else cron(8)'s (a fixed-time job runs once, a wildcard job in both occurrences)."""
-        fixed = self._spec.fixed_time
-        return self.dst_repeat or (DstRepeat.ONCE.value if fixed else DstRepeat.BOTH.value)
-
     def _instants(self, wall: datetime) -> tuple[datetime, ...]:
         """Naive UTC instants at which a matching wall time fires, per Debian's DST rule."""
         before, after = self._offsets(wall)
@@ -247,6 +224,59 @@ class CronTrigger(Trigger):
 
     def _utc_offset(self, naive_utc: datetime) -> timedelta | None:
         return self._tz.fromutc(naive_utc.replace(tzinfo=self._tz)).utcoffset()
+
+
+@dataclass(frozen=True)
+class CronTrigger(WallClockTrigger):
+    """A 5-field cron expression evaluated on the wall clock of an IANA time zone."""
+
+    expression: str
+    timezone: str = "UTC"
+    # Fires in a spring-forward gap ("skip", "first_valid") and in a fall-back repeat
+    # ("once", "both"); empty: cron(8)'s rule (fixed-time jobs run at the change, and once;
+    # wildcard jobs skip the gap, and run in both occurrences).
+    dst_gap: str = ""
+    dst_repeat: str = ""
+    _spec: _CronSpec = field(init=False, repr=False, compare=False)
+    _tz: zoneinfo.ZoneInfo = field(init=False, repr=False, compare=False)
+    _croniter: croniter = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_dst_choices(self.dst_gap, self.dst_repeat)
+        spec = _parse_cron(self.expression)
+        object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_tz", parse_timezone(self.timezone))
+        expression, day_or = croniter_args(spec)
+        # Parsing dominates croniter's cost, so keep a parsed prototype and copy it per call;
+        # the prototype itself is never advanced, which keeps the trigger safe to share.
+        prototype = croniter(expression, datetime(2000, 1, 1), day_or=day_or)
+        object.__setattr__(self, "_croniter", prototype)
+
+    def _walls(self, start: datetime, backward: bool) -> Iterator[datetime]:
+        """Matching naive wall times after `start` (exclusive), or at/before it if backward."""
+        start = start.replace(second=0, microsecond=0) + (_MINUTE if backward else _ZERO)
+        it = copy.copy(self._croniter)
+        it.set_current(start, force=True)
+        try:
+            step = it.get_prev if backward else it.get_next
+            while True:
+                yield step(datetime)
+        except (CroniterError, OverflowError):
+            return  # no further matches within croniter's search horizon or datetime's range
+
+    @property
+    def gap_rule(self) -> str:
+        """The rule applied to a fire whose wall time a spring-forward skips: its ``dst_gap``,
+        else cron(8)'s (a fixed-time job runs at the change, a wildcard job skips it)."""
+        fixed = self._spec.fixed_time
+        return self.dst_gap or (DstGap.FIRST_VALID.value if fixed else DstGap.SKIP.value)
+
+    @property
+    def repeat_rule(self) -> str:
+        """The rule applied to a fire whose wall time a fall-back repeats: its ``dst_repeat``,
+        else cron(8)'s (a fixed-time job runs once, a wildcard job in both occurrences)."""
+        fixed = self._spec.fixed_time
+        return self.dst_repeat or (DstRepeat.ONCE.value if fixed else DstRepeat.BOTH.value)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,7 @@ class Due:
     max_runs: int | None = None  # its lifecycle (ending.py)
     fire_count: int = 0
     has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
+    rrule: str = ""  # an RRULE's text (Schedule.rrule)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -94,6 +95,7 @@ class Due:
             self.dst_repeat,
             self.interval,
             self.run_at,
+            self.rrule,
             self.start_at,
             self.end_at,
             anchor,

@@ -4,14 +4,14 @@
 'use strict';
 {
     // Each trigger kind's field, as in django_periodic.models.KIND_FIELDS; the others are hidden.
-    const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at'};
+    const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at', rrule: 'rrule'};
     // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
-    const PREVIEWED = /^(trigger_kind|cron|timezone|dst_gap|dst_repeat|interval|run_at|start_at|end_at|enabled|calendars|on_closed_day)(_\d)?$/;
+    const PREVIEWED = /^(trigger_kind|cron|timezone|dst_gap|dst_repeat|interval|run_at|rrule|start_at|end_at|enabled|calendars|on_closed_day)(_\d)?$/;
     // Policy fields that matter under one overlap policy only.
     const OVERLAP_FIELDS = {max_queued: 'queue', max_concurrent: 'concurrent'};
     // Fields whose errors the preview reports, shown on the field as the form would on save.
     const CHECKED = [
-        'trigger_kind', 'cron', 'timezone', 'dst_gap', 'dst_repeat', 'interval', 'run_at', 'start_at',
+        'trigger_kind', 'cron', 'timezone', 'dst_gap', 'dst_repeat', 'interval', 'run_at', 'rrule', 'start_at',
         'end_at',
     ];
     const DEBOUNCE_MS = 250;
