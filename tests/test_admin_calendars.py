@@ -103,7 +103,7 @@ def test_a_calendar_stored_bad_is_refused_on_the_schedule_form_and_does_not_brea
     response = admin_client.post(url, form)
     assert "Mars/Olympus" in response.context["adminform"].form.errors["calendars"][0]
     # Unticking it saves, and plans the schedule again without it (a change of its fires,
-    # confirmed as its diff page asks: admin/explain.py).
+    # confirmed as its diff page asks: admin/changes/explain.py).
     unticked = schedule_form_data(name=schedule.name, _confirmed_diff="1")
     assert admin_client.post(url, unticked).status_code == 302
     assert not Schedule.objects.get().calendars.exists()

@@ -114,7 +114,7 @@ def test_bulk_update_of_a_revision_field_bumps_the_revision():
 def test_an_admin_edit_of_the_trigger_bumps_the_revision(admin_client):
     schedule = ScheduleFactory(cron="* * * * *", interval=None, job="tests.jobs.add", args=[1, 2])
     url = reverse("admin:django_periodic_schedule_change", args=[schedule.pk])
-    # Confirmed, as the page of the fires it changes asks (admin/explain.py).
+    # Confirmed, as the page of the fires it changes asks (admin/changes/explain.py).
     edited = schedule_form_data(name=schedule.name, cron="*/2 * * * *", _confirmed_diff="1")
     assert admin_client.post(url, edited).status_code == 302
     assert revision_of(schedule) == 2

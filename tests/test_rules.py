@@ -30,7 +30,7 @@ from django_periodic.engine.backends import portable, postgresql
 from django_periodic.engine.backends.postgresql import claims as pg_claims
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import backfill, overlap, planner
-from django_periodic.engine.planning.decisions import Decision, Due, Fire
+from django_periodic.engine.planning.planned import Decision, Due, Fire
 from django_periodic.engine.runs import claims, outcomes, retries
 from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import (

@@ -332,7 +332,10 @@ def test_an_admin_edit_is_a_version_by_the_user_with_the_reason_and_calendars(ad
     data = schedule_form_data(
         cron="0 * * * *", calendars=[holidays.pk], version_reason="hourly is enough"
     )
-    assert admin_client.post(url, data).status_code == 302
+    # Its fires change: the admin shows the diff first, and saves once it is confirmed.
+    assert admin_client.post(url, data).status_code == 200
+    assert len(versions_of(schedule)) == 1  # nothing saved yet
+    assert admin_client.post(url, {**data, "_confirmed_diff": "1"}).status_code == 302
     created, edited = versions_of(schedule)
     assert created.by == edited.by == "admin"
     assert "calendars" not in created.changes  # none chosen

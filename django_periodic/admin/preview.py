@@ -11,7 +11,8 @@ from django.template.loader import render_to_string
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
-from django_periodic.admin import display, dst_preview, overrides
+from django_periodic.admin import display, dst_preview
+from django_periodic.admin.changes import overrides
 from django_periodic.models import Schedule, open_trigger_of
 from django_periodic.timing import business_days, open_fires, triggers
 from django_periodic.timing.business_days import Closures
@@ -30,7 +31,7 @@ class FireTime:
     local: datetime
     offset_change: str = ""
     closed: str = ""  # a closed fire: which calendar closed it, why, and what became of it
-    override: str = ""  # an overridden fire: skipped, or where it runs (admin/overrides.py)
+    override: str = ""  # an overridden fire: skipped, or where it runs (admin/changes/overrides.py)
     skipped: bool = False
 
 

@@ -24,7 +24,8 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
-from django_periodic.admin import display, versions
+from django_periodic.admin import display
+from django_periodic.admin.changes import versions
 from django_periodic.admin.run_list import (
     RunChangeList,
     RunHolder,

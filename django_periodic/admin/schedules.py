@@ -27,9 +27,10 @@ from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 
 from django_periodic.admin import actions as schedule_actions
-from django_periodic.admin import display, overrides, preview, versions
-from django_periodic.admin import explain as fire_accounts
+from django_periodic.admin import display, preview
 from django_periodic.admin.actions import deletion
+from django_periodic.admin.changes import explain as fire_accounts
+from django_periodic.admin.changes import overrides, versions
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
 from django_periodic.admin.schedule_filters import (
@@ -213,7 +214,7 @@ class ScheduleAdmin(ScheduleColumns):
             "runs_url": f"{self._url('changelist', model='run')}?schedule={object_id}",
         }
         if (obj := self.get_object(request, unquote(object_id))) is not None:
-            # Its overrides and its next fires' "Skip…" and "Move…" (admin/overrides.py).
+            # Its overrides and its next fires' "Skip…" and "Move…" (admin/changes/overrides.py).
             can_change = self.has_change_permission(request, obj)
             url = self._url("override", object_id)
             urls |= overrides.page_context(obj, url, can_change)
@@ -327,7 +328,7 @@ class ScheduleAdmin(ScheduleColumns):
     # -- the "Explain" page: what became of its fires ------------------------------------------
 
     def explain_view(self, request: HttpRequest, object_id: str) -> HttpResponseBase:
-        """Each fire of a window, what became of it (admin/explain.py)."""
+        """Each fire of a window, what became of it (admin/changes/explain.py)."""
         return fire_accounts.explain_view(self, request, object_id)  # type: ignore[no-any-return]
 
     # -- the "Run now" button -----------------------------------------------------------------

@@ -21,7 +21,7 @@ from django.db.models.expressions import RawSQL
 from django_periodic import db
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.decisions import Decision
+    from django_periodic.engine.planning.planned import Decision
     from django_periodic.engine.records import (
         AttemptOutcome,
         BackfilledRow,

@@ -1,11 +1,11 @@
 """Deciding what due schedules fire, without the database, and what the decisions carry.
 
-A due schedule's columns as loaded (``Due``), the runs a decision records for it (``Fire``)
-and where its cursor moves (``Decision``): the planner loads the rows and applies the
-decisions; ``decide`` and its kin take them from the rows alone, by the misfire and
-overlap policies (``policies``), each distinct trigger's fire times computed once per
-batch (``Memo``). Whatever a row holds, deciding for it fails alone: its decision carries
-the error. The recording module writes decisions without importing the planner.
+The planner loads due rows (``planned.Due``) and applies the decisions (``Decision``:
+the runs to record, ``Fire``, and where the cursor moves); ``decide`` and its kin take
+them from the rows alone, by the misfire and overlap policies (``policies``), each
+distinct trigger's fire times computed once per batch (``Memo``). Whatever a row holds,
+deciding for it fails alone: its decision carries the error. The recording module writes
+decisions without importing the planner.
 """
 
 import logging
@@ -16,117 +16,14 @@ from typing import Any
 from django_periodic import policies
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
+from django_periodic.engine.planning.planned import Decision, Due, Fire
 from django_periodic.engine.runs import storable
-from django_periodic.models import first_fire_time_of, planning_trigger_of
+from django_periodic.models import first_fire_time_of
 from django_periodic.models.pausing import pause_note
 from django_periodic.policies import Occupancy
-from django_periodic.timing import business_days, open_fires, overridden, triggers
+from django_periodic.timing import open_fires, overridden, triggers
 
 logger = logging.getLogger("django_periodic")
-
-
-@dataclass(frozen=True)
-class Fire:
-    """A run to record for a plan time (and scope): pending, queued or skipped (with why)."""
-
-    plan_time: datetime
-    status: str
-    error_code: str = ""
-    error_message: str = ""
-    scope: str = ""
-    release_at: datetime | None = None  # a moved fire's new time (timing/overridden.py)
-
-
-@dataclass(slots=True)
-class Due:
-    """The columns of a locked due schedule that planning reads (a ``policies.Policy``)."""
-
-    pk: int
-    name: str
-    job: str
-    cron: str
-    timezone: str
-    interval: timedelta | None
-    run_at: datetime | None
-    start_at: datetime | None
-    end_at: datetime | None
-    created_at: datetime | None  # only where it anchors an interval (else not loaded)
-    next_fire_at: datetime | None
-    overlap: str
-    max_queued: int
-    max_concurrent: int | None
-    misfire: str
-    misfire_grace: timedelta
-    planning_failures: int
-    scopes: str  # the scope provider of a fanned-out schedule, else ""
-    paused_until: datetime | None = None  # Schedule.pause()
-    pause_reason: str = ""
-    paused_by: str = ""
-    dst_gap: str = ""  # a cron's DST choices (Schedule.dst_gap, dst_repeat)
-    dst_repeat: str = ""
-    on_closed_day: str = ""  # under calendars (Schedule.on_closed_day)
-    has_calendars: bool = False
-    jitter: timedelta | None = None  # its runs' stagger (timing/stagger.py)
-    job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
-    max_runs: int | None = None  # its lifecycle (ending.py)
-    fire_count: int = 0
-    has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
-    rrule: str = ""  # an RRULE's text (Schedule.rrule)
-    # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
-    args: Any = None
-    kwargs: Any = None
-    max_attempts: int = 1
-    tasks_backend: str = ""
-    revision: int = 1
-    # Its calendars, loaded once per batch (planner), or why they cannot be used.
-    closures: business_days.Closures | None = None
-    calendar_error: str = ""
-    overrides: tuple[overridden.Override, ...] = ()  # loaded once per batch (planner)
-
-    def trigger_key(self) -> tuple[Any, ...]:
-        """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
-        # An interval without start_at is anchored at created_at: only then is it part of it.
-        anchored = not self.cron and self.interval is not None and self.start_at is None
-        anchor = self.created_at if anchored else None
-        return (
-            self.cron,
-            self.timezone,
-            self.dst_gap,
-            self.dst_repeat,
-            self.interval,
-            self.run_at,
-            self.rrule,
-            self.start_at,
-            self.end_at,
-            anchor,
-            self.on_closed_day if self.has_calendars else "",
-            self.closures,
-            self.calendar_error,
-            self.overrides,
-        )
-
-    def trigger(self) -> triggers.Trigger:
-        """What its cursor walks, built by the model's own rules (``models.trigger_of``),
-        under its calendars (``models.planning_trigger_of``) and its overrides."""
-        return overridden.overridden(planning_trigger_of(self, self.calendars()), self.overrides)
-
-    def calendars(self) -> business_days.Closures | None:
-        """Its calendars' rules; raises InvalidTrigger if they could not be loaded."""
-        if self.calendar_error:
-            raise triggers.InvalidTrigger(self.calendar_error)
-        return self.closures
-
-
-@dataclass(slots=True)
-class Decision:
-    """What one schedule does this tick: the runs to record and where its cursor moves."""
-
-    schedule: Due
-    cursor: datetime | None
-    fires: tuple[Fire, ...] = ()
-    # The scopes ("" unscoped) whose run waiting to retry a new fire supersedes.
-    supersedes: tuple[str, ...] = ()
-    error: str = ""
 
 
 @dataclass

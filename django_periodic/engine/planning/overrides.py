@@ -19,7 +19,7 @@ from django_periodic.models import FireOverride, RunQuerySet
 from django_periodic.timing import overridden
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.decisions import Due
+    from django_periodic.engine.planning.planned import Due
 
 
 def _from_cursor(cursor: F | OuterRef) -> Q:

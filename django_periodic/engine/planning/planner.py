@@ -36,13 +36,12 @@ from django_periodic.engine import batches, records
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import fleet, overlap, overrides, recording
 from django_periodic.engine.planning.decisions import (
-    Decision,
-    Due,
     Memo,
     decide_all,
     decide_fanned_out,
     first_planned,
 )
+from django_periodic.engine.planning.planned import Decision, Due
 from django_periodic.error_texts import error_text
 from django_periodic.models import (
     ANCHORED_AT_CREATION,

@@ -19,7 +19,7 @@ from django_periodic.conf import get_settings
 from django_periodic.engine import batches
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import ending, overlap
-from django_periodic.engine.planning.decisions import Decision, Due, Fire
+from django_periodic.engine.planning.planned import Decision, Due, Fire
 from django_periodic.engine.records import PlannedRow
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped

@@ -11,11 +11,7 @@ from django.db.models import Max
 from django_periodic import choices
 from django_periodic.engine import records
 from django_periodic.engine.planning import backfill, ending, recording
-from django_periodic.engine.planning.decisions import (
-    Decision,
-    Due,
-    Fire,
-)
+from django_periodic.engine.planning.planned import Decision, Due, Fire
 from django_periodic.engine.records import PlannedRow
 from django_periodic.models import (
     AWAITING_RELEASE,

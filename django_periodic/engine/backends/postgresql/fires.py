@@ -13,7 +13,7 @@ from django_periodic.db import arrays
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import backfill, ending, recording
-from django_periodic.engine.planning.decisions import Decision
+from django_periodic.engine.planning.planned import Decision
 from django_periodic.engine.records import PlannedRow
 from django_periodic.models import (
     AWAITING_RELEASE,
