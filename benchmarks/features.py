@@ -3,9 +3,11 @@
     PERIODIC_TEST_DB=postgres PERIODIC_TEST_POSTGRES_URL=postgres://... \\
         python benchmarks/features.py [--schedules N] [--quick]
 
-Each mix is the same N interval schedules; in "features", every tenth has a jitter (a
-10-minute stagger) and another tenth a calendar (closed on weekends and on two dates), so
-that the cost of the features shows beside the plain figures:
+Each mix is the same N hourly schedules, interval schedules; in "features", every tenth
+has a jitter (a 10-minute stagger) and another tenth a calendar (closed on weekends and on
+two dates); in "changes", every tenth is an RRULE (``FREQ=HOURLY``) and another tenth has
+an override (its due fire skipped by an operator), so that the cost of the features shows
+beside the plain figures:
 
 - **plan**: ``planner.plan_due`` turning N due fires into runs, in batches of
   ``PLAN_BATCH_SIZE``; fires per second and queries per batch.
@@ -44,6 +46,7 @@ from django_periodic.engine.loop.scheduler import Scheduler  # noqa: E402
 from django_periodic.engine.planning import planner  # noqa: E402
 from django_periodic.models import (  # noqa: E402
     Calendar,
+    FireOverride,
     Lease,
     Run,
     Schedule,
@@ -62,7 +65,7 @@ def tenants() -> list[str]:
 
 
 def reset() -> None:
-    models = (Lease, Run, Schedule, SchedulerProcess, Calendar)
+    models = (Lease, Run, FireOverride, Schedule, SchedulerProcess, Calendar)
     names = ", ".join(model._meta.db_table for model in models)
     with connection.cursor() as cursor:
         cursor.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
@@ -79,23 +82,39 @@ def features(n: int) -> dict:
     return {"calendars": True} if n % 10 == 1 else {}
 
 
-MIXES: dict[str, Callable[[int], dict]] = {"plain": plain, "features": features}
+def changes(n: int) -> dict:
+    """Every tenth schedule an RRULE, another tenth with its due fire overridden."""
+    if n % 10 == 2:
+        return {"rrule": "FREQ=HOURLY", "interval": None, "timezone": "UTC"}
+    return {"override": True} if n % 10 == 3 else {}
+
+
+MIXES: dict[str, Callable[[int], dict]] = {
+    "plain": plain,
+    "features": features,
+    "changes": changes,
+}
+# The fields of a mix that are rows of their own, not Schedule fields.
+NOT_FIELDS = ("calendars", "override")
 
 
 def make_schedules(count: int, mix: Callable[[int], dict], due: bool) -> None:
     reset()
-    now = clock.now()
-    cursor = now - timedelta(seconds=30) if due else now + EVERY
+    now = clock.now().replace(microsecond=0)  # an RRULE's times are whole seconds
+    start_at = now - timedelta(seconds=30)
+    cursor = start_at if due else start_at + EVERY
     fields = [mix(n) for n in range(count)]
     created = Schedule.objects.bulk_create(
         (
             Schedule(
                 name=f"bench-{n}",
                 job="tests.jobs.noop",
-                interval=EVERY,
-                start_at=now - timedelta(seconds=30),
-                next_fire_at=cursor,
-                **{name: value for name, value in fields[n].items() if name != "calendars"},
+                **{
+                    "interval": EVERY,
+                    "start_at": start_at,
+                    "next_fire_at": cursor,
+                    **{k: v for k, v in fields[n].items() if k not in NOT_FIELDS},
+                },
             )
             for n in range(count)
         ),
@@ -112,6 +131,14 @@ def make_schedules(count: int, mix: Callable[[int], dict], due: bool) -> None:
             Through(schedule_id=schedule.pk, calendar_id=calendar.pk)
             for schedule, chosen in zip(created, fields, strict=True)
             if chosen.get("calendars")
+        ),
+        batch_size=5_000,
+    )
+    FireOverride.objects.bulk_create(
+        (
+            FireOverride(schedule_id=schedule.pk, plan_time=cursor, action="skip", reason="bench")
+            for schedule, chosen in zip(created, fields, strict=True)
+            if chosen.get("override")
         ),
         batch_size=5_000,
     )

@@ -214,24 +214,6 @@ def test_fires_out_of_bounds_and_ahead_of_the_cursor_say_so():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_fires_after_max_runs_was_reached_say_so():
-    b = base()
-    schedule = every_ten(max_runs=2)
-    set_cursor(schedule, b)
-    run_due(now=b)
-    run_due(now=b + TEN)
-    # What the planner does when a schedule reaches max_runs: it counts, and has no cursor.
-    Schedule.objects.filter(pk=schedule.pk).update(fire_count=2, next_fire_at=None)
-    schedule.refresh_from_db()
-    assert [status for _, status, _ in outcomes(schedule, b, b + 4 * TEN)] == [
-        "succeeded",
-        "succeeded",
-        "after_max_runs",
-        "after_max_runs",
-    ]
-
-
-@pytest.mark.django_db(transaction=True)
 def test_its_versions_say_when_it_was_disabled_and_when_its_trigger_changed():
     b = base()
     schedule = every_ten()
@@ -347,3 +329,61 @@ def test_periodic_status_explain_refuses_an_unknown_schedule_and_a_bad_window():
         output_of("periodic_status", "--explain", "nope")
     with pytest.raises(CommandError, match="Not a time"):
         output_of("periodic_status", "--explain", "nightly", "--since", "yesterday")
+
+
+# -- with the parts that make fires' accounts: overrides, max_runs, RRULE ---------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fires_the_planner_skipped_or_moved_for_overrides_say_so():
+    b = base()
+    schedule = every_ten()
+    set_cursor(schedule, b)
+    schedule.skip_fire(b + TEN, "maintenance", by="ann")
+    schedule.move_fire(b + 2 * TEN, b + 2 * TEN + timedelta(minutes=5), "after the report")
+    for now in (b, b + TEN, b + 2 * TEN + timedelta(minutes=5)):
+        run_due(now=now)
+    schedule.refresh_from_db()
+    assert outcomes(schedule, b, b + 3 * TEN) == [
+        (b, "succeeded", ""),
+        (b + TEN, "overridden", ErrorCode.OVERRIDDEN),
+        (b + 2 * TEN, "succeeded", ""),  # at its new time, keyed by its own
+    ]
+    # The job's own rows: the skipped fire never ran, the moved one ran once.
+    ran = Execution.objects.filter(schedule=schedule.name).values_list("plan_time", flat=True)
+    assert sorted(ran) == [b, b + 2 * TEN]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_fires_after_the_planner_ended_a_schedule_at_max_runs_say_so():
+    b = base()
+    schedule = every_ten(max_runs=2)
+    set_cursor(schedule, b)
+    for now in (b, b + TEN, b + 2 * TEN):
+        run_due(now=now)
+    schedule.refresh_from_db()
+    assert (schedule.fire_count, schedule.next_fire_at) == (2, None)
+    assert [status for _, status, _ in outcomes(schedule, b, b + 4 * TEN)] == [
+        "succeeded",
+        "succeeded",
+        "after_max_runs",
+        "after_max_runs",
+    ]
+    ran = Execution.objects.filter(schedule=schedule.name).values_list("plan_time", flat=True)
+    assert sorted(ran) == [b, b + TEN]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_rrule_schedule_is_explained_and_its_edit_diffed_as_cron_is():
+    b = base()
+    schedule = every_ten(cron="", rrule="FREQ=MINUTELY;INTERVAL=10", start_at=b)
+    set_cursor(schedule, b)
+    run_due(now=b)
+    schedule.refresh_from_db()
+    assert outcomes(schedule, b, b + 2 * TEN) == [
+        (b, "succeeded", ""),
+        (b + TEN, "not_planned_yet", ""),
+    ]
+    diff = schedule.fire_diff(days=1, rrule="FREQ=MINUTELY;INTERVAL=20")
+    removed = {fire.at for fire in diff.removed}
+    assert b + TEN in removed and b + 2 * TEN not in removed and not diff.added

@@ -53,6 +53,9 @@ def test_an_operator_closes_weekends_and_sees_the_closed_fires_in_the_preview(
     expect(closed.first).to_contain_text(re.compile("office weekends: closed on (Satur|Sun)days"))
     expect(closed.first).to_contain_text("runs Mon")
     page.get_by_role("button", name="Save", exact=True).click()
+    # It moves fires: the page of the fires it changes asks to confirm (admin/changes/explain.py).
+    expect(page.locator("#fire-diff-form")).to_be_visible()
+    page.locator("input[name=_save_confirmed]").click()
     expect(page.locator(".messagelist")).to_contain_text("calendar demo")
 
     # Saved: the schedule's own page shows the same, rendered by the server.

@@ -34,6 +34,7 @@ def test_an_edit_with_a_reason_shows_its_diff_in_the_history_and_restores(
     page.fill("#id_cron", "0 7 * * *")
     page.fill("#id_version_reason", "after the nightly backup")
     page.click("input[name=_continue]")
+    page.locator("input[name=_save_confirmed]").click()  # the diff of its fires, confirmed
     expect(page.locator(".messagelist")).to_contain_text("was changed successfully")
     expect(page.locator(".field-revision .readonly")).to_have_text("2")
 
