@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from dateutil import rrule as dateutil_rrule
 from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -428,3 +429,17 @@ def test_the_admin_preview_lists_a_rules_fires_and_the_dst_changes_it_meets(admi
     assert spring["rule"] == "default (first valid instant)"
     assert "02:30 does not exist" in spring["walls"]
     assert "03:00 CEST" in spring["result"]  # the change's first instant
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_an_rrule_longer_than_a_trigger_reads():
+    start = datetime(2030, 1, 1, tzinfo=UTC)
+    schedule = ScheduleFactory(cron="", interval=None, rrule="FREQ=DAILY", start_at=start)
+    # Valid text padded with EXDATE lines, past what trigger_of reads: refused on every path.
+    too_long = "FREQ=DAILY" + "\nEXDATE:20300102T000000" * (recurrences.MAX_LENGTH // 20)
+    assert len(too_long) > recurrences.MAX_LENGTH
+    with pytest.raises(IntegrityError, match="rrule_length"), transaction.atomic():
+        Schedule.objects.filter(pk=schedule.pk).update(rrule=too_long)
+    with pytest.raises(IntegrityError, match="rrule_length"), transaction.atomic():
+        Schedule.objects.bulk_create([Schedule(name="long", job="tests.jobs.noop", rrule=too_long)])
+    assert Schedule.objects.get(pk=schedule.pk).rrule == "FREQ=DAILY"

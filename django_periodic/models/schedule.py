@@ -387,6 +387,8 @@ class Schedule(TrackedChanges, Lifecycle):
             raise ValidationError(errors)
 
     def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
-        # clean() checks the ranges of bounds.SCHEDULE, the CHECK constraints' own, with a
-        # message on the field; Django would run one query per CHECK to say it again.
-        super().validate_constraints(exclude={*(exclude or ()), *bounds.SCHEDULE})
+        # clean() checks the ranges of bounds.SCHEDULE and the RRULE's length, the CHECK
+        # constraints' own, with a message on the field; Django would run one query per
+        # CHECK to say it again.
+        checked = {*bounds.SCHEDULE, "rrule"}
+        super().validate_constraints(exclude={*(exclude or ()), *checked})

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Length
+from django.db.models.lookups import LessThanOrEqual
 
 from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
@@ -20,7 +22,7 @@ from django_periodic.models import lifecycle
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.field_groups import TRIGGER_FIELDS
 from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
-from django_periodic.timing import bounds, triggers
+from django_periodic.timing import bounds, recurrences, triggers
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule
@@ -155,4 +157,9 @@ def range_constraints() -> list[models.CheckConstraint]:
                 name=f"periodic_schedule_{name}_range",
             )
         )
+    # An RRULE's text, as long as trigger_of reads one (recurrences.MAX_LENGTH).
+    rrule_length = LessThanOrEqual(Length("rrule"), recurrences.MAX_LENGTH)
+    constraints.append(
+        models.CheckConstraint(condition=rrule_length, name="periodic_schedule_rrule_length")
+    )
     return constraints

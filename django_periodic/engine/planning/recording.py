@@ -43,7 +43,7 @@ def record(
     inserted are added to that list (for the signals; it costs a RETURNING). A decision
     that reaches its schedule's ``max_runs`` is recorded cut there (``ending.capped``).
     """
-    decisions = [ending.capped(decision) for decision in decisions]
+    decisions = [ending.capped(d) if d.schedule.max_runs else d for d in decisions]
     return batches.else_one_by_one(
         lambda: (_record_atomically(decisions, now, using, inserted), []),
         lambda: _record_one_by_one(decisions, now, using, inserted),
