@@ -453,6 +453,32 @@ class Ledger:
             not in called
         ]
 
+    def skips_not_held_by_a_killed_run(self) -> list[str]:
+        """Runs that did not succeed, other than fires skipped for overlap while a run of
+        the same schedule that a kill interrupted was held: from its first lease's
+        acquisition until its last lease's release (swept, then run again). With an atomic
+        job and at-least-once reentry, that is the only way a fire may go unrun."""
+        held: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
+        by_run: dict[int, list[Lease]] = defaultdict(list)
+        for lease in self.leases:
+            by_run[lease.run_id].append(lease)
+        schedule_of = {run.pk: run.schedule_id for run in self.runs}
+        for run_id, leases in by_run.items():
+            if any(lease.outcome == "expired" for lease in leases):
+                ends = [lease.released_at or lease.expires_at for lease in leases]
+                span = (min(lease.acquired_at for lease in leases), max(ends))
+                held[schedule_of[run_id]].append(span)
+        return [
+            f"run {run.pk} ({self.schedules[run.schedule_id]} @ {run.plan_time:%H:%M:%S}):"
+            f" {run.status} {run.error_code}"
+            for run in self.runs
+            if run.status != "succeeded"
+            and not (
+                (run.status, run.error_code) == ("skipped", "overlap")
+                and any(a <= run.plan_time <= b for a, b in held[run.schedule_id])
+            )
+        ]
+
     def succeeded_share(self) -> float:
         return sum(run.status == "succeeded" for run in self.runs) / max(len(self.runs), 1)
 

@@ -228,7 +228,10 @@ def test_killed_schedulers_leave_each_atomic_plan_time_exactly_one_row(default_f
     )
     crash.fail_if(ledger.unsettled_violations(), "nothing running once leases expired and swept")
     crash.fail_if(ledger.exactly_once_effect_violations(), "atomic: exactly one row per success")
-    assert ledger.succeeded_share() >= 0.99, ledger.counts()
+    # Every fire ran, but those its overlap policy skipped while a killed run was held
+    # until its lease was swept (how many depends on where the kills fall: 98.7-100 %).
+    crash.fail_if(ledger.skips_not_held_by_a_killed_run(), "atomic: unrun only behind a kill")
+    assert ledger.succeeded_share() >= 0.95, ledger.counts()
 
 
 def pg_ctl_restart() -> None:
