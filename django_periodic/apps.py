@@ -9,8 +9,9 @@ class PeriodicConfig(AppConfig):
 
     def ready(self) -> None:
         from django_periodic import checks, error_texts  # noqa: F401  (the checks
+        from django_periodic.contrib import opentelemetry, sentry
         from django_periodic.engine.loop import stop_signals
-        from django_periodic.operations import alert_mail, runlog
+        from django_periodic.operations import alert_mail, pings, runlog
 
         # No database row values in what the package logs, its tracebacks included.
         error_texts.install()
@@ -26,3 +27,8 @@ class PeriodicConfig(AppConfig):
         runlog.follow()
         # Mails the ADMINS of each change of a schedule's need for attention, if asked.
         alert_mail.follow()
+        # Outside monitoring, each only where its setting switches it on (docs/monitoring.md):
+        # Sentry Crons check-ins, each schedule's ping URL, OpenTelemetry spans.
+        sentry.follow()
+        pings.follow()
+        opentelemetry.follow()

@@ -71,6 +71,14 @@ class PeriodicSettings:
     ALERT_INTERVAL: timedelta = timedelta(minutes=1)
     ALERT_MAIL_ADMINS: bool = False
     METRICS_SCHEDULE_LABELS: bool = False
+    # Outside monitoring (docs/monitoring.md), each off until switched on: Sentry Crons
+    # check-ins per run (contrib/sentry.py, needs sentry-sdk), each schedule's ping URL
+    # (operations/pings.py) with its request timeout, and OpenTelemetry spans
+    # (contrib/opentelemetry.py, needs opentelemetry-api).
+    SENTRY_CRONS: bool = False
+    PINGS: bool = False
+    PING_TIMEOUT: timedelta = timedelta(seconds=10)
+    OPENTELEMETRY: bool = False
 
 
 DURATION_KEYS = frozenset(
@@ -126,6 +134,7 @@ RANGES: dict[str, bounds.Range[Any]] = {
     "PRUNE_INTERVAL": bounds.Range(_ZERO, _WEEK, low_open=True),
     "PRUNE_BATCH_SIZE": bounds.Range(1, 1_000_000),
     "ALERT_INTERVAL": bounds.Range(ALERT_INTERVAL_FLOOR, _DAY),
+    "PING_TIMEOUT": bounds.Range(_ZERO, timedelta(minutes=5), low_open=True),
 }
 # Why a range is what it is, where the message should say.
 _RANGE_NOTES = {"MIN_INTERVAL": " (the intervals the database accepts)"}
