@@ -224,9 +224,17 @@ def _in_range(key: str, value: Any) -> Any:
     if value < valid.low or (valid.low_open and value == valid.low):
         raise InvalidSetting(Refusal.BELOW, _out_of_range(key, bounds.show(value)))
     if value > valid.high or (valid.high_open and value == valid.high):
-        shown = f"{value:.3g}" if isinstance(value, int) else bounds.show(value)
+        shown = _large_int(value) if isinstance(value, int) else bounds.show(value)
         raise InvalidSetting(Refusal.ABOVE, _out_of_range(key, shown))
     return value
+
+
+def _large_int(value: int) -> str:
+    """An integer past a range, shortly: past a float's range, by its number of bits."""
+    try:
+        return f"{value:.3g}"
+    except OverflowError:
+        return f"an integer of {value.bit_length()} bits"
 
 
 def _out_of_range(key: str, shown: str) -> str:

@@ -24,8 +24,10 @@ from django_periodic.conf import (
     MAY_BE_NONE,
     RANGES,
     STRING_KEYS,
+    InvalidSetting,
     PeriodicSettings,
     get_settings,
+    parse,
 )
 from django_periodic.db import clock
 from django_periodic.models import Run, Schedule
@@ -212,3 +214,8 @@ def test_any_settings_are_reported_by_check_or_run_the_scheduler(configured):
         call_command("run_scheduler", "--once", verbosity=0)
         # Its fire is planned (and run, or handed off).
         assert Run.objects.filter(schedule=schedule, plan_time=due).exists()
+
+
+def test_an_integer_past_a_floats_range_is_refused_with_its_size():
+    with pytest.raises(InvalidSetting, match="not an integer of 1025 bits"):
+        parse("PLANNING_FAILURE_LIMIT", 2**1024)
