@@ -11,6 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from django_periodic import taskbackends
 from django_periodic.conf import SETTING_NAME, InvalidSetting, Refusal, parse
+from django_periodic.contrib import sentry
 from django_periodic.db import pooling
 from django_periodic.engine.planning import code_schedules
 from django_periodic.models import Calendar, Schedule
@@ -158,6 +159,23 @@ def check_alert_mail(
             "nobody is mailed when a schedule needs attention.",
             hint="Set ADMINS, or turn ALERT_MAIL_ADMINS off.",
             id="django_periodic.W003",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_sentry(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Error]:
+    """``SENTRY_CRONS`` sends its check-ins through sentry-sdk, which must be installed."""
+    configured = getattr(settings, SETTING_NAME, None)
+    if not isinstance(configured, dict) or configured.get("SENTRY_CRONS") is not True:
+        return []
+    if sentry.installed():
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['SENTRY_CRONS'] is on, but {sentry.MISSING}",
+            hint="Install the extra, or turn SENTRY_CRONS off: no check-in is sent meanwhile.",
+            id="django_periodic.E011",
         )
     ]
 
