@@ -152,6 +152,13 @@ if REDIS_URL and find_spec("django_tasks_fennel"):
     # reuse them: a new PostgreSQL backend per run otherwise.
     CELERY_DB_REUSE_MAX = 1000
 
+# PERIODIC_TEST_SENTRY_FILE: a child process initialises sentry-sdk with a transport that
+# appends the check-ins it would send to this file (tests/test_sentry_crons.py).
+if SENTRY_FILE := os.environ.get("PERIODIC_TEST_SENTRY_FILE"):
+    from tests import sentry_transport
+
+    sentry_transport.start(sentry_transport.CapturingTransport(SENTRY_FILE))
+
 # Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
 DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))
 if ENGINE == "postgres":
