@@ -51,13 +51,15 @@ _wanted: set[tuple[str, int]] = set()
 
 @dataclass(frozen=True)
 class CheckIn:
-    """One check-in to send: ``status`` of the attempt ``check_in_id`` of a run of the
-    schedule ``schedule_id`` (named ``schedule``)."""
+    """One check-in to send: ``status`` of attempt ``attempt`` of run ``run_id`` of the
+    schedule ``schedule_id`` (named ``schedule``). Its id and slug are made by the sender's
+    thread: the receiver's only queues it."""
 
     using: str
     schedule_id: int
     schedule: str
-    check_in_id: str
+    run_id: int
+    attempt: int
     status: str
     duration: float | None = None
 
@@ -111,7 +113,8 @@ def _post(event: dict[str, Any], status: str, *, duration: timedelta | None = No
         using=event["using"],
         schedule_id=event["schedule_id"],
         schedule=event["schedule"],
-        check_in_id=check_in_id(event["run_id"], event["attempt"]),
+        run_id=event["run_id"],
+        attempt=event["attempt"],
         status=status,
         duration=None if duration is None else max(duration.total_seconds(), 0.0),
     )
@@ -124,7 +127,7 @@ def send(check_in: CheckIn) -> None:
     config."""
     capture_checkin(
         monitor_slug=monitors.monitor_slug(check_in.schedule),
-        check_in_id=check_in.check_in_id,
+        check_in_id=check_in_id(check_in.run_id, check_in.attempt),
         status=check_in.status,
         duration=check_in.duration,
         # Built as Sentry's TypedDict describes it (monitors.py).
