@@ -8,6 +8,7 @@ commit for real (transactional database): check-ins follow the signals sent afte
 
 import sys
 import threading
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -21,7 +22,7 @@ from django_periodic.db import clock
 from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Calendar, Run, Schedule
 from django_periodic.testing import run_due
-from tests import sentry_transport
+from tests import ledger, sentry_transport
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -173,6 +174,27 @@ def test_a_lease_lost_and_run_again_ends_the_lost_attempt_and_starts_another(cro
     assert (again.status, again.attempt) == ("succeeded", 2)
     attempts = by_attempt(sent(crons))
     assert list(attempts.values()) == [["in_progress", "error"], ["in_progress", "ok"]]
+
+
+def test_a_run_claimed_ahead_that_waited_past_its_start_deadline_ends_its_check_in(crons, now):
+    schedule = ScheduleFactory(misfire_grace=timedelta(seconds=1))
+    RunFactory(schedule=schedule, plan_time=now, start_deadline=now + timedelta(seconds=1))
+    (claim,) = claims.claim(SchedulerProcessFactory(), now, 1)
+    waited = replace(claim, claimed_at=claim.claimed_at - 5)  # a prefetched claim, 5 s later
+    assert ledger.execute(waited) == "skipped"
+    started, ended = sent(crons)
+    assert (started["status"], ended["status"]) == ("in_progress", "error")
+    assert started["check_in_id"] == ended["check_in_id"]
+
+
+def test_a_fire_skipped_before_it_started_sends_nothing(crons):
+    schedule = ScheduleFactory(
+        job="tests.jobs.noop", misfire="skip", misfire_grace=timedelta(seconds=10)
+    )
+    runs = run_due(now=schedule.next_fire_at + timedelta(hours=1, seconds=30))  # long missed
+    assert runs == []
+    assert Run.objects.filter(status="skipped").exists()
+    assert sent(crons) == []
 
 
 # -- monitors --------------------------------------------------------------------------------
