@@ -242,7 +242,7 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
         "record": {"task": "tests.jobs.record", "schedule": 60, "kwargs": {"seconds": 0}},
         "later": {"task": "tests.jobs.add_later", "schedule": 60, "args": [1, 2]},
         "tests.jobs.noop": {"task": "tests.jobs.noop", "schedule": crontab(minute=0)},
-        "gone": {"task": "legacy.tasks.gone", "schedule": 60},
+        "gone": {"task": "legacy.tasks.gone\nprint('injected')", "schedule": 60},
         "ends": {**ENTRY, "options": {"expires": datetime(2031, 1, 1, tzinfo=UTC)}},
     }
 
@@ -251,12 +251,9 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
 
     assert registry.get_job("record").takes_context
     assert asyncio.run(module.later(1, 2)) == 3
-    assert code_defined_values(registry.get_job("ends"))["end_at"] == datetime(
-        2031, 1, 1, tzinfo=UTC
-    )
-    assert (
-        "#   'tests.jobs.noop' (tests.jobs.noop): it has its job's name: give that job's " in output
-    )
+    ends = code_defined_values(registry.get_job("ends"))
+    assert ends["end_at"] == datetime(2031, 1, 1, tzinfo=UTC)
+    assert "#   beat entry 'tests.jobs.noop' (tests.jobs.noop): it has its job's name: " in output
     assert "@job(...) these options: cron='0 * * * *', timezone='UTC'" in output
-    assert "#   'gone' (legacy.tasks.gone): job: No job named 'legacy.tasks.gone'" in output
-    assert "gone" not in {name for name in registry.registered_jobs()}
+    assert "#   beat entry 'gone' (legacy.tasks.gone\\nprint('injected')): job: No job" in output
+    assert "gone" not in registry.registered_jobs()

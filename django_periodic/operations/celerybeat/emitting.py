@@ -4,7 +4,8 @@ same schedules in code, with ``@job(...)``, instead of rows.
 A schedule defined in code is named after its job, and a beat entry after its key: so each
 entry becomes a small job of the entry's name, with the entry's trigger and arguments, that
 calls the job its task maps to (the same job, context and atomicity as an imported row's).
-What cannot be emitted is said in comments, with the reason; the module stays valid Python.
+What cannot be emitted is said in comments, with the reason, each on one line (``escaped``):
+the module stays valid Python whatever the names hold.
 """
 
 import inspect
@@ -16,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django_periodic import registry
+from django_periodic.escaping import escaped
 from django_periodic.operations.celerybeat.applying import TaskMapping, trigger_text
 
 # The schedule values @job(...) takes, in the order they are written (the trigger first).
@@ -63,7 +65,7 @@ def emit(mapping: TaskMapping, problem: str, taken: set[str]) -> Emitted:
         decorator = "\n".join(["@job(", *(f"    {item}," for item in items), ")"])
     code = "\n".join(
         [
-            f"# {mapping.name!r} ({mapping.celery_task}) -> {trigger_text(mapping.values)}",
+            escaped(f"# {mapping.label} ({mapping.celery_task}) -> {trigger_text(mapping.values)}"),
             decorator,
             f"{'async ' if is_async else ''}def {_function_name(mapping.name, taken)}"
             f"({context}*args, **kwargs):",
@@ -96,11 +98,13 @@ def module_text(checked: Iterable[tuple[TaskMapping, str]], origin: str) -> str:
     skipped = [e for e in emitted if not e.code]
     if skipped:
         lines += ["", "# Not emitted:"]
-        lines += [f"#   {e.mapping.name!r} ({e.mapping.celery_task}): {e.reason}" for e in skipped]
+        for item in skipped:
+            mapping = item.mapping
+            lines.append(escaped(f"#   {mapping.label} ({mapping.celery_task}): {item.reason}"))
     notes = [(e.mapping.name, note) for e in emitted for note in e.mapping.notes]
     if notes:
         lines += ["", "# Not carried over:"]
-        lines += [f"#   {name!r}: {note}" for name, note in notes]
+        lines += [escaped(f"#   {name!r}: {note}") for name, note in notes]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
