@@ -24,6 +24,8 @@ QUIET_WEEK = datetime(2026, 11, 9, 12, 0, tzinfo=UTC)
 # The fields a schedule defined by --emit-code's module shares with an imported one.
 SHARED_FIELDS = ("cron", "timezone", "interval", "args", "kwargs", "misfire_grace", "end_at")
 SHARED_FIELDS += ("tasks_backend",)
+# A name whose quotes and backslash the emitted code must keep as they are.
+QUOTED = 'say "hi", it\'s C:\\temp'
 
 
 def run_import(*args, **options) -> str:
@@ -244,6 +246,7 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
         "tests.jobs.noop": {"task": "tests.jobs.noop", "schedule": crontab(minute=0)},
         "gone": {"task": "legacy.tasks.gone\nprint('injected')", "schedule": 60},
         "ends": {**ENTRY, "options": {"expires": datetime(2031, 1, 1, tzinfo=UTC)}},
+        QUOTED: {**ENTRY, "kwargs": {"note": QUOTED}},
     }
 
     output = run_import("--from-settings", emit_code=True)
@@ -254,6 +257,7 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
     ends = code_defined_values(registry.get_job("ends"))
     assert ends["end_at"] == datetime(2031, 1, 1, tzinfo=UTC)
     assert "#   beat entry 'tests.jobs.noop' (tests.jobs.noop): it has its job's name: " in output
-    assert "@job(...) these options: cron='0 * * * *', timezone='UTC'" in output
+    assert '@job(...) these options: cron="0 * * * *", timezone="UTC"' in output
     assert "#   beat entry 'gone' (legacy.tasks.gone\\nprint('injected')): job: No job" in output
     assert "gone" not in registry.registered_jobs()
+    assert code_defined_values(registry.get_job(QUOTED))["kwargs"] == {"note": QUOTED}

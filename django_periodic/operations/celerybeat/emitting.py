@@ -55,7 +55,7 @@ def emit(mapping: TaskMapping, problem: str, taken: set[str]) -> Emitted:
     if "<" in qualname or module == "__main__":
         return Emitted(mapping, reason=f"its job's function {module}.{qualname} has no import path")
     context = "context, " if target.takes_context else ""
-    items = [f"name={mapping.name!r}"]
+    items = [f"name={_source(mapping.name)}"]
     items += ["takes_context=True"] if target.takes_context else []
     items += ["atomic=True"] if target.atomic else []
     items += options
@@ -128,8 +128,16 @@ def _options(values: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _source(value: Any) -> str:
-    """``value`` as Python source: its repr, which for a datetime (in UTC, whose repr needs
-    no other module) or a timedelta names the ``datetime`` module, which the module imports."""
+    """``value`` as Python source, as a formatter writes it (double quotes). A datetime (in
+    UTC, whose repr needs no other module) or a timedelta names the ``datetime`` module,
+    which the module imports."""
+    if isinstance(value, str):
+        text = repr(value)
+        return f'"{text[1:-1]}"' if text.startswith("'") and '"' not in value else text
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(map(_source, value))}]"
+    if isinstance(value, dict):
+        return f"{{{', '.join(f'{_source(k)}: {_source(v)}' for k, v in value.items())}}}"
     return repr(value.astimezone(UTC) if isinstance(value, datetime) else value)
 
 
