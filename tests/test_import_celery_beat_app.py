@@ -244,6 +244,7 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
         "record": {"task": "tests.jobs.record", "schedule": 60, "kwargs": {"seconds": 0}},
         "later": {"task": "tests.jobs.add_later", "schedule": 60, "args": [1, 2]},
         "tests.jobs.noop": {"task": "tests.jobs.noop", "schedule": crontab(minute=0)},
+        "tests.jobs.add": {**ENTRY, "schedule": 30},  # another job's name
         "gone": {"task": "legacy.tasks.gone\nprint('injected')", "schedule": 60},
         "ends": {**ENTRY, "options": {"expires": datetime(2031, 1, 1, tzinfo=UTC)}},
         QUOTED: {**ENTRY, "kwargs": {"note": QUOTED}},
@@ -259,5 +260,6 @@ def test_emitted_code_keeps_context_async_and_lists_what_it_cannot_emit(
     assert "#   beat entry 'tests.jobs.noop' (tests.jobs.noop): it has its job's name: " in output
     assert '@job(...) these options: cron="0 * * * *", timezone="UTC"' in output
     assert "#   beat entry 'gone' (legacy.tasks.gone\\nprint('injected')): job: No job" in output
+    assert "#   beat entry 'tests.jobs.add' (tests.jobs.noop): a job has its name already" in output
     assert "gone" not in registry.registered_jobs()
     assert code_defined_values(registry.get_job(QUOTED))["kwargs"] == {"note": QUOTED}

@@ -299,3 +299,26 @@ def test_a_task_runs_the_job_its_job_map_names(db, settings):
     run_import(job_map=["proj.tasks.add=tests.jobs.add"])
 
     assert Schedule.objects.get(name="legacy").job == "tests.jobs.add"
+
+
+def test_what_beat_itself_ignores_of_an_entry_is_listed(db, settings):
+    nightly = entry(crontab(minute=0, hour=3), name="other", relative=True, app=None)
+    beat(settings, nightly=nightly, counted=entry(60, total_run_count=7))
+
+    output = run_import()
+
+    assert Schedule.objects.count() == 2
+    assert "'nightly': Its name key 'other' is ignored: beat names it by its key." in output
+    assert "'nightly': Its app key is ignored" in output
+    assert "'nightly': relative=True is ignored: beat applies it to seconds" in output
+    assert "'counted': History (total_run_count) is not imported" in output
+
+
+def test_a_nowfun_is_listed_as_not_carried_over(db, settings):
+    cron = crontab(minute=0, hour=3, nowfun=lambda: datetime.now(UTC))
+    beat(settings, "Europe/Berlin", nightly=entry(cron))
+
+    output = run_import()
+
+    assert Schedule.objects.get().timezone == "Europe/Berlin"
+    assert "is not carried over: celery 5 matches a crontab in the app's time zone" in output

@@ -111,13 +111,14 @@ class Command(BaseCommand):
             if in_code:
                 beat = self._read_code(app)
                 mappings = code.map_entries(beat, jobs, _parse_queues(queue))
-                heading = f"Beat entries of {beat.origin} (celery time zone {beat.timezone})"
+                origin = beat.origin
+                heading = f"Beat entries of {origin} (celery time zone {beat.timezone})"
             else:
                 read = self._read(from_json, database)
                 mappings = tables.map_tasks(read, jobs, clock.now(database))
-                heading = "Periodic tasks"
+                origin, heading = "django-celery-beat", "Periodic tasks"
             if emit_code:
-                self._emit(mappings, beat.origin)
+                self._emit(mappings, origin)
                 return
             if paused:
                 applying.pause(mappings)
@@ -137,7 +138,7 @@ class Command(BaseCommand):
         checked = []
         for mapping in mappings:
             with rows.entry(mapping.label):
-                problem = applying.validate(mapping) if mapping.values is not None else ""
+                problem = applying.validate(mapping)
             checked.append((mapping, problem))
         for line in emitting.module_text(checked, origin).splitlines():
             self._write(line)

@@ -111,7 +111,7 @@ def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) ->
     if problem:
         return ImportedTask(mapping, NOT_IMPORTED, problem)
     if not dry_run:
-        reason = f"Imported from celery beat's {mapping.label} ({mapping.celery_task})."
+        reason = f"Imported from celery beat: {mapping.label} ({mapping.celery_task})."
         with changed_by(IMPORT, reason):
             schedule.save(using=using)
     return ImportedTask(mapping, action)
@@ -120,9 +120,11 @@ def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) ->
 def validate(mapping: TaskMapping, schedule: Schedule | None = None) -> str:
     """Set the mapped values on ``schedule`` (a new one by default) and ``full_clean()`` it.
 
-    Returns why it cannot be imported when its job or arguments fail (the project's code to
-    fix), "" when it is valid. Raises Malformed, naming the source's field, for another."""
-    assert mapping.values is not None
+    Returns why it cannot be imported when it has no values or its job or arguments fail
+    (the project's code to fix), "" when it is valid. Raises Malformed, naming the source's
+    field, for another."""
+    if mapping.values is None:
+        return mapping.reason
     schedule = schedule or Schedule(name=mapping.name)
     # A schedule of another kind loses its old trigger.
     for key, value in {**UNSET_TRIGGER, **mapping.values}.items():

@@ -92,8 +92,8 @@ def celery_timezone(zone: Any, enable_utc: Any, keys: tuple[str, str]) -> str:
         raise Malformed(keys[1], f"expected True or False, found {enable_utc!r:.60}.")
     if zone in (None, ""):
         return "UTC" if enable_utc else str(settings.TIME_ZONE)
-    if isinstance(zone, tzinfo):
-        zone = getattr(zone, "key", None) or zone.tzname(None)
+    if isinstance(zone, tzinfo):  # a ZoneInfo (its key), pytz's (its zone), or UTC
+        zone = getattr(zone, "key", None) or getattr(zone, "zone", None) or zone.tzname(None)
     if not isinstance(zone, str):
         raise Malformed(keys[0], f"expected a time zone name, found {zone!r:.60}.")
     try:
@@ -187,12 +187,17 @@ def _stored(key: str, value: Any) -> Any:
 
 
 def _noted_keys(name: str, fields: Mapping[str, Any]) -> list[str]:
+    """What beat itself ignores of an entry, and its history, which is not imported."""
     notes = []
     if "name" in fields and fields["name"] != name:
         notes.append(f"Its name key {fields['name']!r:.60} is ignored: beat names it by its key.")
-    noted = [key for key in NOTED_KEYS if key in fields]
-    if noted:
-        notes.append(f"{', '.join(noted)} not carried over: runs start afresh.")
+    if "app" in fields:
+        notes.append("Its app key is ignored: beat gives every entry its own app.")
+    if fields.get("relative") and not isinstance(fields["schedule"], int | float | timedelta):
+        notes.append("relative=True is ignored: beat applies it to seconds and timedeltas only.")
+    history = [key for key in ("last_run_at", "total_run_count") if key in fields]
+    if history:
+        notes.append(f"History ({', '.join(history)}) is not imported: runs start afresh.")
     return notes
 
 

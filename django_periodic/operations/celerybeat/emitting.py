@@ -50,6 +50,8 @@ def emit(mapping: TaskMapping, problem: str, taken: set[str]) -> Emitted:
             reason="it has its job's name: give that job's @job(...) these options: "
             + ", ".join(options),
         )
+    if mapping.name in registry.registered_jobs():
+        return Emitted(mapping, reason="a job has its name already: rename the entry")
     func = target.func
     module, qualname = func.__module__, func.__qualname__
     if "<" in qualname or module == "__main__":

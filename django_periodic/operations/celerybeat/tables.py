@@ -18,7 +18,6 @@ from typing import Any
 from django_periodic.operations.celerybeat.applying import (
     TaskMapping,
     Unmappable,
-    pause,
     solar_reason,
     utc_text,
 )
@@ -38,16 +37,9 @@ from django_periodic.timing import triggers
 ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority")
 
 
-def map_tasks(
-    rows: Rows, job_map: Mapping[str, str], now: datetime, *, paused: bool = False
-) -> list[TaskMapping]:
-    """Map every periodic task; ``job_map`` renames celery task names to job names.
-
-    ``paused`` maps every task disabled, to run beside beat until the cut-over."""
-    mappings = [map_task(task, rows, job_map, now) for task in rows.tasks]
-    if paused:
-        pause(mappings)
-    return mappings
+def map_tasks(rows: Rows, job_map: Mapping[str, str], now: datetime) -> list[TaskMapping]:
+    """Map every periodic task; ``job_map`` renames celery task names to job names."""
+    return [map_task(task, rows, job_map, now) for task in rows.tasks]
 
 
 def map_task(
