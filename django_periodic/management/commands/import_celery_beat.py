@@ -7,29 +7,57 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
+from django_periodic import taskbackends
 from django_periodic.db import clock
-from django_periodic.operations import celerybeat, celerybeat_rows
+from django_periodic.operations.celerybeat import applying, code, emitting, rows, tables
 
 VERBS = {
-    celerybeat.CREATE: ("created", "would create"),
-    celerybeat.UPDATE: ("updated", "would update"),
-    celerybeat.EXISTS: ("skipped", "would skip"),
-    celerybeat.NOT_IMPORTED: ("not imported", "would not import"),
+    applying.CREATE: ("created", "would create"),
+    applying.UPDATE: ("updated", "would update"),
+    applying.EXISTS: ("skipped", "would skip"),
+    applying.NOT_IMPORTED: ("not imported", "would not import"),
 }
 
 
 class Command(BaseCommand):
     help = (
-        "Create schedules from django-celery-beat's periodic tasks, read from its tables in "
-        "this database or from a `dumpdata django_celery_beat` JSON file. Prints the mapping, "
-        "and every task or option that could not be carried over, with the reason."
+        "Create schedules from a celery beat schedule: CELERY_BEAT_SCHEDULE (--from-settings), "
+        "a Celery app's beat_schedule (--app), or django-celery-beat's periodic tasks, read "
+        "from its tables in this database or from a `dumpdata django_celery_beat` JSON file. "
+        "Prints the mapping, and every task or option that could not be carried over, with "
+        "the reason; --emit-code prints @job(...) definitions instead of saving."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
+        source = parser.add_mutually_exclusive_group()
+        source.add_argument(
+            "--from-settings",
+            action="store_true",
+            help="Read CELERY_BEAT_SCHEDULE, in CELERY_TIMEZONE (or UTC with CELERY_ENABLE_UTC).",
+        )
+        source.add_argument(
+            "--app",
+            metavar="MODULE:ATTR",
+            help="Read this Celery app's beat_schedule, in its timezone (e.g. proj.celery:app).",
+        )
+        source.add_argument(
             "--from-json",
             metavar="FILE",
             help="A `manage.py dumpdata django_celery_beat` file (default: this database).",
+        )
+        parser.add_argument(
+            "--queue",
+            action="append",
+            default=[],
+            metavar="QUEUE=ALIAS",
+            help="Hand runs of entries routed to this celery queue to this TASKS backend "
+            "(repeatable; --from-settings and --app). An unmapped queue is listed.",
+        )
+        parser.add_argument(
+            "--emit-code",
+            action="store_true",
+            help="Print the @job(...) definitions of the schedules instead of saving them "
+            "(--from-settings and --app).",
         )
         parser.add_argument(
             "--job-map",
@@ -64,8 +92,12 @@ class Command(BaseCommand):
     def _import(
         self,
         *,
+        from_settings: bool,
+        app: str | None,
         from_json: str | None,
         job_map: list[str],
+        queue: list[str],
+        emit_code: bool,
         update: bool,
         paused: bool,
         dry_run: bool,
@@ -73,18 +105,48 @@ class Command(BaseCommand):
         **options: Any,
     ) -> None:
         jobs = _parse_job_map(job_map)
+        in_code = from_settings or app is not None
+        _check_code_options(in_code, queue, emit_code, update or paused)
         try:
-            rows = self._read(from_json, database)
-            mappings = celerybeat.map_tasks(rows, jobs, clock.now(database), paused=paused)
-            outcomes = celerybeat.apply(mappings, update=update, dry_run=dry_run, using=database)
-        except celerybeat_rows.Malformed as exc:
+            if in_code:
+                beat = self._read_code(app)
+                mappings = code.map_entries(beat, jobs, _parse_queues(queue))
+                origin = beat.origin
+                heading = f"Beat entries of {origin} (celery time zone {beat.timezone})"
+            else:
+                read = self._read(from_json, database)
+                mappings = tables.map_tasks(read, jobs, clock.now(database))
+                origin, heading = "django-celery-beat", "Periodic tasks"
+            if emit_code:
+                self._emit(mappings, origin)
+                return
+            if paused:
+                applying.pause(mappings)
+            outcomes = applying.apply(mappings, update=update, dry_run=dry_run, using=database)
+        except rows.Malformed as exc:
             raise CommandError(f"{exc} Nothing was imported.") from exc
-        self._report(outcomes, dry_run)
+        self._report(heading, outcomes, dry_run)
 
-    def _read(self, from_json: str | None, database: str) -> celerybeat_rows.Rows:
+    def _read_code(self, app: str | None) -> code.BeatSchedule:
+        try:
+            return code.from_app(app) if app is not None else code.from_settings()
+        except LookupError as exc:
+            raise CommandError(str(exc)) from exc
+
+    def _emit(self, mappings: list[applying.TaskMapping], origin: str) -> None:
+        """Print the module defining the schedules in code; nothing is saved."""
+        checked = []
+        for mapping in mappings:
+            with rows.entry(mapping.label):
+                problem = applying.validate(mapping)
+            checked.append((mapping, problem))
+        for line in emitting.module_text(checked, origin).splitlines():
+            self._write(line)
+
+    def _read(self, from_json: str | None, database: str) -> rows.Rows:
         if from_json is None:
             try:
-                return celerybeat_rows.rows_from_database(database)
+                return rows.rows_from_database(database)
             except LookupError as exc:
                 raise CommandError(str(exc)) from exc
             except DatabaseError as exc:
@@ -100,19 +162,21 @@ class Command(BaseCommand):
             raise CommandError(
                 f"Cannot read {from_json}: it is nested deeper than any dumpdata file."
             ) from None
-        return celerybeat_rows.rows_from_fixture(records)
+        return rows.rows_from_fixture(records)
 
-    def _report(self, outcomes: list[celerybeat.ImportedTask], dry_run: bool) -> None:
+    def _report(self, title: str, outcomes: list[applying.ImportedTask], dry_run: bool) -> None:
         heading = self.style.MIGRATE_HEADING
         write = self._write
-        write(f"Periodic tasks: {len(outcomes)}", heading)
+        write(f"{title}: {len(outcomes)}", heading)
         for outcome in outcomes:
             mapping = outcome.mapping
             verb = VERBS[outcome.action][dry_run]
             target = "-"
             if mapping.values is not None:
-                trigger = celerybeat.trigger_text(mapping.values)
+                trigger = applying.trigger_text(mapping.values)
                 target = f"{trigger}, job {mapping.values['job']}"
+                if mapping.values.get("tasks_backend"):
+                    target += f", tasks backend {mapping.values['tasks_backend']}"
                 if not mapping.values["enabled"]:
                     target += ", disabled"
             write(f"  {verb:<16} {mapping.name!r} ({mapping.celery_task}) -> {target}")
@@ -125,7 +189,7 @@ class Command(BaseCommand):
                 write(f"  {name!r}: {note}")
         counts = Counter(outcome.action for outcome in outcomes)
         summary = ", ".join(
-            f"{counts[action]} {VERBS[action][dry_run]}" for action in celerybeat.ACTIONS
+            f"{counts[action]} {VERBS[action][dry_run]}" for action in applying.ACTIONS
         )
         write(f"{'Dry run, nothing saved: ' if dry_run else ''}{summary}.")
 
@@ -140,6 +204,28 @@ def _printable(text: str) -> str:
     (``\\x1b``, ``\\n``, ``\\u202e``): a name from the data can neither drive the terminal
     (colours, cursor moves, a cleared screen) nor hide text, and is still recognisable."""
     return "".join(char if char.isprintable() else repr(char)[1:-1] for char in text)
+
+
+def _check_code_options(in_code: bool, queues: list[str], emit_code: bool, saving: bool) -> None:
+    if not in_code and (queues or emit_code):
+        option = "--queue" if queues else "--emit-code"
+        raise CommandError(f"{option} reads a beat schedule in code: add --from-settings or --app.")
+    if emit_code and saving:
+        raise CommandError("--emit-code saves nothing: --update and --paused do not apply.")
+
+
+def _parse_queues(items: list[str]) -> dict[str, str]:
+    """--queue QUEUE=ALIAS items, each alias a backend of the TASKS setting."""
+    queues = {}
+    for item in items:
+        queue, sep, alias = (part.strip() for part in item.partition("="))
+        if not (sep and queue and alias):
+            raise CommandError(f"--queue takes QUEUE=ALIAS, got {item!r}.")
+        problem = taskbackends.alias_error(alias)
+        if problem:
+            raise CommandError(f"--queue {item}: {problem}")
+        queues[queue] = alias
+    return queues
 
 
 def _parse_job_map(items: list[str]) -> dict[str, str]:

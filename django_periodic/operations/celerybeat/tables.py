@@ -1,8 +1,8 @@
 """Migrating from django-celery-beat: its periodic tasks mapped onto schedules.
 
-``celerybeat_rows`` reads django-celery-beat's rows, from a ``dumpdata`` file or its
-tables, strictly; ``map_task()`` says what schedule a periodic task becomes, or why it
-cannot, and what it loses on the way; ``apply()`` validates and saves, all or nothing.
+``rows`` reads django-celery-beat's rows, from a ``dumpdata`` file or its tables,
+strictly; ``map_task()`` says what schedule a periodic task becomes, or why it cannot, and
+what it loses on the way; ``applying.apply()`` validates and saves, all or nothing.
 
 Data django-celery-beat could not have stored, or that no schedule can hold, is
 ``Malformed``: the import stops and saves nothing. A sound task with no equivalent here (a
@@ -11,17 +11,18 @@ imported.
 """
 
 import json
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
-from django.db import transaction
-
-from django_periodic.choices import UNSET_TRIGGER
-from django_periodic.models import Schedule, changed_by
-from django_periodic.operations.celerybeat_rows import (
+from django_periodic.operations.celerybeat.applying import (
+    TaskMapping,
+    Unmappable,
+    solar_reason,
+    utc_text,
+)
+from django_periodic.operations.celerybeat.crontabs import cron_values
+from django_periodic.operations.celerybeat.rows import (
     CRON_FIELDS,
     MODEL_LABELS,
     SCHEDULE_MODELS,
@@ -34,53 +35,11 @@ from django_periodic.timing import triggers
 
 # Routing options of a celery message; runs have no per-schedule broker route.
 ROUTING_FIELDS = ("queue", "exchange", "routing_key", "priority")
-# Schedule fields whose errors are the project's code to fix (a job to register, or one
-# that takes these arguments), not the data's: such a task is reported, not malformed.
-CODE_FIELDS = frozenset({"job", "args", "kwargs"})
-# Who made the versions of the schedules it imports (docs/versions.md).
-IMPORT = "import"
 
 
-class Unmappable(Exception):
-    """Why a periodic task cannot become a schedule."""
-
-
-@dataclass(frozen=True)
-class TaskMapping:
-    """What one periodic task becomes: schedule field values, or the reason it cannot."""
-
-    name: str
-    celery_task: str
-    values: dict[str, Any] | None
-    reason: str = ""
-    notes: tuple[str, ...] = ()
-
-
-@dataclass
-class ImportedTask:
-    """What importing one mapping did (or, in a dry run, would do)."""
-
-    mapping: TaskMapping
-    action: str  # one of ACTIONS
-    detail: str = ""
-
-
-CREATE, UPDATE, EXISTS, NOT_IMPORTED = "create", "update", "exists", "not imported"
-ACTIONS = (CREATE, UPDATE, EXISTS, NOT_IMPORTED)
-
-
-def map_tasks(
-    rows: Rows, job_map: Mapping[str, str], now: datetime, *, paused: bool = False
-) -> list[TaskMapping]:
-    """Map every periodic task; ``job_map`` renames celery task names to job names.
-
-    ``paused`` maps every task disabled, to run beside beat until the cut-over."""
-    mappings = [map_task(task, rows, job_map, now) for task in rows.tasks]
-    if paused:
-        for mapping in mappings:
-            if mapping.values is not None:
-                mapping.values["enabled"] = False
-    return mappings
+def map_tasks(rows: Rows, job_map: Mapping[str, str], now: datetime) -> list[TaskMapping]:
+    """Map every periodic task; ``job_map`` renames celery task names to job names."""
+    return [map_task(task, rows, job_map, now) for task in rows.tasks]
 
 
 def map_task(
@@ -146,28 +105,13 @@ def _trigger(task: dict[str, Any], rows: Rows, notes: list[str]) -> dict[str, An
         if not task["one_off"]:
             notes.append("A clocked task without one_off became a one-shot all the same.")
         return {"run_at": row["clocked_time"]}
-    raise Unmappable(
-        f"Solar schedules ({row['event']} at {row['latitude']}, {row['longitude']}) have no "
-        "equivalent: use a cron at the event's usual time, or a job that sets its "
-        "schedule's run_at to the next event."
-    )
+    raise Unmappable(solar_reason(row["event"], row["latitude"], row["longitude"]))
 
 
 def _cron(row: dict[str, Any]) -> dict[str, Any]:
     # Celery's fields, in cron's order; it allows spaces inside a field ("1, 2").
     parts = [(row[key] or "*").replace(" ", "") for key in CRON_FIELDS]
-    expression = " ".join(parts)
-    if not (parts[2].startswith("*") or parts[4].startswith("*")):
-        raise Unmappable(
-            f"crontab {expression!r}: celery fires on days matching both day_of_month and "
-            "day_of_week, cron on days matching either; split it into two schedules, or "
-            "check the day in the job."
-        )
-    try:
-        triggers.validate_cron(expression)
-    except triggers.InvalidTrigger as exc:
-        raise Unmappable(f"crontab {expression!r} ({row['timezone']}): {exc}") from None
-    return {"cron": expression, "timezone": row["timezone"]}
+    return cron_values(parts, row["timezone"])
 
 
 def _interval(row: dict[str, Any], task: dict[str, Any], notes: list[str]) -> dict[str, Any]:
@@ -220,80 +164,10 @@ def _not_carried_over(task: dict[str, Any]) -> list[str]:
     if task["headers"] not in ("", "{}"):
         notes.append(f"Message headers {task['headers']!r:.100} are not carried over.")
     if task["total_run_count"] or task["last_run_at"]:
-        last_run = _utc(task["last_run_at"]) if task["last_run_at"] else "unknown"
+        last_run = utc_text(task["last_run_at"]) if task["last_run_at"] else "unknown"
         notes.append(
             f"History ({task['total_run_count']} runs, last at {last_run}) is not imported."
         )
     if task["description"]:
         notes.append("Its description is not carried over (schedules have none).")
     return notes
-
-
-def apply(
-    mappings: Iterable[TaskMapping], *, update: bool, dry_run: bool, using: str = "default"
-) -> list[ImportedTask]:
-    """Create (or with ``update``, overwrite) the schedules, in one transaction.
-
-    A schedule that exists by name is left alone unless ``update``; one defined in code
-    always is. Each schedule passes ``full_clean()``: one that fails on its job or its
-    arguments is reported, not saved; on any other field, the data is malformed, and
-    Malformed rolls back the whole import. A dry run validates everything and saves nothing.
-    """
-    outcomes = []
-    with transaction.atomic(using=using):
-        for mapping in mappings:
-            with entry(task_entry(mapping.name)):
-                outcomes.append(_apply_one(mapping, update, dry_run, using))
-    return outcomes
-
-
-def _apply_one(mapping: TaskMapping, update: bool, dry_run: bool, using: str) -> ImportedTask:
-    if mapping.values is None:
-        return ImportedTask(mapping, NOT_IMPORTED, mapping.reason)
-    schedule = Schedule.objects.using(using).filter(name=mapping.name).first()
-    if schedule is not None and schedule.is_code_defined:
-        return ImportedTask(mapping, EXISTS, f"defined in code ({schedule.defined_in})")
-    if schedule is not None and not update:
-        return ImportedTask(mapping, EXISTS, "a schedule has this name (--update overwrites it)")
-    action = CREATE if schedule is None else UPDATE
-    schedule = schedule or Schedule(name=mapping.name)
-    # A schedule of another kind loses its old trigger.
-    for key, value in {**UNSET_TRIGGER, **mapping.values}.items():
-        setattr(schedule, key, value)
-    try:
-        schedule.full_clean(validate_unique=False, validate_constraints=False)
-    except ValidationError as exc:
-        for field, messages in exc.message_dict.items():
-            if field not in CODE_FIELDS:
-                raise Malformed(field, " ".join(messages)) from None
-        return ImportedTask(mapping, NOT_IMPORTED, _validation_reason(exc, mapping))
-    if not dry_run:
-        reason = f"Imported from the celery beat task {mapping.name!r} ({mapping.celery_task})."
-        with changed_by(IMPORT, reason):
-            schedule.save(using=using)
-    return ImportedTask(mapping, action)
-
-
-def _validation_reason(exc: ValidationError, mapping: TaskMapping) -> str:
-    messages = [f"{key}: {' '.join(errors)}" for key, errors in exc.message_dict.items()]
-    if "job" in exc.message_dict:
-        messages.append(f"(register it with @job, or --job-map {mapping.celery_task}=<job>)")
-    return " ".join(messages)
-
-
-def trigger_text(values: Mapping[str, Any]) -> str:
-    """The trigger of mapped schedule values, for a person to read."""
-    if values.get("cron"):
-        text = f"cron {values['cron']} ({values['timezone']})"
-    elif values.get("interval") is not None:
-        text = f"every {values['interval']}"
-    else:
-        run_at = values.get("run_at")
-        text = f"once at {_utc(run_at)}" if run_at else "-"
-    bounds = [f"from {_utc(values['start_at'])}"] if values.get("start_at") else []
-    bounds += [f"until {_utc(values['end_at'])}"] if values.get("end_at") else []
-    return " ".join([text, *bounds])
-
-
-def _utc(moment: datetime) -> str:
-    return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"

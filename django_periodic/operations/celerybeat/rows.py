@@ -1,7 +1,7 @@
 """django-celery-beat's rows, read strictly: from a ``dumpdata`` fixture, or its own tables.
 
 Both sources become the same checked records (plain dicts of Python values), which
-``celerybeat`` maps onto schedules. A value django-celery-beat could not have stored (a
+``tables`` maps onto schedules. A value django-celery-beat could not have stored (a
 wrong type, a date that does not exist, a number out of its field's range) is
 ``Malformed``, and names the record and field that hold it: nothing is guessed, as
 ``bool("false")`` would. django_celery_beat itself is never imported.
