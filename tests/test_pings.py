@@ -59,6 +59,7 @@ def test_a_run_that_succeeds_pings_start_then_success_with_one_rid_and_its_outco
     assert outcome["schedule"] == schedule.name
     assert (outcome["status"], outcome["error_code"], outcome["attempt"]) == ("succeeded", "", 1)
     assert outcome["duration"] == Run.objects.get(pk=run.pk).duration.total_seconds()
+    assert outcome["plan_time"] == run.plan_time.isoformat()
     assert start.outcome["status"] == "running"
 
 

@@ -49,8 +49,13 @@ class Ping:
     schedule_id: int
     schedule: str
     kind: str  # START, SUCCESS or FAIL
-    rid: str
-    body: bytes
+    # The body (run_id and attempt make the rid): its JSON, and the rid, are made on the
+    # sender's thread, not on the loop's.
+    outcome: dict[str, Any]
+
+    @property
+    def rid(self) -> str:
+        return rid(self.outcome["run_id"], self.outcome["attempt"])
 
 
 def rid(run_id: int | None, attempt: int) -> str:
@@ -71,7 +76,7 @@ def _noted(kind: str, arguments: dict[str, Any], duration: timedelta | None = No
         "schedule": arguments["schedule"],
         "run_id": arguments["run_id"],
         "scope": arguments["scope"],
-        "plan_time": arguments["plan_time"].isoformat(),
+        "plan_time": arguments["plan_time"],
         "attempt": arguments["attempt"],
         "status": arguments["status"],
         "error_code": arguments["reason"],
@@ -82,8 +87,7 @@ def _noted(kind: str, arguments: dict[str, Any], duration: timedelta | None = No
         schedule_id=arguments["schedule_id"],
         schedule=arguments["schedule"],
         kind=kind,
-        rid=rid(arguments["run_id"], arguments["attempt"]),
-        body=json.dumps(outcome).encode(),
+        outcome=outcome,
     )
 
 
@@ -154,7 +158,7 @@ class Pinger:
         """One ping, once; a failure logged with its cause, never the URL."""
         request = urllib.request.Request(
             ping_address(url, ping.kind, ping.rid),
-            data=ping.body,
+            data=_body(ping.outcome),
             method="POST",
             headers={"Content-Type": "application/json", "User-Agent": USER_AGENT},
         )
@@ -162,12 +166,19 @@ class Pinger:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 response.read()
         except Exception as exc:  # any failure: logged, never retried
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()  # its response, and so its connection
             logger.warning(
                 "Ping %s of schedule %r failed (not retried): %s.",
                 ping.kind.lstrip("/") or "success",
                 ping.schedule,
                 _cause(exc, self.timeout),
             )
+
+
+def _body(outcome: dict[str, Any]) -> bytes:
+    """The outcome as JSON: the plan time in ISO 8601, UTC as the run has it."""
+    return json.dumps({**outcome, "plan_time": outcome["plan_time"].isoformat()}).encode()
 
 
 def _ping_urls(using: str, schedule_ids: set[int]) -> dict[int, str]:
