@@ -17,10 +17,11 @@ from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic import signals
+from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Run
 from django_periodic.operations import pings
 from django_periodic.testing import run_due
-from tests.factories import ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory
 from tests.ping_servers import HangingServer, RecordingServer, refused_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,6 +93,25 @@ def test_a_cancelled_run_pings_fail(server, pinger):
     (failure,) = server.wait_for(1)
     assert failure.path == f"{KEY}/fail"
     assert failure.outcome["status"] == Run.Status.CANCELLED
+
+
+@pytest.mark.parametrize("reentered", [False, True])
+def test_an_attempt_whose_process_died_pings_fail_once(server, pinger, process, now, reentered):
+    schedule = ScheduleFactory(
+        lease_timeout=timedelta(seconds=5),
+        allow_stale_reentry=reentered,
+        ping_url=server.url(KEY),
+    )
+    RunFactory(schedule=schedule, plan_time=now)
+    (claim,) = claims.claim(process, now, 1)
+    leases.mark_started([claim.token])  # its job was called
+    leases.sweep(now + timedelta(seconds=6))
+    sent(pinger)
+    start, failure = server.received
+    assert (start.path, failure.path) == (f"{KEY}/start", f"{KEY}/fail")
+    assert failure.query["rid"] == start.query["rid"]
+    assert failure.outcome["error_code"] == "lease_expired"
+    assert failure.outcome["status"] == ("pending" if reentered else "failed")
 
 
 def test_a_url_with_a_query_keeps_it_and_a_trailing_slash_is_not_doubled():

@@ -28,7 +28,7 @@ from typing import Any
 from django.db import close_old_connections, connections
 
 from django_periodic import signals
-from django_periodic.choices import RunStatus
+from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.operations import outbound
 
@@ -126,7 +126,7 @@ class Pinger:
     def on_lease_lost(self, reentered: bool, **arguments: Any) -> None:
         # A lease lost for good ends the run failed: run_finished pings that one.
         if reentered:
-            self.note(_noted(FAIL, arguments))
+            self.note(_noted(FAIL, {**arguments, "reason": ErrorCode.LEASE_EXPIRED.value}))
 
     def note(self, ping: Ping) -> None:
         """Queue ``ping``; the first of a batch asks the sender to send them all."""
