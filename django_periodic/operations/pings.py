@@ -30,6 +30,7 @@ from django.db import close_old_connections, connections
 from django_periodic import signals
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
+from django_periodic.models import Schedule
 from django_periodic.operations import outbound
 
 logger = logging.getLogger("django_periodic")
@@ -184,8 +185,6 @@ def _body(outcome: dict[str, Any]) -> bytes:
 def _ping_urls(using: str, schedule_ids: set[int]) -> dict[int, str]:
     """{schedule id: ping URL} of those with one. This thread's connection is closed after
     each batch, as a request's would be: the thread may wait for hours between runs."""
-    from django_periodic.models import Schedule
-
     try:
         close_old_connections()
         rows = Schedule.objects.using(using).filter(pk__in=schedule_ids).exclude(ping_url="")
