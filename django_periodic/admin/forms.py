@@ -24,6 +24,7 @@ from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
     LIFECYCLE_FIELDS,
+    PING_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
@@ -222,10 +223,19 @@ class ScheduleForm(_ScheduleModelForm):
             *POLICY_FIELDS,
             *RETENTION_FIELDS,
             *ALERT_FIELDS,
+            *PING_FIELDS,
             *LIFECYCLE_FIELDS,
         ]
         widgets = {
             "calendars": forms.CheckboxSelectMultiple,
+            "ping_url": forms.URLInput(
+                attrs={
+                    "class": "vURLField",
+                    "placeholder": "https://hc-ping.com/<uuid>",
+                    "autocomplete": "off",
+                    "spellcheck": "false",
+                }
+            ),
             "rrule": forms.Textarea(
                 attrs={
                     "class": "vLargeTextField periodic-rrule",

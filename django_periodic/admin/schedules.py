@@ -46,8 +46,10 @@ from django_periodic.models import (
     JOB_FIELDS,
     KIND_FIELDS,
     LIFECYCLE_FIELDS,
+    PING_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
+    SECRET_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
     changed_by,
@@ -70,6 +72,7 @@ CODE_DEFINED_FIELDS = (
     *POLICY_FIELDS,
     *RETENTION_FIELDS,
     *ALERT_FIELDS,
+    *PING_FIELDS,
     *LIFECYCLE_FIELDS,
 )
 STATE_FIELDS = (
@@ -91,6 +94,21 @@ STATE_FIELDS = (
 # display.timestamp, which shows one the site's clock cannot hold in UTC; Django's own
 # display of a read-only time fails the page on it.
 READ_ONLY_TIMES = {"run_at": "run_time", "start_at": "start_time", "end_at": "end_time"}
+
+
+def _without_secrets(
+    fieldsets: "list[tuple[StrOrPromise | None, _FieldOpts]]",
+) -> "list[tuple[StrOrPromise | None, _FieldOpts]]":
+    """The fieldsets for a user who may only view: no secret (``SECRET_FIELDS``, the ping
+    URL) is on the page at all, not even read-only, nor in its source."""
+    shown = []
+    for title, options in fieldsets:
+        fields = [name for name in options["fields"] if name not in SECRET_FIELDS]
+        if fields:
+            kept = options.copy()
+            kept["fields"] = fields
+            shown.append((title, kept))
+    return shown
 
 
 @admin.register(Schedule)
@@ -149,10 +167,13 @@ class ScheduleAdmin(ScheduleColumns):
             (_("Policies"), {"fields": list(POLICY_FIELDS)}),
             (_("History"), {"fields": list(RETENTION_FIELDS)}),
             (_("Alerts"), {"fields": list(ALERT_FIELDS)}),
+            (_("Ping monitor"), {"fields": list(PING_FIELDS)}),
             (_("Lifecycle"), {"fields": list(LIFECYCLE_FIELDS)}),
         ]
         if self.has_change_permission(request, obj) or obj is None:
             fieldsets.append((_("Change"), {"fields": ["version_reason"]}))  # its version's
+        else:
+            fieldsets = _without_secrets(fieldsets)
         if obj is not None:
             # The scopes' latest runs only where there are scopes.
             hidden = set() if obj.scopes else {"scope_status"}

@@ -20,10 +20,15 @@ Failing is the reason given when both hold. The scheduler judges every schedule 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 from django_periodic.choices import AttentionReason, ErrorCode
 from django_periodic.timing import bounds
+
+# A ping URL's longest: healthchecks.io's are under 100 characters; a proxy's may be longer.
+PING_URL_MAX_LENGTH = 500
 
 # Why a fire was skipped when nobody expected it to run: it does not count as unsucceeded.
 NOT_EXPECTED = (ErrorCode.PAUSED, ErrorCode.CLOSED)
@@ -72,3 +77,35 @@ def note(reason: str, alert_after: timedelta | None, alert_failures: int | None)
         return str(AttentionReason(reason).label)
     except ValueError:  # written by hand or by something newer
         return reason
+
+
+class Alerting(models.Model):
+    """How ``Schedule`` is watched: its alerts (``field_groups.ALERT_FIELDS``), judged by the
+    scheduler, and its ping monitor (``PING_FIELDS``), told from outside when its runs start
+    and end (operations/pings.py)."""
+
+    alert_after = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Needs attention when a fire goes this long without a success; empty: never."),
+    )
+    alert_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Needs attention after this many failed runs in a row; empty: never."),
+    )
+    # A secret (field_groups.SECRET_FIELDS): a healthchecks.io ping URL embeds its check's key.
+    ping_url = models.CharField(
+        max_length=PING_URL_MAX_LENGTH,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "A ping monitor's URL (healthchecks.io style), pinged when its runs start and "
+            "end if the PINGS setting is on; empty: none. A secret: shown only to users who "
+            "may change the schedule."
+        ),
+    )
+
+    class Meta:
+        abstract = True

@@ -31,11 +31,23 @@ POLICY_FIELDS = (
 RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
 # When a schedule needs attention (alerting.py); empty: never for that reason.
 ALERT_FIELDS = ("alert_after", "alert_failures")
+# Who is told from outside when its runs start and end (operations/pings.py, docs/pings.md).
+PING_FIELDS = ("ping_url",)
+# Fields that hold secrets (a ping URL embeds its check's key): never shown to a user who
+# may not change the schedule, never logged, recorded by versions as a fingerprint only
+# (models/changes/versioning.py), and left as they are when a version is restored.
+SECRET_FIELDS = ("ping_url",)
 # When it ends, fires on creation, or pauses itself (docs/policies.md, "Lifecycle").
 LIFECYCLE_FIELDS = ("max_runs", "fire_on_create", "pause_after_failures")
 # What @job(...) may define besides its name: every field above.
 SCHEDULE_OPTIONS = frozenset(
-    JOB_FIELDS + TRIGGER_FIELDS + POLICY_FIELDS + RETENTION_FIELDS + ALERT_FIELDS + LIFECYCLE_FIELDS
+    JOB_FIELDS
+    + TRIGGER_FIELDS
+    + POLICY_FIELDS
+    + RETENTION_FIELDS
+    + ALERT_FIELDS
+    + PING_FIELDS
+    + LIFECYCLE_FIELDS
 )
 # The days it does not fire on (models/calendars.py), and what becomes of such a fire. Not
 # options of @job: calendars are rows, edited in the admin.
@@ -66,6 +78,7 @@ VERSIONED_FIELDS = (
     *POLICY_FIELDS,
     *RETENTION_FIELDS,
     *ALERT_FIELDS,
+    *PING_FIELDS,
     *LIFECYCLE_FIELDS,
     *PAUSE_FIELDS,
 )

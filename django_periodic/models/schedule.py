@@ -18,7 +18,7 @@ from django_periodic.models.calendars import closures_of
 from django_periodic.models.changes import overriding, versioning
 from django_periodic.models.explaining import explain as explaining
 from django_periodic.models.explaining import fire_diff as diffing
-from django_periodic.models.field_groups import CURSOR_FIELDS
+from django_periodic.models.field_groups import CURSOR_FIELDS, PING_FIELDS
 from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.pausing import PAUSE_REASON_MAX_LENGTH
 from django_periodic.models.schedule_queries import ScheduleQuerySet
@@ -38,7 +38,7 @@ def default_timezone() -> str:
     return settings.TIME_ZONE or "UTC"
 
 
-class Schedule(TrackedChanges, Lifecycle):
+class Schedule(TrackedChanges, Lifecycle, alerting.Alerting):
     """When and how a registered job runs; exactly one trigger: cron, interval, run_at or rrule."""
 
     Kind = ScheduleKind
@@ -196,16 +196,7 @@ class Schedule(TrackedChanges, Lifecycle):
         ),
     )
 
-    alert_after = models.DurationField(
-        null=True,
-        blank=True,
-        help_text=_("Needs attention when a fire goes this long without a success; empty: never."),
-    )
-    alert_failures = models.PositiveIntegerField(
-        null=True,
-        blank=True,
-        help_text=_("Needs attention after this many failed runs in a row; empty: never."),
-    )
+    # alert_after, alert_failures and ping_url: models/alerting.py (Alerting).
     # Whether it needs attention, as the scheduler last found
     # (engine/planning/attention.py); only the scheduler writes them.
     attention_reason = models.CharField(
@@ -387,8 +378,8 @@ class Schedule(TrackedChanges, Lifecycle):
             raise ValidationError(errors)
 
     def validate_constraints(self, exclude: Collection[str] | None = None) -> None:
-        # clean() checks the ranges of bounds.SCHEDULE and the RRULE's length, the CHECK
-        # constraints' own, with a message on the field; Django would run one query per
-        # CHECK to say it again.
-        checked = {*bounds.SCHEDULE, "rrule"}
+        # clean() checks the ranges of bounds.SCHEDULE, the RRULE's length and the ping
+        # URL's scheme, the CHECK constraints' own, with a message on the field; Django
+        # would run one query per CHECK to say it again.
+        checked = {*bounds.SCHEDULE, "rrule", *PING_FIELDS}
         super().validate_constraints(exclude={*(exclude or ()), *checked})

@@ -107,7 +107,7 @@ class TrackedChanges(models.Model):
         super().refresh_from_db(*args, **kwargs)
         fields = kwargs.get("fields") or (args[1] if len(args) > 1 else None)
         read = {
-            name: versioning.as_json(self.__dict__[name])
+            name: versioning.recorded(name, self.__dict__[name])
             for name in versioning.COLUMNS
             if name in self.__dict__ and (fields is None or name in fields)
         }
@@ -122,7 +122,7 @@ class TrackedChanges(models.Model):
         loaded = dict(zip(*self._loaded_row, strict=True))
         loaded.update(getattr(self, "_loaded_revision", {}))  # copies of args and kwargs
         return {
-            name: versioning.as_json(loaded[name])
+            name: versioning.recorded(name, loaded[name])
             for name in versioning.COLUMNS
             if name in loaded and loaded[name] is not DEFERRED
         }

@@ -9,6 +9,8 @@ together (``calendars.next_fire_error``).
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 def schedule_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
-    found += _range_errors(schedule) + lifecycle.errors(schedule)
+    found += _range_errors(schedule) + lifecycle.errors(schedule) + _ping_errors(schedule)
     return found + _calendar_errors(schedule, found)
 
 
@@ -109,6 +111,24 @@ def _jitter_errors(
     ]
 
 
+# The schemes a ping URL may have: the pinger sends with urllib, and a file:// or ftp://
+# "URL" is no monitor (and file:// would read a local file).
+PING_SCHEMES = ("http", "https")
+_ping_url = URLValidator(schemes=list(PING_SCHEMES))
+
+
+def _ping_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    """An http(s) URL or nothing; the message never repeats the URL (a secret)."""
+    if not schedule.ping_url:
+        return []
+    try:
+        _ping_url(schedule.ping_url)
+    except ValidationError:
+        example = "https://hc-ping.com/<uuid>"
+        return [("ping_url", f"ping_url must be an http:// or https:// URL, e.g. {example}.")]
+    return []
+
+
 def _route_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     error = schedule.tasks_backend and taskbackends.alias_error(schedule.tasks_backend)
     return [("tasks_backend", error)] if error else []
@@ -161,5 +181,12 @@ def range_constraints() -> list[models.CheckConstraint]:
     rrule_length = LessThanOrEqual(Length("rrule"), recurrences.MAX_LENGTH)
     constraints.append(
         models.CheckConstraint(condition=rrule_length, name="periodic_schedule_rrule_length")
+    )
+    # A ping URL: empty, or http(s) (PING_SCHEMES); clean() checks the rest of its form.
+    schemes = Q(ping_url="")
+    for scheme in PING_SCHEMES:
+        schemes |= Q(ping_url__istartswith=f"{scheme}://")
+    constraints.append(
+        models.CheckConstraint(condition=schemes, name="periodic_schedule_ping_url_scheme")
     )
     return constraints

@@ -1,5 +1,222 @@
-"""Ping monitors: each schedule's ``ping_url`` told when its runs start and end (``PINGS``)."""
+"""Ping monitors: each schedule's ``ping_url`` told when its runs start and end (``PINGS``);
+docs/pings.md.
+
+healthchecks.io's pinging API: ``<url>/start`` when an attempt starts, ``<url>`` when its
+run succeeds, ``<url>/fail`` when an attempt fails (its run failed, was cancelled, will be
+retried, or lost its lease), each with ``?rid=`` a UUID of the attempt, so that a start and
+its end pair up, and the outcome as a JSON body. Skipped runs ping nothing: they did not run.
+
+Off (the default), nothing listens. On, the receivers only note the event (no query, no
+I/O: they run on the scheduler's loop and workers) and hand the batch to a ``Sender``,
+whose thread reads the ping URLs of all the events waiting in one query per database,
+then pings each with ``PING_TIMEOUT``, once. A failure is logged by schedule name and
+cause, never with the URL: it is a secret (it embeds the check's key).
+"""
+
+import json
+import logging
+import socket
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.db import close_old_connections, connections
+
+from django_periodic import signals
+from django_periodic.choices import ErrorCode, RunStatus
+from django_periodic.conf import get_settings
+from django_periodic.models import Schedule
+from django_periodic.operations import outbound
+
+logger = logging.getLogger("django_periodic")
+
+# The rid of an attempt: the same in every process (a start and a lease lost in another).
+RID_NAMESPACE = uuid.UUID("6f1c2a4e-3b8d-5e7f-9a01-c2d3e4f5a6b7")
+# What each kind of ping adds to the URL's path.
+START, SUCCESS, FAIL = "/start", "", "/fail"
+USER_AGENT = "django-periodic"
+
+
+@dataclass(frozen=True)
+class Ping:
+    """One ping to send, as a receiver noted it: no URL yet (the sender's thread reads it)."""
+
+    using: str
+    schedule_id: int
+    schedule: str
+    kind: str  # START, SUCCESS or FAIL
+    # The body (run_id and attempt make the rid): its JSON, and the rid, are made on the
+    # sender's thread, not on the loop's.
+    outcome: dict[str, Any]
+
+    @property
+    def rid(self) -> str:
+        return rid(self.outcome["run_id"], self.outcome["attempt"])
+
+
+def rid(run_id: int | None, attempt: int) -> str:
+    """The UUID that pairs an attempt's start and end: derived from the run and attempt."""
+    return str(uuid.uuid5(RID_NAMESPACE, f"{run_id}.{attempt}"))
+
+
+def ping_address(url: str, kind: str, run_rid: str) -> str:
+    """``url`` with ``kind`` appended to its path and ``rid`` to its query."""
+    parts = urllib.parse.urlsplit(url)
+    query = [*urllib.parse.parse_qsl(parts.query, keep_blank_values=True), ("rid", run_rid)]
+    path = parts.path.rstrip("/") + kind if kind else parts.path
+    return urllib.parse.urlunsplit(parts._replace(path=path, query=urllib.parse.urlencode(query)))
+
+
+def _noted(kind: str, arguments: dict[str, Any], duration: timedelta | None = None) -> Ping:
+    outcome = {
+        "schedule": arguments["schedule"],
+        "run_id": arguments["run_id"],
+        "scope": arguments["scope"],
+        "plan_time": arguments["plan_time"],
+        "attempt": arguments["attempt"],
+        "status": arguments["status"],
+        "error_code": arguments["reason"],
+        "duration": None if duration is None else duration.total_seconds(),
+    }
+    return Ping(
+        using=arguments["using"],
+        schedule_id=arguments["schedule_id"],
+        schedule=arguments["schedule"],
+        kind=kind,
+        outcome=outcome,
+    )
+
+
+class Pinger:
+    """The receivers, the pings waiting (at most ``outbound.SIZE``) and their sender."""
+
+    def __init__(self, timeout: timedelta) -> None:
+        self.timeout = timeout.total_seconds()
+        self.sender = outbound.Sender("pings")
+        self._lock = threading.Lock()
+        self._waiting: list[Ping] = []
+        self._dropped = 0
+
+    def connect(self) -> None:
+        signals.run_started.connect(self.on_started, weak=False)
+        signals.run_finished.connect(self.on_finished, weak=False)
+        signals.run_retried.connect(self.on_retried, weak=False)
+        signals.lease_lost.connect(self.on_lease_lost, weak=False)
+
+    def disconnect(self) -> None:
+        signals.run_started.disconnect(self.on_started)
+        signals.run_finished.disconnect(self.on_finished)
+        signals.run_retried.disconnect(self.on_retried)
+        signals.lease_lost.disconnect(self.on_lease_lost)
+
+    def on_started(self, **arguments: Any) -> None:
+        self.note(_noted(START, arguments))
+
+    def on_finished(self, duration: timedelta | None = None, **arguments: Any) -> None:
+        kind = SUCCESS if arguments["status"] == RunStatus.SUCCEEDED else FAIL
+        self.note(_noted(kind, arguments, duration))
+
+    def on_retried(self, **arguments: Any) -> None:
+        self.note(_noted(FAIL, arguments))
+
+    def on_lease_lost(self, reentered: bool, **arguments: Any) -> None:
+        # A lease lost for good ends the run failed: run_finished pings that one.
+        if reentered:
+            self.note(_noted(FAIL, {**arguments, "reason": ErrorCode.LEASE_EXPIRED.value}))
+
+    def note(self, ping: Ping) -> None:
+        """Queue ``ping``; the first of a batch asks the sender to send them all."""
+        with self._lock:
+            if len(self._waiting) >= outbound.SIZE:
+                self._dropped += 1
+                return
+            first = not self._waiting
+            self._waiting.append(ping)
+        if first:
+            self.sender.post(self.send_waiting)
+
+    def send_waiting(self) -> None:
+        """On the sender's thread: every ping waiting, their URLs read in one query per
+        database."""
+        with self._lock:
+            batch, self._waiting = self._waiting, []
+            dropped, self._dropped = self._dropped, 0
+        if dropped:
+            logger.warning("pings: %d were dropped for want of room.", dropped)
+        for using in sorted({ping.using for ping in batch}):
+            pings = [ping for ping in batch if ping.using == using]
+            urls = _ping_urls(using, {ping.schedule_id for ping in pings})
+            for ping in pings:
+                if urls.get(ping.schedule_id):
+                    self.send(ping, urls[ping.schedule_id])
+
+    def send(self, ping: Ping, url: str) -> None:
+        """One ping, once; a failure logged with its cause, never the URL."""
+        request = urllib.request.Request(
+            ping_address(url, ping.kind, ping.rid),
+            data=_body(ping.outcome),
+            method="POST",
+            headers={"Content-Type": "application/json", "User-Agent": USER_AGENT},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                response.read()
+        except Exception as exc:  # any failure: logged, never retried
+            if isinstance(exc, urllib.error.HTTPError):
+                exc.close()  # its response, and so its connection
+            logger.warning(
+                "Ping %s of schedule %r failed (not retried): %s.",
+                ping.kind.lstrip("/") or "success",
+                ping.schedule,
+                _cause(exc, self.timeout),
+            )
+
+
+def _body(outcome: dict[str, Any]) -> bytes:
+    """The outcome as JSON: the plan time in ISO 8601, UTC as the run has it."""
+    return json.dumps({**outcome, "plan_time": outcome["plan_time"].isoformat()}).encode()
+
+
+def _ping_urls(using: str, schedule_ids: set[int]) -> dict[int, str]:
+    """{schedule id: ping URL} of those with one. This thread's connection is closed after
+    each batch, as a request's would be: the thread may wait for hours between runs."""
+    try:
+        close_old_connections()
+        rows = Schedule.objects.using(using).filter(pk__in=schedule_ids).exclude(ping_url="")
+        return dict(rows.values_list("pk", "ping_url"))
+    finally:
+        connections[using].close()
+
+
+def _cause(exc: Exception, timeout: float) -> str:
+    """Why a ping failed, in words that cannot hold its URL (an exception's own text may)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, TimeoutError | socket.timeout):
+        return f"no answer in {timeout:g} s"
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return type(reason if isinstance(reason, BaseException) else exc).__name__
+
+
+_pinger: Pinger | None = None
 
 
 def follow() -> None:
-    """Connect the receivers if the setting is on (to be written)."""
+    """Connect the receivers if ``PINGS`` is on; else nothing listens, nothing is built."""
+    global _pinger
+    settings = get_settings()
+    if settings.PINGS and _pinger is None:
+        _pinger = Pinger(settings.PING_TIMEOUT)
+        _pinger.connect()
+
+
+def pinger() -> Pinger | None:
+    """This process's pinger (None while ``PINGS`` is off): tests and exit flush its sender."""
+    return _pinger

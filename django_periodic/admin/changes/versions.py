@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_periodic.models import Run, Schedule, ScheduleVersion, restore_version
+from django_periodic.models import SECRET_FIELDS, Run, Schedule, ScheduleVersion, restore_version
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -45,7 +45,18 @@ def shown(value: Any) -> str:
 
 
 def changes_of(version: ScheduleVersion) -> list[Change]:
-    return [Change(name, shown(old), shown(new)) for name, (old, new) in version.changes.items()]
+    return [
+        Change(name, *(_secret(old, new) if name in SECRET_FIELDS else (shown(old), shown(new))))
+        for name, (old, new) in version.changes.items()
+    ]
+
+
+def _secret(old: Any, new: Any) -> tuple[str, str]:
+    """A secret's change (the ping URL), of which a version holds only fingerprints: set,
+    changed or removed, never the value, nor its fingerprint."""
+    if old and new:
+        return _("(set)"), _("(changed)")
+    return (_("(set)") if old else shown(old)), (_("(set)") if new else shown(new))
 
 
 def history_context(

@@ -1,5 +1,7 @@
 """Restoring a version: a schedule's versioned fields and calendars written back as a version
-recorded, saved as a new version whose reason names the one restored (docs/versions.md)."""
+recorded, saved as a new version whose reason names the one restored (docs/versions.md).
+A secret (``SECRET_FIELDS``: the ping URL) stays as it is now: a version holds only its
+fingerprint."""
 
 from typing import TYPE_CHECKING
 
@@ -8,6 +10,7 @@ from django.db import transaction
 
 from django_periodic.models.changes import versioning
 from django_periodic.models.changes.versions import ScheduleVersion
+from django_periodic.models.field_groups import SECRET_FIELDS
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule
@@ -17,14 +20,15 @@ def restore_version(version: ScheduleVersion, *, by: str | None = None) -> "Sche
     """Give its schedule the fields and calendars ``version`` recorded, through ``save()``
     (so the cursor moves as for an edit), as a new version by ``by`` (default: as
     ``changed_by()`` says). Raises ValidationError, saving nothing, when they are no longer
-    valid: a job no longer registered, a name taken since, a calendar deleted."""
+    valid: a job no longer registered, a name taken since, a calendar deleted. Its ping URL
+    is kept as it is now (a version records only that it changed)."""
     using = version._state.db or "default"
     with transaction.atomic(using=using):
         schedules = type(version.schedule).objects.using(using).select_for_update()
         schedule = schedules.get(pk=version.schedule_id)
         fields = {field.name: field for field in schedule._meta.concrete_fields}
         for name in versioning.COLUMNS:
-            if name in version.fields:
+            if name in version.fields and name not in SECRET_FIELDS:
                 setattr(schedule, name, fields[name].to_python(version.fields[name]))
         calendar_model = schedule.calendars.model
         names = version.fields.get("calendars", [])

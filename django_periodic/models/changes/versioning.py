@@ -3,7 +3,9 @@ and why, written as a ``ScheduleVersion`` in the save's own transaction.
 
 Who and why reach ``save()`` through ``changed_by()``, a context manager (a context variable,
 so each thread and task has its own); without one, a version is by this process
-("pid@host"). Values are stored as JSON: times in UTC and durations in ISO 8601.
+("pid@host"). Values are stored as JSON: times in UTC and durations in ISO 8601; a secret
+(``SECRET_FIELDS``, a ping URL) as a fingerprint, which tells that it changed, never what it
+is (``recorded()``).
 """
 
 import copy
@@ -17,10 +19,11 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.db import transaction
 from django.db.models import QuerySet
+from django.utils.crypto import salted_hmac
 from django.utils.duration import duration_iso_string
 
 from django_periodic.models.changes.versions import ScheduleVersion
-from django_periodic.models.field_groups import VERSIONED_FIELDS
+from django_periodic.models.field_groups import SECRET_FIELDS, VERSIONED_FIELDS
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule
@@ -71,9 +74,25 @@ def as_json(value: Any) -> Any:
     return value
 
 
+def fingerprint(secret: str) -> str:
+    """A secret as a version records it: "" for none, else "(set <12 hex digits>)", an HMAC
+    keyed by SECRET_KEY, which differs when the secret does and cannot be turned back into
+    it."""
+    if not secret:
+        return ""
+    digest = salted_hmac("django_periodic.versions.secret", secret, algorithm="sha256")
+    return f"(set {digest.hexdigest()[:12]})"
+
+
+def recorded(name: str, value: Any) -> Any:
+    """A versioned field's value as a version records it: ``as_json()``, a secret's
+    ``fingerprint()``."""
+    return fingerprint(value) if name in SECRET_FIELDS else as_json(value)
+
+
 def state_of(schedule: "Schedule") -> dict[str, Any]:
     """The versioned columns of ``schedule`` as they are in memory, as JSON."""
-    return {name: as_json(getattr(schedule, name)) for name in COLUMNS}
+    return {name: recorded(name, getattr(schedule, name)) for name in COLUMNS}
 
 
 def _before(schedule: "Schedule", names: Iterable[str], using: str) -> dict[str, Any]:
@@ -83,7 +102,7 @@ def _before(schedule: "Schedule", names: Iterable[str], using: str) -> dict[str,
     missing = [name for name in names if name not in known]
     if missing:
         row = type(schedule).objects.using(using).filter(pk=schedule.pk).values(*missing).get()
-        known = {**known, **{name: as_json(value) for name, value in row.items()}}
+        known = {**known, **{name: recorded(name, value) for name, value in row.items()}}
     return known
 
 
@@ -100,7 +119,7 @@ def pending(
     if not names:
         return {}
     old = _before(schedule, names, using)
-    new = {name: as_json(getattr(schedule, name)) for name in names}
+    new = {name: recorded(name, getattr(schedule, name)) for name in names}
     return {name: [old[name], new[name]] for name in names if old[name] != new[name]}
 
 
@@ -134,7 +153,7 @@ def record(
     row = type(schedule).objects.using(using).filter(pk=schedule.pk)
     values = row.values(*COLUMNS, "revision").get()
     revision = values.pop("revision")
-    fields = {name: as_json(value) for name, value in values.items()}
+    fields = {name: recorded(name, value) for name, value in values.items()}
     fields["calendars"] = calendar_names(schedule, using)
     who = _signed(by, reason)
     version = ScheduleVersion.objects.using(using).create(
@@ -194,8 +213,8 @@ def update_versioned(
         versions = []
         for row in after:
             pk, revision = row.pop("pk"), row.pop("revision")
-            fields = {name: as_json(value) for name, value in row.items()}
-            old = {name: as_json(value) for name, value in before[pk].items()}
+            fields = {name: recorded(name, value) for name, value in row.items()}
+            old = {name: recorded(name, value) for name, value in before[pk].items()}
             changes = {k: [old[k], v] for k, v in fields.items() if old[k] != v}
             if changes:
                 versions.append(

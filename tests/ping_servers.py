@@ -1,0 +1,106 @@
+"""Servers on loopback for the ping tests: one that records each request and answers with a
+status of its choosing, one that accepts connections and never answers, and a port where
+nothing listens."""
+
+import json
+import socket
+import threading
+import urllib.parse
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.processes import wait_for
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request as the server read it."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: bytes
+
+    @property
+    def outcome(self) -> dict:
+        return json.loads(self.body)
+
+
+class RecordingServer:
+    """An HTTP server on 127.0.0.1 that records every request and answers ``status``."""
+
+    def __init__(self, status: int = 200) -> None:
+        self.status = status
+        self.received: list[Received] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length)
+                parts = urllib.parse.urlsplit(self.path)
+                query = dict(urllib.parse.parse_qsl(parts.query))
+                server.received.append(Received("POST", parts.path, query, body))
+                self.send_response(server.status)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"OK")
+
+            do_GET = do_POST
+
+            def log_message(self, *args: object) -> None:
+                pass  # the test reads what was received, not the server's log
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def wait_for(self, count: int, timeout: float = 10) -> list[Received]:
+        """The first ``count`` requests, once that many have come."""
+        return wait_for(
+            lambda: list(self.received) if len(self.received) >= count else None,
+            timeout,
+            f"{count} requests",
+        )
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class HangingServer:
+    """Accepts connections on 127.0.0.1 and never answers: holds each until closed."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            self.accepted.append(connection)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def close(self) -> None:
+        self.listener.close()
+        for connection in self.accepted:
+            connection.close()
+
+
+def refused_url(path: str) -> str:
+    """A URL on a loopback port where nothing listens (bound, then freed)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}{path}"

@@ -1,0 +1,74 @@
+"""Pings from a real ``run_scheduler`` process (PostgreSQL): a monitor that accepts the
+connection and never answers holds up the sender thread only; the schedules keep running
+(their runs' rows are the oracle), the other schedule's pings still reach their server,
+each once the hung ones have timed out, and the scheduler stops as quickly as without."""
+
+from datetime import timedelta
+
+import pytest
+
+from django_periodic.db import clock
+from django_periodic.models import Run
+from tests.factories import ScheduleFactory
+from tests.ping_servers import HangingServer, RecordingServer
+from tests.processes import wait_for
+
+pytestmark = [pytest.mark.processes, pytest.mark.django_db(transaction=True)]
+
+SECOND = timedelta(seconds=1)
+HEALTHY = 10
+# Seconds of fires counted once the monitor hangs, and the share of them that must have run
+# (generous: a loaded machine runs late; a loop held up by a ping would run none).
+WATCHED, KEPT = 5, 0.5
+
+
+@pytest.fixture
+def servers():
+    hanging, recording = HangingServer(), RecordingServer()
+    yield hanging, recording
+    hanging.close()
+    recording.close()
+
+
+def test_a_hanging_monitor_holds_up_neither_the_runs_nor_the_other_pings(
+    postgres, children, servers
+):
+    hanging, recording = servers
+    for n in range(HEALTHY):
+        ScheduleFactory(
+            name=f"hung-{n:02}",
+            job="tests.jobs.add",
+            args=[n, 1],
+            interval=SECOND,
+            ping_url=hanging.url(f"/ping/hung-{n}"),
+        )
+    ScheduleFactory(
+        name="watched",
+        job="tests.jobs.add",
+        args=[0, 0],
+        interval=timedelta(seconds=2),
+        ping_url=recording.url("/ping/watched"),
+    )
+    child = children.start(settings={"PINGS": True, "PING_TIMEOUT": 0.5})
+    wait_for(lambda: hanging.accepted, 60, "a ping to reach the hanging server")
+    hung_since = clock.now()
+    watched_until = hung_since + WATCHED * SECOND
+    hung_runs = Run.objects.filter(schedule__name__startswith="hung-")
+    later = hung_runs.filter(plan_time__gte=watched_until, status=Run.Status.SUCCEEDED)
+    wait_for(
+        lambda: later.values("schedule").distinct().count() == HEALTHY,
+        60,
+        f"every schedule to run {WATCHED} s after the monitor hung",
+    )
+    ran = hung_runs.filter(plan_time__gte=hung_since, plan_time__lt=watched_until)
+    assert ran.filter(status=Run.Status.SUCCEEDED).count() >= KEPT * HEALTHY * WATCHED
+
+    # The watched schedule's pings got through, between timeouts: a start and its end.
+    received = recording.wait_for(2, timeout=60)
+    start, end = received[0], received[1]
+    assert (start.path, end.path) == ("/ping/watched/start", "/ping/watched")
+    assert start.query["rid"] == end.query["rid"]
+    assert child.terminate(timeout=60) == 0
+    output = child.output()
+    assert "no answer in 0.5 s" in output
+    assert "/ping/hung-" not in output and f"127.0.0.1:{hanging.port}" not in output
