@@ -162,9 +162,20 @@ def timeline(schedule: Schedule, now: datetime) -> Timeline:
             return Timeline([], note=_("paused"))
         start = schedule.paused_until
     try:
-        trigger = open_trigger_of(schedule, closures_of(schedule))
-        fires = triggers.fire_times(trigger, TIMELINE_FIRES + 1, start)
+        fires = _fires_before(open_trigger_of(schedule, closures_of(schedule)), start, now + AHEAD)
     except display.UNRENDERABLE as exc:  # a row stored past validation: its row says why
         return Timeline([], note=_("invalid: %(reason)s") % {"reason": exc})
-    within = [fire for fire in fires if fire < now + AHEAD]
-    return Timeline(within[:TIMELINE_FIRES], more=len(within) > TIMELINE_FIRES)
+    return Timeline(fires[:TIMELINE_FIRES], more=len(fires) > TIMELINE_FIRES)
+
+
+def _fires_before(trigger: triggers.Trigger, after: datetime, end: datetime) -> list[datetime]:
+    """Its fires after ``after`` and before ``end``: at most ``TIMELINE_FIRES`` and one (to
+    tell that there are more)."""
+    fires: list[datetime] = []
+    while len(fires) <= TIMELINE_FIRES:
+        fire = trigger.next_after(after)
+        if fire is None or fire >= end:
+            break
+        fires.append(fire)
+        after = fire
+    return fires
