@@ -74,14 +74,23 @@ class ScheduleRow:
     timeline: Timeline
 
 
-def running(using: str) -> list[Row]:
-    """Running runs (health's rule) with their lease's holder, the longest running first."""
+def running(now: datetime, using: str) -> list[Row]:
+    """Running runs (health's rule) with their lease's holder and how long they have run,
+    the longest running first."""
     leases = health.running_leases(using).values(
         "run_id", "holder", schedule_id=F("run__schedule_id"),
         schedule_name=F("run__schedule__name"), scope=F("run__scope"),
         started_at_of_run=F("run__started_at"),
     )  # fmt: skip
-    return list(leases[:LISTED])
+    return [
+        {
+            **row,
+            "elapsed": display.duration(now - started)
+            if (started := row["started_at_of_run"])
+            else "",
+        }
+        for row in leases[:LISTED]
+    ]
 
 
 def failed(now: datetime, using: str) -> list[Row]:

@@ -38,7 +38,7 @@ def overview_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest) -> 
         "opts": model_admin.opts,
         "title": _("Overview"),
         "now": now,
-        "running": sections.running(using),
+        "running": sections.running(now, using),
         "failed": sections.failed(now, using),
         "late": sections.late(now, using),
         "attention": sections.needing_attention(using),
