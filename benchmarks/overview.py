@@ -196,7 +196,7 @@ def main() -> None:
             print(f"sequential scan of runs in: {sql}", file=sys.stderr)
     reset()
     user.delete()
-    print(f"\n(seeded in {seeded:.0f} s)")
+    print(f"\n## The overview page, Django {django.get_version()} (seeded in {seeded:.0f} s)\n")
     print("| measured | result | detail |\n|---|---|---|")
     for row in rows:
         print(f"| {row['what']} | {row['result']} | {row['detail']} |")

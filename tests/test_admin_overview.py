@@ -36,6 +36,12 @@ def section(html: str, name: str) -> str:
     return found.group(0)
 
 
+def row_of(html: str, name: str) -> str:
+    """The row of the schedule ``name`` in the page's list of schedules."""
+    (row,) = [row for row in section(html, "schedules").split("<tr>") if f">{name}</a>" in row]
+    return row
+
+
 def staff(client, *codenames: str):
     user = User.objects.create_user("staff", password="pw", is_staff=True)
     user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
@@ -95,7 +101,7 @@ def test_a_schedule_needing_attention_is_named_and_listed_first(admin_client):
     ScheduleFactory(name="aaa fine")
     troubled = ScheduleFactory(name="zzz troubled", alert_failures=2)
     Schedule.objects.filter(pk=troubled.pk).update(
-        attention_reason="failures", attention_since=clock.now()
+        attention_reason="failing", attention_since=clock.now()
     )
     html = page(admin_client)
     assert "zzz troubled" in section(html, "attention")
@@ -167,6 +173,16 @@ def test_a_disabled_schedule_has_no_fires_and_says_why(admin_client):
     ScheduleFactory(name="off", enabled=False)
     shown = section(page(admin_client), "schedules")
     assert 'class="periodic-fire"' not in shown and "disabled" in shown
+
+
+@pytest.mark.parametrize("stored", [{"cron": "61 * * * *"}, {"timezone": "Mars/Olympus"}])
+def test_a_row_stored_past_validation_says_why_and_the_page_still_shows(admin_client, stored):
+    broken = ScheduleFactory(name="broken", interval=None, cron="0 * * * *")
+    Schedule.objects.filter(pk=broken.pk).update(**stored)  # raw, past clean()
+    ScheduleFactory(name="healthy", interval=None, cron="0 * * * *", timezone="UTC")
+    html = page(admin_client)
+    assert "invalid:" in row_of(html, "broken")
+    assert 'class="periodic-fire"' in row_of(html, "healthy")
 
 
 # -- the series: runs per minute and the lag's percentiles ------------------------------------
@@ -241,7 +257,7 @@ def add_history(count: int, runs_each: int) -> None:
     )  # fmt: skip
     for s in schedules[:2]:
         LeaseFactory(run__schedule=s, run__started_at=now, run__exclusive=False)
-    Schedule.objects.filter(pk=schedules[0].pk).update(attention_reason="failures")
+    Schedule.objects.filter(pk=schedules[0].pk).update(attention_reason="failing")
     overdue_schedule(now, name=f"late{start}")
 
 
