@@ -31,6 +31,10 @@ LISTED = health.LISTED
 
 Row = Mapping[str, Any]
 
+# Each chart's window and bucket, and each bucket's length.
+WINDOWS = {"hour": (timedelta(hours=1), "minute"), "day": (timedelta(days=1), "hour")}
+STEPS = {"minute": timedelta(minutes=1), "hour": timedelta(hours=1)}
+
 
 @dataclass(frozen=True)
 class Series:
@@ -46,15 +50,11 @@ class Series:
 
     @property
     def step(self) -> timedelta:
-        return timedelta(minutes=1) if self.unit == "minute" else timedelta(hours=1)
+        return STEPS[self.unit]
 
     @property
     def total(self) -> int:
         return sum(self.runs)
-
-
-# Each chart's window and bucket.
-WINDOWS = {"hour": (timedelta(hours=1), "minute"), "day": (timedelta(days=1), "hour")}
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,11 @@ def running(now: datetime, using: str) -> list[Row]:
         schedule_name=F("run__schedule__name"), scope=F("run__scope"),
         started_at_of_run=F("run__started_at"),
     )  # fmt: skip
-    return [
-        {
-            **row,
-            "elapsed": display.duration(now - started)
-            if (started := row["started_at_of_run"])
-            else "",
-        }
-        for row in leases[:LISTED]
-    ]
+    return [{**row, "elapsed": _elapsed(row["started_at_of_run"], now)} for row in leases[:LISTED]]
+
+
+def _elapsed(started_at: datetime | None, now: datetime) -> str:
+    return display.duration(now - started_at) if started_at else ""
 
 
 def failed(now: datetime, using: str) -> list[Row]:
@@ -120,7 +116,7 @@ def series(now: datetime, window: str, using: str) -> Series:
     """Runs per bucket and their lag's p50 and p99 over the ``window`` ("hour", "day") up to
     ``now``, every bucket present (zero runs, no lag where none started)."""
     length, unit = WINDOWS[window]
-    step = timedelta(minutes=1) if unit == "minute" else timedelta(hours=1)
+    step = STEPS[unit]
     count = int(length / step)
     since = truncated(now, unit) - step * (count - 1)
     found = {row[0]: row for row in ledger(using).run_series(since, now, unit, using)}
