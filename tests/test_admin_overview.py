@@ -104,7 +104,8 @@ def test_a_schedule_needing_attention_is_named_and_listed_first(admin_client):
         attention_reason="failing", attention_since=clock.now()
     )
     html = page(admin_client)
-    assert "zzz troubled" in section(html, "attention")
+    attention = section(html, "attention")
+    assert "zzz troubled" in attention and "/schedule/?q=zzz%20troubled" in attention
     schedules = section(html, "schedules")
     assert schedules.index("zzz troubled") < schedules.index("aaa fine")
 
