@@ -28,6 +28,10 @@ PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
     "$python" benchmarks/features.py "$@"
+# The admin's overview page with 10,000 schedules and 1,000,000 runs (--quick: 1,000, 100,000).
+PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
+    PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \
+    "$python" benchmarks/overview.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*
 PERIODIC_TEST_DB=sqlite PERIODIC_TEST_DB_NAME=/tmp/periodic-bench.sqlite3 "$python" benchmarks/bench.py "$@"
 rm -f /tmp/periodic-bench.sqlite3*

@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db.models import OuterRef, Subquery
@@ -25,6 +25,7 @@ class RunSummary(NamedTuple):
     trigger: str
     error_code: str
     schedule_revision: int | None
+    duration: timedelta | None = None
 
 
 def recent_runs(

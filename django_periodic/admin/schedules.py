@@ -32,6 +32,7 @@ from django_periodic.admin.actions import deletion
 from django_periodic.admin.changes import explain as fire_accounts
 from django_periodic.admin.changes import overrides, versions
 from django_periodic.admin.forms import ScheduleForm
+from django_periodic.admin.overview import overview_view
 from django_periodic.admin.schedule_columns import ScheduleChangeList, ScheduleColumns
 from django_periodic.admin.schedule_filters import (
     AttentionFilter,
@@ -196,6 +197,11 @@ class ScheduleAdmin(ScheduleColumns):
         wrap = self.admin_site.admin_view
         return [
             path("preview/", wrap(self.preview_view), name="{}_{}_preview".format(*info)),
+            path(
+                "overview/",
+                wrap(partial(overview_view, self)),
+                name="{}_{}_overview".format(*info),
+            ),
             path(
                 "<path:object_id>/history/<int:version_id>/restore/",
                 wrap(self.restore_view),

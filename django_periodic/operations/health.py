@@ -18,6 +18,7 @@ from django_periodic.conf import get_settings
 from django_periodic.engine.backends import ledger
 from django_periodic.models import (
     Lease,
+    LeaseQuerySet,
     Run,
     RunQuerySet,
     Schedule,
@@ -93,7 +94,7 @@ def attention(now: datetime, using: str = "default", *, names: bool = False) -> 
     sweep_interval = get_settings().SWEEP_INTERVAL
     schedules = Schedule.objects.using(using)
     found = []
-    overdue = schedules.due(now - stale_after).count()
+    overdue = late(now, using).count()
     if overdue and not _alive(now, using).exists():
         found.append(
             Problem(
@@ -116,6 +117,12 @@ def attention(now: datetime, using: str = "default", *, names: bool = False) -> 
     if needing := _needing_attention(schedules, names):
         found.append(Problem(SCHEDULES_NEED_ATTENTION, needing))
     return found
+
+
+def late(now: datetime, using: str = "default") -> ScheduleQuerySet:
+    """Schedules due for longer than a live scheduler lets one wait (its heartbeat's
+    staleness: ``SchedulerProcess.stale_after()``), the most overdue first."""
+    return Schedule.objects.using(using).due(now - SchedulerProcess.stale_after())
 
 
 def _needing_attention(schedules: ScheduleQuerySet, names: bool) -> str:
@@ -227,11 +234,16 @@ def _due_soon(now: datetime, using: str) -> list[Row]:
     return list(due.values("name", "next_fire_at")[:LISTED])
 
 
+def running_leases(using: str = "default") -> LeaseQuerySet:
+    """The current leases of running runs, the longest running first (what runs now)."""
+    leases = Lease.objects.using(using).held().filter(run__status=Run.Status.RUNNING)
+    return leases.order_by("run__started_at", "run_id")
+
+
 def _running(using: str) -> list[Row]:
     """Running runs with the holder and expiry of their current lease."""
-    leases = Lease.objects.using(using).held().filter(run__status=Run.Status.RUNNING)
     rows = list(
-        leases.order_by("run__started_at", "run_id").values(
+        running_leases(using).values(
             "run_id",
             "holder",
             "expires_at",

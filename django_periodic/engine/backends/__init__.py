@@ -111,6 +111,12 @@ class Ledger(db.RunOperations, Protocol):
     ) -> tuple[int, timedelta | None, timedelta | None]:
         """First attempts started since ``since``: how many, their lag's p50 and p99."""
 
+    def run_series(
+        self, since: datetime, until: datetime, unit: str, using: str
+    ) -> list[tuple[datetime, int, timedelta | None, timedelta | None]]:
+        """Runs started in [``since``, ``until``) per ``unit`` (minute or hour, UTC), oldest
+        first, buckets without runs left out: (start, runs, lag p50, lag p99)."""
+
 
 def ledger(using: str) -> Ledger:
     """The ledger backend of the database ``using``."""

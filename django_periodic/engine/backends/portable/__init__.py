@@ -14,7 +14,7 @@ from django_periodic.engine.backends.portable.fires import (
     record_fires,
 )
 from django_periodic.engine.backends.portable.look_ahead import look_ahead
-from django_periodic.engine.backends.portable.reading import fire_lag, recent_runs
+from django_periodic.engine.backends.portable.reading import fire_lag, recent_runs, run_series
 from django_periodic.engine.backends.portable.runs import (
     expired_or_orphaned,
     held_to_extend,
@@ -40,4 +40,5 @@ __all__ = [
     "recent_runs",
     "record_fires",
     "record_outcomes",
+    "run_series",
 ]

@@ -1,12 +1,14 @@
 """Reads for the admin and the health report through the ORM: a page's recent runs, the
-fire lag's percentiles (``admin/history.py``, ``operations/health.py``)."""
+fire lag's percentiles (``admin/history.py``, ``operations/health.py``), runs and lag over
+time (the overview page, ``admin/overview``)."""
 
+from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import F, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Count, F, Q, Window
+from django.db.models.functions import RowNumber, TruncHour, TruncMinute
 
 from django_periodic.models import (
     RELEASE,
@@ -14,6 +16,14 @@ from django_periodic.models import (
 )
 
 LAG_SAMPLE = 10_000
+# The runs whose start measures the scheduler's promptness: first attempts (a retry's start
+# says nothing of it), not backfilled (released long after their plan time on purpose).
+LAGGED = Q(attempt=1) & ~Q(trigger=Run.Trigger.BACKFILL)
+# A series reads the runs started in its window through the plan time index: those planned
+# up to this long before the window starts (a run started later than that is left out).
+PLANNED_BEFORE = timedelta(hours=1)
+# A series' buckets: a minute or an hour, cut in UTC.
+UNITS = ("minute", "hour")
 
 
 def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:
@@ -29,6 +39,7 @@ def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:
 #: What the admin's strip of recent runs reads of each run, in ``RunSummary``'s order.
 RECENT_RUN_FIELDS = (
     "pk", "schedule_id", "status", "plan_time", "trigger", "error_code", "schedule_revision",
+    "duration",
 )  # fmt: skip
 
 
@@ -42,9 +53,46 @@ def recent_runs(ids: list[int], using: str, limit: int) -> Iterable[tuple[Any, .
 
 def fire_lag(since: datetime, using: str) -> tuple[int, timedelta | None, timedelta | None]:
     """How many first attempts started since ``since``, and their lag's p50 and p99."""
-    started = Run.objects.using(using).filter(attempt=1, started_at__gte=since)
-    started = started.exclude(trigger=Run.Trigger.BACKFILL)
+    started = Run.objects.using(using).filter(LAGGED, started_at__gte=since)
     # Bounded: on SQLite (one process, development) the latest runs are sample enough.
     rows = started.order_by("-started_at").values_list("started_at", RELEASE)[:LAG_SAMPLE]
     lags = sorted(started_at - release for started_at, release in rows if started_at)
     return len(lags), _percentile(lags, 0.5), _percentile(lags, 0.99)
+
+
+# One bucket of a series: its start (UTC), the runs started in it, its lag's p50 and p99.
+Bucket = tuple[datetime, int, timedelta | None, timedelta | None]
+
+
+def series_window(since: datetime, until: datetime) -> Q:
+    """Runs started in [``since``, ``until``), found by their plan time (``PLANNED_BEFORE``)."""
+    return Q(
+        plan_time__gte=since - PLANNED_BEFORE,
+        plan_time__lt=until,
+        started_at__gte=since,
+        started_at__lt=until,
+    )
+
+
+def truncated(moment: datetime, unit: str) -> datetime:
+    """The start of the ``unit`` (minute or hour, in UTC) that holds ``moment``."""
+    moment = moment.astimezone(UTC).replace(second=0, microsecond=0)
+    return moment.replace(minute=0) if unit == "hour" else moment
+
+
+def run_series(since: datetime, until: datetime, unit: str, using: str) -> list[Bucket]:
+    """Runs started in the window counted per ``unit`` (exactly), with the lag percentiles
+    of the latest ``LAG_SAMPLE`` of them (on SQLite a sample is enough: development)."""
+    trunc = {"minute": TruncMinute, "hour": TruncHour}[unit]
+    runs = Run.objects.using(using).filter(series_window(since, until))
+    counted = runs.annotate(bucket=trunc("started_at", tzinfo=UTC)).values("bucket")
+    counts = counted.annotate(n=Count("pk")).order_by("bucket").values_list("bucket", "n")
+    lagged = runs.filter(LAGGED).order_by("-started_at").values_list("started_at", RELEASE)
+    lags: dict[datetime, list[timedelta]] = defaultdict(list)
+    for started_at, release in lagged[:LAG_SAMPLE]:
+        lags[truncated(started_at, unit)].append(started_at - release)
+    buckets = []
+    for bucket, n in counts:
+        ordered = sorted(lags.get(truncated(bucket, unit), []))
+        buckets.append((bucket, n, _percentile(ordered, 0.5), _percentile(ordered, 0.99)))
+    return buckets

@@ -14,7 +14,7 @@ from django_periodic.engine.backends.postgresql.fires import (
     record_fires,
 )
 from django_periodic.engine.backends.postgresql.look_ahead import look_ahead
-from django_periodic.engine.backends.postgresql.reading import fire_lag, recent_runs
+from django_periodic.engine.backends.postgresql.reading import fire_lag, recent_runs, run_series
 from django_periodic.engine.backends.postgresql.runs import (
     expired_or_orphaned,
     held_to_extend,
@@ -40,4 +40,5 @@ __all__ = [
     "recent_runs",
     "record_fires",
     "record_outcomes",
+    "run_series",
 ]
