@@ -23,9 +23,11 @@ from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.engine.runs import handoff
 from django_periodic.models import Run
 from tests import ledger
+from tests import spans as child_spans
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import claimed, set_cursor
 from tests.models import Execution
+from tests.processes import wait_for
 
 EXPORTER = InMemorySpanExporter()
 _provider: list[TracerProvider] = []
@@ -326,3 +328,54 @@ def test_checks_say_what_to_install_without_opentelemetry(settings, monkeypatch)
     (error,) = checks.check_opentelemetry()
     assert error.id == "django_periodic.E012"
     assert "django-periodic[opentelemetry]" in error.hint
+
+
+# Real processes: run_scheduler and django-tasks-db's db_worker, their spans written to files.
+
+
+def spans_env(path) -> dict[str, str]:
+    return {child_spans.VARIABLE: str(path)}
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_a_run_scheduler_process_traces_its_planning_and_its_runs(children, now, tmp_path):
+    path = tmp_path / "scheduler.jsonl"
+    schedule = ScheduleFactory(job="tests.jobs.open_a_span", interval=None, run_at=now)
+    scheduler = children.start(
+        "--workers", "1", settings={"OPENTELEMETRY": True}, env=spans_env(path)
+    )
+    wait_for(lambda: Run.objects.filter(status="succeeded").exists(), 30, "the run to succeed")
+    # Each span is written as it ends: the job's, then its attempt's.
+    wait_for(lambda: child_spans.named(child_spans.read(path), "run "), 30, "the attempt's span")
+    assert scheduler.terminate() == 0, scheduler.output()
+    written = child_spans.read(path)
+    (plan,) = child_spans.named(written, "plan")
+    assert plan["attributes"]["django_periodic.fired"] == 1
+    (attempt,) = child_spans.named(written, "run ")
+    assert attempt["name"] == f"run {schedule.name}"
+    assert attempt["attributes"]["django_periodic.run_id"] == Run.objects.get().pk
+    (inside,) = child_spans.named(written, "inside the job")
+    assert inside["parent_id"] == attempt["context"]["span_id"]
+
+
+@pytest.mark.processes
+@pytest.mark.django_db(transaction=True)
+def test_a_db_workers_attempt_links_to_the_schedulers_dispatch(children, postgres, now, tmp_path):
+    scheduler_path, worker_path = tmp_path / "scheduler.jsonl", tmp_path / "worker.jsonl"
+    settings = {"OPENTELEMETRY": True, "TASKS_BACKEND": "database", "POLL_INTERVAL": 0.5}
+    ScheduleFactory(job="tests.jobs.open_a_span", interval=None, run_at=now)
+    children.start_worker(settings=settings, env=spans_env(worker_path))
+    scheduler = children.start("--plan-only", settings=settings, env=spans_env(scheduler_path))
+    wait_for(lambda: Run.objects.filter(status="succeeded").exists(), 60, "the run to succeed")
+    wait_for(
+        lambda: child_spans.named(child_spans.read(worker_path), "run "), 30, "the attempt's span"
+    )
+    assert scheduler.terminate() == 0, scheduler.output()
+    (dispatch,) = child_spans.named(child_spans.read(scheduler_path), "dispatch")
+    worker_spans = child_spans.read(worker_path)
+    (attempt,) = child_spans.named(worker_spans, "run ")
+    assert [link["context"] for link in attempt["links"]] == [dispatch["context"]]
+    assert attempt["context"]["trace_id"] != dispatch["context"]["trace_id"]
+    (inside,) = child_spans.named(worker_spans, "inside the job")
+    assert inside["parent_id"] == attempt["context"]["span_id"]
