@@ -6,10 +6,13 @@ an SDK provider (or adds the exporter to one already set), and every test emptie
 exporter.
 """
 
+import asyncio
 import sys
 from datetime import timedelta
 
 import pytest
+from asgiref.sync import sync_to_async
+from django.db import connections
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -19,6 +22,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from django_periodic import checks, job, taskbackends, tasks
 from django_periodic.contrib import opentelemetry
 from django_periodic.engine import tracing
+from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.engine.runs import handoff
 from django_periodic.models import Run
@@ -28,6 +32,7 @@ from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import claimed, set_cursor
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import Thread
 
 EXPORTER = InMemorySpanExporter()
 _provider: list[TracerProvider] = []
@@ -53,6 +58,15 @@ def spans(settings):
     EXPORTER.clear()
     yield EXPORTER
     EXPORTER.clear()
+
+
+@pytest.fixture(autouse=True)
+def _close_async_connections():
+    """Async jobs' ORM calls run on asgiref's thread, whose connection outlives the test."""
+    yield
+    closer = Thread(target=asyncio.run, args=(sync_to_async(connections.close_all)(),))
+    closer.start()
+    closer.join()
 
 
 def named(exporter: InMemorySpanExporter, prefix: str) -> list:
@@ -170,6 +184,30 @@ def test_an_atomic_job_that_raises_rolls_back_and_fails_its_span(spans, process,
     span = only_run_span(spans)
     assert span.status.status_code == StatusCode.ERROR
     assert span.events[0].attributes["exception.message"] == "fails after writing"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_attempt_given_up_at_shutdown_says_so(spans, process, now):
+    claim = claimed(process, now, job="tests.jobs.linger_async", kwargs={"seconds": 600})
+    stop = StopRequest()
+    returned: list = []
+
+    def work() -> None:
+        try:
+            returned.append(ledger.execute(claim, stop))
+        finally:
+            connections.close_all()  # this thread's own connection
+
+    thread = Thread(target=work)
+    thread.start()
+    wait_for(Execution.objects.exists, 10, "the job to start")
+    stop.set(StopRequest.SHUTDOWN)
+    thread.join(timeout=10)
+    assert returned == [None]  # nothing recorded: the scheduler releases the run
+    span = only_run_span(spans)
+    assert span.attributes["django_periodic.outcome"] == opentelemetry.GIVEN_UP
+    assert span.status.status_code == StatusCode.UNSET
+    assert ledger.release(claim, now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,15 +4,16 @@ opentelemetry-api, the ``opentelemetry`` extra). See docs/opentelemetry.md.
 
 ``follow()`` installs the engine's tracer (``engine/tracing.py``) while the setting is on,
 and removes it when a changed setting turns it off. Spans go to the global tracer provider
-(``opentelemetry.trace.set_tracer_provider``), looked up when each span starts, so the
-project may set it up after Django (in ``wsgi.py``, ``asgi.py`` or its own ``ready()``);
-``start(tracer_provider)`` sends them to another. Without the setting nothing is imported
+(``opentelemetry.trace.set_tracer_provider``), which the project may set up after Django
+(in ``wsgi.py``, ``asgi.py`` or its own ``ready()``); ``start(tracer_provider)`` sends them
+to another. Without the setting nothing is imported
 and nothing listens.
 """
 
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from django.core.signals import setting_changed
@@ -55,7 +56,7 @@ def follow() -> None:
 
 
 def start(tracer_provider: "TracerProvider | None" = None) -> None:
-    """Trace to ``tracer_provider`` (None: the global one, looked up as each span starts).
+    """Trace to ``tracer_provider`` (None: the global one, even if it is set later).
 
     Raises ImportError (with what to install) without opentelemetry-api.
     """
@@ -87,14 +88,11 @@ class _Tracer:
     """The engine's tracer (``tracing.Tracer``), on opentelemetry-api."""
 
     def __init__(self, provider: "TracerProvider | None") -> None:
-        self._provider = provider
-
-    def _tracer(self) -> "Tracer":
         from opentelemetry import trace
 
-        # Not kept: the global provider may be set after Django starts, and get_tracer()
-        # is cheap beside a span.
-        return trace.get_tracer(SCOPE, tracer_provider=self._provider)
+        # Before the global provider is set, the API's proxy tracer: it uses the provider
+        # once one is set.
+        self._tracer: Tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=provider)
 
     def run(
         self, claim: "Claim", started_at: datetime | None, origin: tracing.Carrier | None
@@ -102,7 +100,7 @@ class _Tracer:
         from opentelemetry.trace import SpanKind
 
         run = claim.run
-        span = self._tracer().start_span(
+        span = self._tracer.start_span(
             f"run {run.schedule.name}",
             kind=SpanKind.CONSUMER,
             attributes=_run_attributes(claim, started_at),
@@ -113,7 +111,7 @@ class _Tracer:
     def planned(self, started_ns: int, result: "PlanResult") -> None:
         if not (result.schedules or result.failed):
             return  # nothing was due after all (a run in flight held its fire back)
-        span = self._tracer().start_span("plan", start_time=started_ns)
+        span = self._tracer.start_span("plan", start_time=started_ns)
         span.set_attributes(
             {
                 f"{SCOPE}.schedules": result.schedules,
@@ -133,7 +131,7 @@ class _Tracer:
 
         attributes = {f"{SCOPE}.runs": runs}
         name = "dispatch"
-        with self._tracer().start_as_current_span(name, kind=SpanKind.PRODUCER) as span:
+        with self._tracer.start_as_current_span(name, kind=SpanKind.PRODUCER) as span:
             span.set_attributes(attributes)
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
@@ -149,8 +147,11 @@ class _RunSpan:
     def current(self) -> AbstractContextManager[object]:
         from opentelemetry.trace import use_span
 
-        # Its end is ours (end()), with the outcome: not when the job's call returns.
-        return use_span(self._span, end_on_exit=False)
+        # Its end and status are ours (end()), from the outcome: not when the job's call
+        # returns, nor from an exception the executor turns into an outcome anyway.
+        return use_span(
+            self._span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
 
     def end(self, outcome: "AttemptOutcome | None") -> None:
         from opentelemetry.trace import Status, StatusCode
@@ -159,18 +160,27 @@ class _RunSpan:
         span.set_attribute(f"{SCOPE}.outcome", GIVEN_UP if outcome is None else outcome.status)
         if outcome is not None and outcome.status in WARNING_STATUSES:
             span.set_attribute(f"{SCOPE}.error_code", outcome.error_code)
-            # The texts as stored, without the row values a database error quotes
-            # (error_texts.py), rather than record_exception()'s str() of the exception.
-            span.add_event(
-                "exception",
-                {
-                    "exception.type": outcome.error_code,
-                    "exception.message": outcome.error_message,
-                    "exception.stacktrace": outcome.traceback,
-                },
-            )
+            if outcome.traceback:  # the job raised (not a timeout, an unknown job...)
+                span.add_event("exception", _exception_event(outcome))
             span.set_status(Status(StatusCode.ERROR, outcome.error_message))
         span.end()
+
+
+def _exception_event(outcome: "AttemptOutcome") -> dict[str, str]:
+    """The exception as its run stores it: without the row values a database error quotes
+    (error_texts.py), which record_exception()'s str() of the exception would keep."""
+    return {
+        "exception.type": outcome.error_code,
+        "exception.message": outcome.error_message,
+        "exception.stacktrace": outcome.traceback,
+    }
+
+
+def _version() -> str | None:
+    try:
+        return metadata.version("django-periodic")
+    except metadata.PackageNotFoundError:  # run from a checkout
+        return None
 
 
 def _run_attributes(claim: "Claim", started_at: datetime | None) -> dict[str, Any]:
