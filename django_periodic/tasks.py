@@ -16,7 +16,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import fields
 from datetime import datetime
 from typing import Any
@@ -28,6 +28,7 @@ from django.dispatch import receiver
 from django_periodic import taskbackends
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.engine import tracing
 from django_periodic.engine.loop import executor, worker_connections
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.records import AttemptOutcome
@@ -101,7 +102,7 @@ def _register_with_every_backend() -> None:
 _register_with_every_backend()
 
 
-def execute(run_id: int, using: str = "default", origin: Mapping[str, str] | None = None) -> str:
+def execute(run_id: int, using: str = "default", origin: tracing.Carrier | None = None) -> str:
     """Claim the run and execute it, as ``run_scheduler``'s workers would; the run's new
     status, or why there was nothing to do."""
     # Outside the backend's own transaction, this thread's connections are ours to keep
@@ -126,7 +127,7 @@ def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()} (task)"
 
 
-def _run_watched(claim: Claim, origin: Mapping[str, str] | None) -> AttemptOutcome | None:
+def _run_watched(claim: Claim, origin: tracing.Carrier | None) -> AttemptOutcome | None:
     """Call the job while the watcher heartbeats its lease and enforces cancel requests and
     its timeout; None if it was settled meanwhile (timed out, or its lease lost)."""
     stop = StopRequest()

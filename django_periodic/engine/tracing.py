@@ -34,6 +34,8 @@ class RunSpan(Protocol):
 
 
 class Tracer(Protocol):
+    """What the engine tells a tracer, from the thread where it happens."""
+
     def run(self, claim: "Claim", started_at: datetime | None, origin: Carrier | None) -> RunSpan:
         """An attempt of the claimed run starts its job at ``started_at``; ``origin`` is the
         trace context its task carried from the dispatching scheduler, if any."""
