@@ -187,27 +187,39 @@ def test_an_atomic_job_that_raises_rolls_back_and_fails_its_span(spans, process,
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_async_attempt_given_up_at_shutdown_says_so(spans, process, now):
+@pytest.mark.parametrize(
+    ("reason", "returned", "outcome", "code"),
+    [
+        (StopRequest.SHUTDOWN, None, opentelemetry.GIVEN_UP, StatusCode.UNSET),
+        (StopRequest.CANCEL, "cancelled", "cancelled", StatusCode.UNSET),
+        (StopRequest.TIMEOUT, "failed", "failed", StatusCode.ERROR),
+    ],
+)
+def test_an_attempt_stopped_while_running_ends_its_span_so(
+    spans, process, now, reason, returned, outcome, code
+):
     claim = claimed(process, now, job="tests.jobs.linger_async", kwargs={"seconds": 600})
     stop = StopRequest()
-    returned: list = []
+    statuses: list = []
 
     def work() -> None:
         try:
-            returned.append(ledger.execute(claim, stop))
+            statuses.append(ledger.execute(claim, stop))
         finally:
             connections.close_all()  # this thread's own connection
 
     thread = Thread(target=work)
     thread.start()
     wait_for(Execution.objects.exists, 10, "the job to start")
-    stop.set(StopRequest.SHUTDOWN)
+    stop.set(reason)
     thread.join(timeout=10)
-    assert returned == [None]  # nothing recorded: the scheduler releases the run
+    assert statuses == [returned]
     span = only_run_span(spans)
-    assert span.attributes["django_periodic.outcome"] == opentelemetry.GIVEN_UP
-    assert span.status.status_code == StatusCode.UNSET
-    assert ledger.release(claim, now)
+    assert span.attributes["django_periodic.outcome"] == outcome
+    assert span.status.status_code == code
+    assert span.events == ()  # a stop is no exception of the job's
+    if returned is None:  # nothing recorded: the scheduler releases the run, by token
+        assert ledger.release(claim, now)
 
 
 @pytest.mark.django_db(transaction=True)

@@ -6,8 +6,7 @@ opentelemetry-api, the ``opentelemetry`` extra). See docs/opentelemetry.md.
 and removes it when a changed setting turns it off. Spans go to the global tracer provider
 (``opentelemetry.trace.set_tracer_provider``), which the project may set up after Django
 (in ``wsgi.py``, ``asgi.py`` or its own ``ready()``); ``start(tracer_provider)`` sends them
-to another. Without the setting nothing is imported
-and nothing listens.
+to another. Without the setting nothing is imported and nothing listens.
 """
 
 from collections.abc import Iterator
@@ -130,9 +129,9 @@ class _Tracer:
         from opentelemetry.trace import SpanKind
 
         attributes = {f"{SCOPE}.runs": runs}
-        name = "dispatch"
-        with self._tracer.start_as_current_span(name, kind=SpanKind.PRODUCER) as span:
-            span.set_attributes(attributes)
+        with self._tracer.start_as_current_span(
+            "dispatch", kind=SpanKind.PRODUCER, attributes=attributes
+        ):
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
             yield carrier
