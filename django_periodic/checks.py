@@ -11,7 +11,7 @@ from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from django_periodic import taskbackends
 from django_periodic.conf import SETTING_NAME, InvalidSetting, Refusal, parse
-from django_periodic.contrib import sentry
+from django_periodic.contrib import opentelemetry, sentry
 from django_periodic.db import pooling
 from django_periodic.engine.planning import code_schedules
 from django_periodic.models import Calendar, Schedule
@@ -258,3 +258,22 @@ def holidays_errors(databases: Sequence[str]) -> list[Error]:
             for name in names
         ]
     return errors
+
+
+@register(Tags.compatibility)
+def check_opentelemetry(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Error]:
+    """``OPENTELEMETRY`` needs opentelemetry-api (the ``opentelemetry`` extra)."""
+    configured = getattr(settings, SETTING_NAME, None)
+    if not isinstance(configured, dict) or configured.get("OPENTELEMETRY") is not True:
+        return []
+    if opentelemetry.installed():
+        return []
+    return [
+        Error(
+            f"{SETTING_NAME}['OPENTELEMETRY'] is on, but {opentelemetry.MISSING}",
+            hint="pip install 'django-periodic[opentelemetry]', or turn OPENTELEMETRY off.",
+            id="django_periodic.E012",
+        )
+    ]

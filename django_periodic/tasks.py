@@ -28,6 +28,7 @@ from django.dispatch import receiver
 from django_periodic import taskbackends
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.engine import tracing
 from django_periodic.engine.loop import executor, worker_connections
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.records import AttemptOutcome
@@ -48,10 +49,16 @@ task: Callable[..., Callable[[Callable[..., str]], Any]] = taskbackends.framewor
 
 
 @task()
-def execute_run(run_id: int, using: str = "default") -> str:
+def execute_run(
+    run_id: int, using: str = "default", trace_context: dict[str, str] | None = None
+) -> str:
     """Claim run ``run_id`` and execute its job under a lease, once however often the task is
-    delivered; returns the run's new status, or why there was nothing to do."""
-    return execute(run_id, using)
+    delivered; returns the run's new status, or why there was nothing to do.
+
+    ``trace_context``: the dispatching scheduler's trace context (W3C ``traceparent``), sent
+    only with ``OPENTELEMETRY`` on; the attempt's span links to it (docs/opentelemetry.md).
+    """
+    return execute(run_id, using, trace_context)
 
 
 def execute_run_on(alias: str) -> Any:
@@ -95,7 +102,7 @@ def _register_with_every_backend() -> None:
 _register_with_every_backend()
 
 
-def execute(run_id: int, using: str = "default") -> str:
+def execute(run_id: int, using: str = "default", origin: tracing.Carrier | None = None) -> str:
     """Claim the run and execute it, as ``run_scheduler``'s workers would; the run's new
     status, or why there was nothing to do."""
     # Outside the backend's own transaction, this thread's connections are ours to keep
@@ -105,7 +112,7 @@ def execute(run_id: int, using: str = "default") -> str:
     if claim is None:
         return NOT_CLAIMED
     try:
-        outcome = _run_watched(claim)
+        outcome = _run_watched(claim, origin)
     finally:
         if ours:
             # A worker's thread serves many tasks: its connection serves the next one
@@ -120,13 +127,13 @@ def _holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()} (task)"
 
 
-def _run_watched(claim: Claim) -> AttemptOutcome | None:
+def _run_watched(claim: Claim, origin: tracing.Carrier | None) -> AttemptOutcome | None:
     """Call the job while the watcher heartbeats its lease and enforces cancel requests and
     its timeout; None if it was settled meanwhile (timed out, or its lease lost)."""
     stop = StopRequest()
     watch = _watcher().watch(claim, stop)
     try:
-        outcome = executor.run_job(claim, stop)
+        outcome = executor.run_job(claim, stop, origin)
     finally:
         watch.finish()
     return None if watch.timed_out else outcome

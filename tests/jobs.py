@@ -350,3 +350,12 @@ def record_and_fail(context):
     """Writes an Execution row for its run (committed: it is not atomic), then raises."""
     record(context)
     raise RuntimeError("recorded, then failed")
+
+
+@job
+def open_a_span(name: str = "inside the job"):
+    """Opens an OpenTelemetry span of its own, as an instrumented library would."""
+    from opentelemetry import trace
+
+    with trace.get_tracer("tests").start_as_current_span(name):
+        return name

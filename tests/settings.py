@@ -161,6 +161,11 @@ if SENTRY_FILE := os.environ.get("PERIODIC_TEST_SENTRY_FILE"):
 
 # Child processes may be given extra DJANGO_PERIODIC keys as JSON (e.g. a short grace).
 DJANGO_PERIODIC.update(json.loads(os.environ.get("PERIODIC_TEST_SETTINGS", "{}")))
+# ...and a file their OpenTelemetry spans are written to (tests/spans.py).
+if os.environ.get("PERIODIC_TEST_SPANS_FILE"):
+    from tests import spans
+
+    spans.export_to(os.environ["PERIODIC_TEST_SPANS_FILE"])
 if ENGINE == "postgres":
     # Workers reuse their connection between runs, as a production scheduler should.
     DATABASES["default"].update(CONN_MAX_AGE=60, CONN_HEALTH_CHECKS=True)

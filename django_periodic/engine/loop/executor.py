@@ -8,7 +8,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from django_periodic import registry
 from django_periodic.choices import WARNING_STATUSES, ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, clock
-from django_periodic.engine import records
+from django_periodic.engine import records, tracing
 from django_periodic.engine.loop import eventloop, worker_connections
 from django_periodic.engine.loop.context import JobContext, StopRequest
 from django_periodic.engine.runs import atomic, leases, outcomes
@@ -35,29 +35,49 @@ RECORD_RETRY_DELAYS = (0.5, 1, 2, 4, 8, 15)
 RECORD_PATIENCE = sum(RECORD_RETRY_DELAYS) + 5.0
 
 
-def run_job(claim: Claim, stop: StopRequest) -> records.AttemptOutcome | None:
+def run_job(
+    claim: Claim, stop: StopRequest, origin: tracing.Carrier | None = None
+) -> records.AttemptOutcome | None:
     """Call the claimed run's job and decide its outcome (recording is the caller's).
 
     An async job is awaited on the process's event loop while this thread waits. None means
     there is nothing for this worker to record: an async job cancelled for a shutdown or a
-    lost lease, whose run its scheduler gives up (or already lost).
+    lost lease, whose run its scheduler gives up (or already lost). ``origin``: the trace
+    context a handed-off run's task carried (``tracing.py``).
     """
-    called = call_job(claim, stop)
+    called = call_job(claim, stop, origin)
     if isinstance(called, AsyncRun):
         return called.ended(eventloop.submit(called.outcome()))
     return called
 
 
-def call_job(claim: Claim, stop: StopRequest) -> "records.AttemptOutcome | AsyncRun | None":
+def call_job(
+    claim: Claim, stop: StopRequest, origin: tracing.Carrier | None = None
+) -> "records.AttemptOutcome | AsyncRun | None":
     """Call the claimed run's job: the outcome of a sync job, or the ``AsyncRun`` still to
     await of an async one (a job that returned an awaitable)."""
-    run = claim.run
     if stop.is_set():  # before it started: cancelled, timed out, or lost, never run
         stopped = _STOP_OUTCOMES.get(stop.reason)
         return stopped(claim) if stopped else None
     started_at = claim.db_time(time.monotonic())
     if claim.too_late(started_at):
         return outcomes.skipped_late(claim)
+    tracer = tracing.tracer
+    if tracer is None:
+        return _call(claim, stop, started_at)
+    span = tracer.run(claim, started_at, origin)
+    with span.current():
+        called = _call(claim, stop, started_at)
+    if isinstance(called, AsyncRun):
+        return replace(called, span=span)  # it ends when the job has been awaited
+    span.end(called)
+    return called
+
+
+def _call(
+    claim: Claim, stop: StopRequest, started_at: datetime | None
+) -> "records.AttemptOutcome | AsyncRun | None":
+    run = claim.run
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
@@ -92,9 +112,16 @@ class AsyncRun:
     stop: StopRequest
     started_at: datetime | None
     awaitable: Awaitable[Any]
+    span: tracing.RunSpan | None = None  # its trace, with tracing on
 
     async def outcome(self) -> records.AttemptOutcome | None:
         """Await the job; a stop request (timeout, cancel, shutdown) cancels it."""
+        if self.span is None:
+            return await self._outcome()
+        with self.span.current():  # in the task that awaits the job: its spans are children
+            return await self._outcome()
+
+    async def _outcome(self) -> records.AttemptOutcome | None:
         try:
             # A connection the server closed while idle (a restart) is replaced first.
             await sync_to_async(worker_connections.prepare_for_run)()
@@ -116,10 +143,13 @@ class AsyncRun:
         """The outcome from ``outcome()``'s future, waiting for it if need be. A run whose
         coroutine never ended (its loop stopped first) is given up, as at a shutdown."""
         try:
-            return future.result()
+            outcome = future.result()
         except Exception:
             logger.exception("Run %s: its event loop ended before its job.", self.claim.run.pk)
-            return outcomes.released(self.claim, _LOOP_ENDED).started(self.started_at)
+            outcome = outcomes.released(self.claim, _LOOP_ENDED).started(self.started_at)
+        if self.span is not None:
+            self.span.end(outcome)
+        return outcome
 
 
 _LOOP_ENDED = "Its event loop ended before the job finished; not run again."

@@ -21,7 +21,7 @@ from django.db import transaction
 
 from django_periodic.conf import get_settings
 from django_periodic.db import clock, notifications, pooling
-from django_periodic.engine import records
+from django_periodic.engine import records, tracing
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
@@ -285,6 +285,16 @@ class Scheduler:
             self._claim_free()
 
     def _plan(self, now: datetime) -> planner.PlanResult:
+        """One planning pass: every batch of due schedules, traced if tracing is on."""
+        tracer = tracing.tracer
+        if tracer is None:
+            return self._plan_batches(now)
+        started_ns = time.time_ns()
+        total = self._plan_batches(now)
+        tracer.planned(started_ns, total)
+        return total
+
+    def _plan_batches(self, now: datetime) -> planner.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
         total = planner.PlanResult()
         while True:
