@@ -1,6 +1,6 @@
 """System checks for ``settings.DJANGO_PERIODIC`` (ids ``django_periodic.E0xx``)."""
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.apps import AppConfig
@@ -148,10 +148,7 @@ def check_alert_mail(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[Warning]:
     """``ALERT_MAIL_ADMINS`` mails the ``ADMINS``: without any, nobody gets the mail."""
-    configured = getattr(settings, SETTING_NAME, None)
-    if not isinstance(configured, dict) or configured.get("ALERT_MAIL_ADMINS") is not True:
-        return []
-    if getattr(settings, "ADMINS", None):
+    if not _switched_on("ALERT_MAIL_ADMINS") or getattr(settings, "ADMINS", None):
         return []
     return [
         Warning(
@@ -166,18 +163,7 @@ def check_alert_mail(
 @register(Tags.compatibility)
 def check_sentry(app_configs: Sequence[AppConfig] | None = None, **kwargs: Any) -> list[Error]:
     """``SENTRY_CRONS`` sends its check-ins through sentry-sdk, which must be installed."""
-    configured = getattr(settings, SETTING_NAME, None)
-    if not isinstance(configured, dict) or configured.get("SENTRY_CRONS") is not True:
-        return []
-    if sentry.installed():
-        return []
-    return [
-        Error(
-            f"{SETTING_NAME}['SENTRY_CRONS'] is on, but {sentry.MISSING}",
-            hint="Install the extra, or turn SENTRY_CRONS off: no check-in is sent meanwhile.",
-            id="django_periodic.E011",
-        )
-    ]
+    return _extra_missing("SENTRY_CRONS", sentry.installed, sentry.MISSING, "sentry", "E011")
 
 
 @register(Tags.compatibility)
@@ -265,15 +251,27 @@ def check_opentelemetry(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[Error]:
     """``OPENTELEMETRY`` needs opentelemetry-api (the ``opentelemetry`` extra)."""
+    return _extra_missing(
+        "OPENTELEMETRY", opentelemetry.installed, opentelemetry.MISSING, "opentelemetry", "E012"
+    )
+
+
+def _switched_on(key: str) -> bool:
+    """Whether ``DJANGO_PERIODIC[key]`` is True (any other value is check_settings')."""
     configured = getattr(settings, SETTING_NAME, None)
-    if not isinstance(configured, dict) or configured.get("OPENTELEMETRY") is not True:
-        return []
-    if opentelemetry.installed():
+    return isinstance(configured, dict) and configured.get(key) is True
+
+
+def _extra_missing(
+    key: str, installed: Callable[[], bool], missing: str, extra: str, code: str
+) -> list[Error]:
+    """The error of a switch ``key`` that is on without the optional package it needs."""
+    if not _switched_on(key) or installed():
         return []
     return [
         Error(
-            f"{SETTING_NAME}['OPENTELEMETRY'] is on, but {opentelemetry.MISSING}",
-            hint="pip install 'django-periodic[opentelemetry]', or turn OPENTELEMETRY off.",
-            id="django_periodic.E012",
+            f"{SETTING_NAME}['{key}'] is on, but {missing}",
+            hint=f"pip install 'django-periodic[{extra}]', or turn {key} off.",
+            id=f"django_periodic.{code}",
         )
     ]

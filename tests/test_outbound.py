@@ -53,3 +53,11 @@ def test_a_hanging_call_never_blocks_the_poster_and_overflow_is_counted(caplog):
     assert made == [0, 1, 2]
     messages = [r.getMessage() for r in caplog.records]
     assert any("2 were dropped" in m for m in messages)
+
+
+def test_an_attempts_id_is_the_same_for_the_same_attempt_and_only_for_it():
+    from django_periodic.operations.outbound import attempt_id
+
+    assert attempt_id(7, 1) == attempt_id(7, 1)
+    ids = {attempt_id(run, attempt) for run in (7, 8, 71) for attempt in (1, 2, 11)}
+    assert len(ids) == 9  # "7.11" and "71.1" are told apart

@@ -13,15 +13,26 @@ is queued, then is abandoned.
 import atexit
 import logging
 import threading
+import uuid
 from collections import deque
 from collections.abc import Callable
 
 logger = logging.getLogger("django_periodic")
 
+# The namespace of attempt ids (uuid5): fixed, so that every process derives the same one.
+ATTEMPT_NAMESPACE = uuid.UUID("6f1c2a4e-3b8d-5e7f-9a01-c2d3e4f5a6b7")
+
 # Calls waiting at most: a minute of runs at a few hundred a second.
 SIZE = 10_000
 # At exit, how long the thread may still take to make what is queued (seconds).
 PATIENCE = 5.0
+
+
+def attempt_id(run_id: int | None, attempt: int) -> uuid.UUID:
+    """The id a monitor pairs an attempt's start and end by (a check-in's id, a ping's
+    ``rid``): derived from the run and attempt, so the process that ends an attempt (another
+    one's sweeper, after a lease was lost) names the one the starting process opened."""
+    return uuid.uuid5(ATTEMPT_NAMESPACE, f"{run_id}.{attempt}")
 
 
 class Sender:

@@ -20,7 +20,6 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -35,8 +34,6 @@ from django_periodic.operations import outbound
 
 logger = logging.getLogger("django_periodic")
 
-# The rid of an attempt: the same in every process (a start and a lease lost in another).
-RID_NAMESPACE = uuid.UUID("6f1c2a4e-3b8d-5e7f-9a01-c2d3e4f5a6b7")
 # What each kind of ping adds to the URL's path.
 START, SUCCESS, FAIL = "/start", "", "/fail"
 USER_AGENT = "django-periodic"
@@ -61,7 +58,7 @@ class Ping:
 
 def rid(run_id: int | None, attempt: int) -> str:
     """The UUID that pairs an attempt's start and end: derived from the run and attempt."""
-    return str(uuid.uuid5(RID_NAMESPACE, f"{run_id}.{attempt}"))
+    return str(outbound.attempt_id(run_id, attempt))
 
 
 def ping_address(url: str, kind: str, run_rid: str) -> str:

@@ -13,7 +13,6 @@ lost) closes the check-in the starting process opened.
 
 import logging
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,6 +26,7 @@ from sentry_sdk.crons import MonitorStatus, capture_checkin
 from django_periodic import signals
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.contrib.sentry import monitors
+from django_periodic.operations import outbound
 from django_periodic.operations.outbound import Sender
 
 if TYPE_CHECKING:
@@ -34,8 +34,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_periodic")
 
-# The namespace of check-in ids (uuid5): fixed, so every process derives the same id.
-NAMESPACE = uuid.UUID("0b7e6f3c-52a1-4c4e-9d2f-6a1f8e0c9b35")
 # How long the sender reuses a schedule's monitor config before reading it again (seconds):
 # an edit reaches Sentry with the check-ins after that.
 CONFIG_TTL = 10.0
@@ -66,7 +64,7 @@ class CheckIn:
 
 def check_in_id(run_id: int, attempt: int) -> str:
     """The id of the check-in of a run's attempt, the same in every process."""
-    return uuid.uuid5(NAMESPACE, f"run {run_id} attempt {attempt}").hex
+    return outbound.attempt_id(run_id, attempt).hex
 
 
 def started(**event: Any) -> None:
