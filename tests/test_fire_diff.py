@@ -19,14 +19,23 @@ def daily(cron: str = "0 9 * * *", **fields) -> Schedule:
     )
 
 
+def far_hour() -> int:
+    """An hour of the day 11 or 12 hours from now (UTC), before 23:00: a daily fire at it, an
+    hour after it (the same day) or nine hours before it is far from the edges of the
+    diff's window, which starts now, so each day's fire falls inside the window on both
+    sides whatever the time of the test."""
+    return min((clock.now().hour + 12) % 24, 22)
+
+
 @pytest.mark.django_db
 def test_a_cron_edit_to_another_hour_moves_each_days_fire():
-    schedule = daily()
-    found = schedule.fire_diff(days=7, cron="0 10 * * *")
+    hour = far_hour()
+    schedule = daily(f"0 {hour} * * *")
+    found = schedule.fire_diff(days=7, cron=f"0 {(hour + 1) % 24} * * *")
     assert found.added == () and found.removed == () and found.kept == 0
     assert len(found.moved) in (7, 8)  # a fire today or not, then each day's
     assert all(move.new.at - move.old.at == timedelta(hours=1) for move in found.moved)
-    assert Schedule.objects.get(pk=schedule.pk).cron == "0 9 * * *"  # nothing saved
+    assert Schedule.objects.get(pk=schedule.pk).cron == f"0 {hour} * * *"  # nothing saved
 
 
 @pytest.mark.django_db
@@ -74,10 +83,13 @@ def test_a_dst_choice_changes_the_fires_of_the_repeated_and_skipped_hours():
 
 @pytest.mark.django_db
 def test_a_timezone_change_moves_each_fire_within_its_day():
-    schedule = daily()
+    hour = far_hour()
+    schedule = daily(f"0 {hour} * * *")
     found = schedule.fire_diff(days=3, timezone="Asia/Tokyo")
-    assert found.moved and not found.removed
-    assert all(move.new.at.astimezone(ZoneInfo("Asia/Tokyo")).hour == 9 for move in found.moved)
+    assert len(found.moved) == 3 and not found.removed and not found.added
+    tokyo = ZoneInfo("Asia/Tokyo")
+    assert all(move.new.at.astimezone(tokyo).hour == hour for move in found.moved)
+    assert all(move.old.at - move.new.at == timedelta(hours=9) for move in found.moved)
 
 
 @pytest.mark.django_db
