@@ -103,6 +103,9 @@ def test_the_overview_shows_what_runs_fails_and_fires_in_light_and_dark(
     for chart_id, title in CHARTS.items():
         expect(page.locator(f"svg#{chart_id} > title")).to_have_text(title)
         expect(page.locator(f"svg#{chart_id}")).to_be_visible()
+        # Its title is shown above it too, not only to screen readers and on hover.
+        caption = page.locator("figure.periodic-chart-figure", has=page.locator(f"svg#{chart_id}"))
+        expect(caption.locator("figcaption")).to_have_text(title)
     rollup = page.locator("#overview-schedules tr", has_text="metrics rollup")
     expect(rollup.locator("svg.periodic-runs rect")).to_have_count(50)
     expect(rollup.locator("svg.periodic-timeline rect.periodic-fire")).to_have_count(100)

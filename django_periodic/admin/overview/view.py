@@ -43,11 +43,15 @@ def overview_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest) -> 
         "late": sections.late(now, using),
         "attention": sections.needing_attention(using),
         "listed": sections.LISTED,
+        # (caption, chart): the caption shown above it, the same words its <title> says.
         "charts": [
-            charts.lag_chart(hour, "lag-hour", _("Start lag, last hour (p50, p99)")),
-            charts.runs_chart(hour, "runs-hour", _("Runs per minute, last hour")),
-            charts.lag_chart(day, "lag-day", _("Start lag, last day (p50, p99)")),
-            charts.runs_chart(day, "runs-day", _("Runs per minute, last day (hourly mean)")),
+            (title, draw(series, chart_id, title))
+            for draw, series, chart_id, title in (
+                (charts.lag_chart, hour, "lag-hour", _("Start lag, last hour (p50, p99)")),
+                (charts.runs_chart, hour, "runs-hour", _("Runs per minute, last hour")),
+                (charts.lag_chart, day, "lag-day", _("Start lag, last day (p50, p99)")),
+                (charts.runs_chart, day, "runs-day", _("Runs per minute, last day (hourly mean)")),
+            )
         ],
         "page": page,
         "rows": [
