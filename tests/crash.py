@@ -441,17 +441,22 @@ class Ledger:
                 last_release[pid] = max(last_release.get(pid, lease.released_at), lease.released_at)
         return sorted((at - dead[pid]).total_seconds() for pid, at in last_release.items())
 
-    def failed_but_never_called(self, started_file: Path) -> list[str]:
-        """Runs failed ``lease_expired`` whose job was never called: ``tests.jobs.note_start``
-        wrote a line to ``started_file`` for every call, before anything else."""
+    def failed_but_never_called(self, started_file: Path) -> dict[int, list[str]]:
+        """Runs failed ``lease_expired`` whose job was never called, by the pid that held the
+        lease of that attempt: ``tests.jobs.note_start`` wrote a line to ``started_file``
+        for every call, before anything else."""
         called = set(started_file.read_text().splitlines()) if started_file.exists() else set()
-        return [
-            f"run {run.pk} ({self.schedules[run.schedule_id]} @ {run.plan_time:%H:%M:%S})"
-            for run in self.runs
-            if (run.status, run.error_code) == ("failed", "lease_expired")
-            and f"{self.schedules[run.schedule_id].name} {run.plan_time.isoformat()} {run.attempt}"
-            not in called
-        ]
+        holders = {(lease.run_id, lease.attempt): holder_pid(lease.holder) for lease in self.leases}
+        found: dict[int, list[str]] = defaultdict(list)
+        for run in self.runs:
+            name = self.schedules[run.schedule_id].name
+            if (run.status, run.error_code) == ("failed", "lease_expired") and (
+                f"{name} {run.plan_time.isoformat()} {run.attempt}" not in called
+            ):
+                found[holders[(run.pk, run.attempt)]].append(
+                    f"run {run.pk} ({name} @ {run.plan_time:%H:%M:%S})"
+                )
+        return dict(found)
 
     def skips_not_held_by_a_killed_run(self) -> list[str]:
         """Runs that did not succeed, other than fires skipped for overlap while a run of

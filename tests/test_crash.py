@@ -36,6 +36,8 @@ from tests import crash, processes
 pytestmark = [pytest.mark.crash, pytest.mark.processes]
 
 WORKERS = ["--workers", "12"]
+# The default fleet's worker threads per process.
+DEFAULT_FLEET_THREADS = 8
 JOB_SECONDS = 0.3  # long enough that kills land mid-run
 PLANNING_SLACK = timedelta(seconds=5)  # how far a cursor may trail the graceful stop
 
@@ -140,7 +142,8 @@ def test_sigkilled_schedulers_lose_nothing_and_run_nothing_twice(fleet):
 @pytest.fixture
 def default_fleet(postgres, transactional_db, tmp_path, seed):
     """Three run_scheduler children with the default heartbeat and sweep intervals."""
-    fleet = crash.Fleet(3, ["--workers", "8"], crash.DEFAULT_CHILD_SETTINGS, tmp_path, seed)
+    workers = ["--workers", str(DEFAULT_FLEET_THREADS)]
+    fleet = crash.Fleet(3, workers, crash.DEFAULT_CHILD_SETTINGS, tmp_path, seed)
     yield fleet
     fleet.reap()
     processes.wait_for_children_to_disconnect()
@@ -151,9 +154,16 @@ def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted
 ):
     """Issue workload: 3 schedulers, 100 at-most-once schedules every second (leases of
     6 s), SIGKILL and restart every 2-5 s for 45 s. A run whose job had not started runs
-    again (no more than a process's threads' worth is marked started ahead of its call,
-    and a kill rarely finds even those); the dead process's runs are recovered when its
-    session lock goes, not when its leases expire; so nearly every fire succeeds.
+    again; the dead process's runs are recovered when its session lock goes, not when its
+    leases expire; so nearly every fire succeeds.
+
+    A run is marked started a moment before its job is called, and with jobs of 50 ms or
+    more none is marked ahead of the threads (docs/semantics.md, "Start"): so a kill can
+    leave failed, never called, only the runs its threads had just taken, a threads' worth
+    at most, and it rarely lands in that moment. How often depends on the machine's load
+    (0-5 runs over 13 kills, loaded), so the bound on the whole is a quarter of a threads'
+    worth a kill: runs marked when they are claimed ahead of their plan time leave about a
+    threads' worth a kill.
 
     The job notes each call in a file as it starts, then works: a failed run with no note
     is one whose job was never called (the oracle is the job's own record, not the
@@ -177,6 +187,7 @@ def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted
     dead = fleet.times("kill")
     recovery = ledger.recovery_seconds(dead)
     median = recovery[len(recovery) // 2] if recovery else 0.0
+    never_called = ledger.failed_but_never_called(started_file)
     print(
         crash.report(
             "SIGKILL, default intervals",
@@ -185,13 +196,18 @@ def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted
             start,
             succeeded=f"{ledger.succeeded_share():.1%}",
             recovery_s=f"median {median:.2f}, max {max(recovery, default=0):.2f}, all {recovery}",
-            failed_never_called=len(ledger.failed_but_never_called(started_file)),
+            failed_never_called={pid: len(runs) for pid, runs in never_called.items()},
         )
     )
     check_promises(ledger, stopped_at, dead=dead)
     assert ledger.succeeded_share() >= 0.95, ledger.counts()
-    never_called = ledger.failed_but_never_called(started_file)
-    assert len(never_called) <= 2, never_called
+    assert set(never_called) <= set(dead), f"failed unstarted by a live process: {never_called}"
+    too_many = {
+        pid: runs for pid, runs in never_called.items() if len(runs) > DEFAULT_FLEET_THREADS
+    }
+    assert not too_many, f"more than a threads' worth failed unstarted by a kill: {too_many}"
+    in_all = sum(len(runs) for runs in never_called.values())
+    assert in_all <= len(dead) * DEFAULT_FLEET_THREADS // 4, never_called
     # Recovered by the lost session lock, not by expiry (which takes the whole lease).
     assert recovery and median < lease_timeout.total_seconds() / 2, recovery
 
