@@ -1,13 +1,14 @@
 """Previewing a change as a diff of fires (``Schedule.fire_diff()``): which fires of the next
 days it adds, removes or moves, with DST and calendar flags; nothing is saved."""
 
-from datetime import timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from django_periodic.db import clock
 from django_periodic.models import Calendar, FireOverride, Schedule
+from django_periodic.timing import fire_diff
 from tests.factories import ScheduleFactory
 
 BERLIN = ZoneInfo("Europe/Berlin")
@@ -90,6 +91,28 @@ def test_a_timezone_change_moves_each_fire_within_its_day():
     tokyo = ZoneInfo("Asia/Tokyo")
     assert all(move.new.at.astimezone(tokyo).hour == hour for move in found.moved)
     assert all(move.old.at - move.new.at == timedelta(hours=9) for move in found.moved)
+
+
+@pytest.mark.parametrize("hour", range(24))
+def test_a_timezone_change_pairs_each_days_fire_by_its_own_zones_day_at_any_hour(hour):
+    """The diff itself, at a fixed time: each side's fires are ranked by the day in its own
+    zone. A window starting at 03:14 UTC, daily at 15:00 UTC edited to Tokyo: 15:00 UTC of
+    the 29th pairs with 15:00 in Tokyo of the 29th (06:00 UTC), not of the 30th."""
+    since = datetime(2026, 11, 29, 3, 14, tzinfo=UTC)
+    until = since + timedelta(days=3)
+    tokyo = ZoneInfo("Asia/Tokyo")
+    days = [date(2026, 11, 28) + timedelta(days=n) for n in range(6)]
+    old = [at for day in days if since <= (at := wall(day, hour, UTC)) < until]
+    new = [at for day in days if since <= (at := wall(day, hour, tokyo)) < until]
+    found = fire_diff.diff(old, new, (UTC, tokyo), {}, since=since, until=until)
+    assert all(move.old.at - move.new.at == timedelta(hours=9) for move in found.moved)
+    assert len(found.moved) + len(found.added) == len(new)
+    assert len(found.moved) + len(found.removed) == len(old)
+    assert len(found.added) + len(found.removed) <= 2  # only a day cut off by the window
+
+
+def wall(day: date, hour: int, zone: ZoneInfo) -> datetime:
+    return datetime.combine(day, time(hour), zone).astimezone(UTC)
 
 
 @pytest.mark.django_db

@@ -5,11 +5,12 @@ Pure: no models, no database; ``Schedule.fire_diff()`` (models/explaining/fire_d
 feeds it the fires of a schedule as it is and as a change would make it.
 
 **Moved.** A removed fire and an added fire are one moved fire when they fall on the same
-local day (in the time zone given: the changed schedule's) and are that day's fires of the
-same rank, each in its own list (its first, its second, ...). So "09:00" edited to "10:00"
-moves each day's fire; "09:00" edited to "09:00,17:00" adds the 17:00 fires; an hourly
-trigger edited to every two hours removes the odd hours. Any other fire not in both lists is
-added or removed.
+local day, each in its own side's time zone (the schedule's before and after the change),
+and are that day's fires of the same rank, each in its own list (its first, its second,
+...). So "09:00" edited to "10:00" moves each day's fire; "09:00" edited to "09:00,17:00"
+adds the 17:00 fires; an hourly trigger edited to every two hours removes the odd hours; a
+time zone edit moves each day's fire to the same wall time of that day in the new zone. Any
+other fire not in both lists is added or removed.
 """
 
 from collections import defaultdict
@@ -78,19 +79,19 @@ class FireDiff:
 def diff(
     old: Sequence[datetime],
     new: Sequence[datetime],
-    zone: tzinfo,
+    zones: tuple[tzinfo, tzinfo],
     flags: Mapping[datetime, tuple[str, ...]],
     *,
     since: datetime,
     until: datetime,
 ) -> FireDiff:
     """The fires of ``new`` not in ``old`` (added), of ``old`` not in ``new`` (removed), and
-    the pairs of them that are one fire moved within its local day in ``zone`` (the rule
-    above). ``flags`` gives each fire's flags, by its time."""
+    the pairs of them that are one fire moved within its local day (the rule above), in the
+    old and the new time zone (``zones``). ``flags`` gives each fire's flags, by its time."""
     kept = set(old) & set(new)
     gone = [fire for fire in old if fire not in kept]
     came = [fire for fire in new if fire not in kept]
-    old_rank, new_rank = _ranks(old, zone), _ranks(new, zone)
+    old_rank, new_rank = _ranks(old, zones[0]), _ranks(new, zones[1])
     by_rank = {old_rank[fire]: fire for fire in gone}
     moved, added = [], []
     for fire in came:

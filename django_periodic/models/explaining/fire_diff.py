@@ -63,8 +63,8 @@ def fire_diff(
     new = _Side.of(changed, closures, list(overrides), since, until, max_fires)
     until = old.cut(new.cut(until, max_fires), max_fires)
     flags = {**old.flags(new), **new.flags(None)}
-    zone = triggers.parse_timezone(changed.timezone)
-    return diffs.diff(old.fires, new.fires, zone, flags, since=since, until=until)
+    zones = (triggers.parse_timezone(schedule.timezone), triggers.parse_timezone(changed.timezone))
+    return diffs.diff(old.fires, new.fires, zones, flags, since=since, until=until)
 
 
 def _closures(schedule: "Schedule") -> business_days.Closures | None:
