@@ -229,17 +229,16 @@ def pingers_listening() -> int:
 
 
 @pytest.mark.django_db(transaction=False)
-def test_pings_off_connects_nothing_and_on_connects_four_receivers():
+def test_pings_follow_the_setting_four_receivers_while_on_and_none_while_off():
     pings.follow()
     assert pings.pinger() is None and pingers_listening() == 0  # off in the test settings
     with override_settings(DJANGO_PERIODIC={"PINGS": True, "PING_TIMEOUT": timedelta(seconds=3)}):
-        try:
-            pings.follow()
-            following = pings.pinger()
-            assert following is not None and following.timeout == 3.0
-            assert pingers_listening() == 4  # started, finished, retried, lease lost
-        finally:
-            if following is not None:
-                following.disconnect()
-            pings._pinger = None
-    assert pingers_listening() == 0
+        following = pings.pinger()
+        assert following is not None and following.timeout == 3.0
+        assert pingers_listening() == 4  # started, finished, retried, lease lost
+        with override_settings(
+            DJANGO_PERIODIC={"PINGS": True, "PING_TIMEOUT": timedelta(seconds=1)}
+        ):
+            assert pings.pinger() is not following and pings.pinger().timeout == 1.0
+            assert pingers_listening() == 4  # the new timeout's pinger only
+    assert pings.pinger() is None and pingers_listening() == 0

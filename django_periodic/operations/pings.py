@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.core.signals import setting_changed
 from django.db import close_old_connections, connections
 
 from django_periodic import signals
 from django_periodic.choices import ErrorCode, RunStatus
-from django_periodic.conf import get_settings
+from django_periodic.conf import SETTING_NAME, get_settings
 from django_periodic.models import Schedule
 from django_periodic.operations import outbound
 
@@ -206,10 +207,25 @@ _pinger: Pinger | None = None
 
 
 def follow() -> None:
-    """Connect the receivers if ``PINGS`` is on; else nothing listens, nothing is built."""
+    """Ping while ``PINGS`` is on, from now on and whenever a setting changes: the
+    receivers connected while on, and nothing listening or built while off."""
+    setting_changed.connect(_setting_changed, dispatch_uid="django_periodic.pings")
+    _follow_settings()
+
+
+def _setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == SETTING_NAME:
+        _follow_settings()
+
+
+def _follow_settings() -> None:
     global _pinger
     settings = get_settings()
-    if settings.PINGS and _pinger is None:
+    wanted = settings.PING_TIMEOUT.total_seconds() if settings.PINGS else None
+    if _pinger is not None and _pinger.timeout != wanted:
+        _pinger.disconnect()  # what it queued is still sent, by its own sender
+        _pinger = None
+    if wanted is not None and _pinger is None:
         _pinger = Pinger(settings.PING_TIMEOUT)
         _pinger.connect()
 
