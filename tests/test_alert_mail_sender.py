@@ -7,8 +7,10 @@ import os
 import socket
 import threading
 import time
+import warnings
 from datetime import timedelta
 
+import django
 import pytest
 
 from django_periodic.db import clock
@@ -22,6 +24,8 @@ from tests.processes import ROOT, wait_for
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
 ADMINS = [("Ops", "ops@example.com")]
+SMTP = "django.core.mail.backends.smtp.EmailBackend"
+LOCMEM = "django.core.mail.backends.locmem.EmailBackend"
 
 
 class SilentMailServer:
@@ -177,6 +181,32 @@ def test_the_mail_server_gets_django_s_timeout_else_ours(settings):
     assert alert_mail.timeout() == alert_mail.DEFAULT_TIMEOUT == 10
     settings.EMAIL_TIMEOUT = 3
     assert alert_mail.timeout() == 3
+
+
+@pytest.mark.skipif(django.VERSION < (6, 1), reason="MAILERS are Django 6.1's")
+@pytest.mark.django_db(transaction=True)
+def test_with_mailers_the_default_mailer_sends_and_no_deprecated_email_api_is_used(
+    mailing, outbox, mailoutbox, settings, silent_mail_server, caplog
+):
+    settings.ADMINS = [address for _, address in ADMINS]  # MAILERS' form: addresses
+    options = {"host": "127.0.0.1", "port": silent_mail_server.port, "timeout": 0.5}
+    settings.MAILERS = {"default": {"BACKEND": SMTP, "OPTIONS": options}}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        failing("billing")
+        attention.evaluate(clock.now())
+        assert outbox.flush(timeout=30)  # given up after the mailer's timeout
+        assert silent_mail_server.connections  # the mailer's host and port, no EMAIL_*
+        settings.MAILERS = {"default": {"BACKEND": LOCMEM}}
+        failing("nightly")
+        attention.evaluate(clock.now())
+        assert outbox.flush(timeout=30)
+    (mail,) = mailoutbox
+    assert mail.to == ["ops@example.com"]
+    assert mail.subject.endswith("Schedule 'nightly' needs attention: its last 1 run(s) failed")
+    assert "1 earlier change(s) were not mailed: the mail server failed" in mail.body
+    ours = [str(w.message) for w in caught if "django_periodic" in w.filename]
+    assert not ours, ours
 
 
 # -- a real scheduler ------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import django
 from django.conf import settings
 from django.core.mail import get_connection, mail_admins
 
@@ -24,6 +25,8 @@ from django_periodic.operations.alert_outbox import SIZE, Outbox, Untold
 # Seconds the mail server may take to answer, unless Django's EMAIL_TIMEOUT says (Django
 # waits forever by default).
 DEFAULT_TIMEOUT = 10.0
+# The mailer of ``MAILERS`` (Django 6.1+) that Django's own mail_admins() uses by default.
+DEFAULT_MAILER = "default"
 
 
 @dataclass(frozen=True)
@@ -83,9 +86,20 @@ def timeout() -> float:
 
 
 def send(notices: list[Notice], untold: Untold) -> None:
-    """Mail the changes gathered to the ADMINS (the outbox's thread calls it)."""
-    connection = get_connection(timeout=timeout())
-    mail_admins(subject(notices), body(notices, untold), connection=connection)
+    """Mail the changes gathered to the ADMINS (the outbox's thread calls it): through
+    Django's default mailer where ``MAILERS`` is set (Django 6.1+), as Django's own error
+    mails are, with its ``timeout`` option; else through a connection with ``timeout()``."""
+    if uses_mailers():
+        mail_admins(subject(notices), body(notices, untold), using=DEFAULT_MAILER)
+    else:
+        connection = get_connection(timeout=timeout())
+        mail_admins(subject(notices), body(notices, untold), connection=connection)
+
+
+def uses_mailers() -> bool:
+    """The project configures ``MAILERS`` (Django 6.1+), which replace the ``EMAIL_*``
+    settings and ``get_connection()``; earlier versions ignore the setting."""
+    return django.VERSION >= (6, 1) and hasattr(settings, "MAILERS")
 
 
 def interval_seconds() -> float:
