@@ -2,6 +2,7 @@
 status of its choosing, one that accepts connections and never answers, and a port where
 nothing listens."""
 
+import contextlib
 import json
 import socket
 import threading
@@ -94,7 +95,10 @@ class HangingServer:
         return f"http://127.0.0.1:{self.port}{path}"
 
     def close(self) -> None:
+        with contextlib.suppress(OSError):  # wakes the accept(); close() alone does not
+            self.listener.shutdown(socket.SHUT_RDWR)
         self.listener.close()
+        self.thread.join()
         for connection in self.accepted:
             connection.close()
 

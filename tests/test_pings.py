@@ -23,6 +23,7 @@ from django_periodic.operations import pings
 from django_periodic.testing import run_due
 from tests.factories import RunFactory, ScheduleFactory
 from tests.ping_servers import HangingServer, RecordingServer, refused_url
+from tests.processes import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 KEY = "/ping/0b6f8f1e-5d5e-4a37-b0b4-3c1e6d1f2a9c"  # the secret part, as healthchecks.io's
@@ -42,11 +43,11 @@ def pinger():
     connected.connect()
     yield connected
     connected.disconnect()
-    connected.sender.flush(10)
+    connected.flush(10)
 
 
 def sent(pinger: pings.Pinger) -> None:
-    assert pinger.sender.flush(10), "the pings were not sent in time"
+    assert pinger.flush(10), "the pings were not sent in time"
 
 
 def test_a_run_that_succeeds_pings_start_then_success_with_one_rid_and_its_outcome(server, pinger):
@@ -200,7 +201,7 @@ def test_a_hanging_server_holds_only_the_sender_and_later_pings_go_out_after_the
         with caplog.at_level(logging.WARNING, logger="django_periodic"):
             run_due(now=now)
             # The runs go on while the sender waits on the hanging server.
-            assert not pinger.sender.flush(0)
+            assert not pinger.flush(0)
             for minutes in range(1, 4):
                 run_due(now=now + timedelta(minutes=minutes))
             ran = Run.objects.filter(schedule=stuck, status=Run.Status.SUCCEEDED)
@@ -215,6 +216,26 @@ def test_a_hanging_server_holds_only_the_sender_and_later_pings_go_out_after_the
     finally:
         pinger.disconnect()
         hanging.close()
+
+
+def test_a_hanging_server_holds_up_its_own_pings_only_not_another_hosts(server):
+    """The hanging server holds its ping for the whole timeout (30 s): the other host's
+    pings, noted after it, arrive long before that, so they did not wait behind it."""
+    hanging = HangingServer()
+    pinger = pings.Pinger(timedelta(seconds=30))
+    pinger.connect()
+    try:
+        stuck = ScheduleFactory(job="tests.jobs.add", args=[1, 2], ping_url=hanging.url(KEY))
+        run_due(now=stuck.next_fire_at)
+        wait_for(lambda: hanging.accepted, 10, "the hanging server to be asked")
+        watched = ScheduleFactory(job="tests.jobs.add", args=[2, 2], ping_url=server.url(KEY))
+        run_due(now=watched.next_fire_at)
+        assert [r.path for r in server.wait_for(2, timeout=15)] == [f"{KEY}/start", KEY]
+        assert not pinger.flush(0)  # the hanging server still holds its own
+    finally:
+        pinger.disconnect()
+        hanging.close()  # its ping fails at once now
+    assert pinger.flush(10)
 
 
 def pingers_listening() -> int:

@@ -9,19 +9,22 @@ its end pair up, and the outcome as a JSON body. Skipped runs ping nothing: they
 Off (the default), nothing listens. On, the receivers only note the event (no query, no
 I/O: they run on the scheduler's loop and workers) and hand the batch to a ``Sender``,
 whose thread reads the ping URLs of all the events waiting in one query per database,
-then pings each with ``PING_TIMEOUT``, once. A failure is logged by schedule name and
-cause, never with the URL: it is a secret (it embeds the check's key).
+then hands each ping to its host's own sender, which pings it with ``PING_TIMEOUT``, once:
+a monitor that hangs holds up its own pings, never another host's. A failure is logged by
+schedule name and cause, never with the URL: it is a secret (it embeds the check's key).
 """
 
 import json
 import logging
 import socket
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -38,6 +41,8 @@ logger = logging.getLogger("django_periodic")
 # What each kind of ping adds to the URL's path.
 START, SUCCESS, FAIL = "/start", "", "/fail"
 USER_AGENT = "django-periodic"
+# Hosts with a sender thread of their own, at most; any more share one.
+MAX_HOSTS = 8
 
 
 @dataclass(frozen=True)
@@ -91,7 +96,8 @@ def _noted(kind: str, arguments: dict[str, Any], duration: timedelta | None = No
 
 
 class Pinger:
-    """The receivers, the pings waiting (at most ``outbound.SIZE``) and their sender."""
+    """The receivers, the pings waiting (at most ``outbound.SIZE``) and their senders: one
+    that reads a batch's URLs, and one a host."""
 
     def __init__(self, timeout: timedelta) -> None:
         self.timeout = timeout.total_seconds()
@@ -99,6 +105,7 @@ class Pinger:
         self._lock = threading.Lock()
         self._waiting: list[Ping] = []
         self._dropped = 0
+        self._hosts: dict[str, outbound.Sender] = {}
 
     def connect(self) -> None:
         signals.run_started.connect(self.on_started, weak=False)
@@ -140,7 +147,7 @@ class Pinger:
 
     def send_waiting(self) -> None:
         """On the sender's thread: every ping waiting, their URLs read in one query per
-        database."""
+        database, handed to their hosts' senders."""
         with self._lock:
             batch, self._waiting = self._waiting, []
             dropped, self._dropped = self._dropped, 0
@@ -150,8 +157,30 @@ class Pinger:
             pings = [ping for ping in batch if ping.using == using]
             urls = _ping_urls(using, {ping.schedule_id for ping in pings})
             for ping in pings:
-                if urls.get(ping.schedule_id):
-                    self.send(ping, urls[ping.schedule_id])
+                if url := urls.get(ping.schedule_id):
+                    self._host_sender(url).post(partial(self.send, ping, url))
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every ping noted to be sent (or to fail and be
+        logged); True if they were."""
+        deadline = time.monotonic() + timeout
+        if not self.sender.flush(timeout):
+            return False
+        with self._lock:
+            hosts = list(self._hosts.values())
+        return all(host.flush(max(deadline - time.monotonic(), 0)) for host in hosts)
+
+    def _host_sender(self, url: str) -> outbound.Sender:
+        """The sender of ``url``'s host; past ``MAX_HOSTS`` hosts, one shared by the rest.
+        Senders are named by number: logs never show any part of a ping URL."""
+        parts = urllib.parse.urlsplit(url)
+        host = f"{parts.hostname}:{parts.port or parts.scheme}"
+        with self._lock:
+            if host not in self._hosts and len(self._hosts) >= MAX_HOSTS:
+                host = ""  # the rest
+            if host not in self._hosts:
+                self._hosts[host] = outbound.Sender(f"pings (host {len(self._hosts) + 1})")
+            return self._hosts[host]
 
     def send(self, ping: Ping, url: str) -> None:
         """One ping, once; a failure logged with its cause, never the URL."""
