@@ -12,10 +12,8 @@
 #   PERIODIC_TEST_DBS="sqlite postgres pgbouncer"       which databases to run (default: all three;
 #                                                       pgbouncer: PostgreSQL through PgBouncer in
 #                                                       transaction mode, the tests marked pgbouncer)
-#   PERIODIC_TEST_BESIDE=0                              run every pytest run alone (by default, the
-#                                                       SQLite runs of environments without the
-#                                                       crash suite go beside their PostgreSQL
-#                                                       runs: see beside())
+#   PERIODIC_TEST_BESIDE=0                              run every pytest run alone (by default, a
+#                                                       stage's runs go side by side: see STAGES)
 #   PERIODIC_SKIP_LINT=1                                skip ruff and mypy (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
@@ -37,18 +35,28 @@ source scripts/lib/package.sh
 
 # The support matrix: name, Python version, Django requirement, the databases it runs on, and
 # optionally a pytest marker expression narrowing what that environment runs. The crash suite
-# (about 4 minutes a run: it kills and restarts real schedulers and PostgreSQL) runs once, with
-# Django 5.2 LTS; the two supported pairs (3.11 with Django 5.2, 3.12 with Django 6) run
-# everything else on both databases (real scheduler processes included), and Python 3.13 runs
-# on PostgreSQL only, which keeps the whole command under 35 minutes on 2 cores. The tests
-# marked pgbouncer run once more through PgBouncer, with Django 5.2. The browser tests run once
-# per invocation whatever the matrix says (see browser_skip).
-# The upgrade test (tests/test_upgrades.py: the previous release's processes beside this one's)
-# runs once too, with Django 5.2 on PostgreSQL.
+# (about 6 minutes: it kills and restarts real schedulers and PostgreSQL) and the upgrade test
+# (tests/test_upgrades.py: the previous release's processes beside this one's) run once, with
+# Django 5.2 LTS on PostgreSQL; the two supported pairs (3.11 with Django 5.2, 3.12 with Django
+# 6) run everything else on both databases (real scheduler processes included), and Python
+# 3.13 on SQLite. The tests marked pgbouncer run once more through PgBouncer, with Django 5.2.
+# The browser tests run once per invocation, in the first run (see browser_skip).
 MATRIX=(
     "py311-django52 3.11 django>=5.2,<6 sqlite,postgres,pgbouncer"
     "py312-django6 3.12 django>=6.0,<7 sqlite,postgres not crash and not upgrade"
-    "py313-django6 3.13 django>=6.0,<7 postgres not crash and not upgrade"
+    "py313-django6 3.13 django>=6.0,<7 sqlite not crash and not upgrade"
+)
+# The order of the pytest runs, a stage a line: ENV/DB, or ENV/DB:MARKERS for a part of that
+# run (with the matrix's markers), runs separated by "|". A stage's first run goes in the
+# foreground, the others beside it: each waits on its own scheduler processes and database
+# much of the time, so on 2 cores three runs side by side take little longer than the longest
+# alone. The crash suite and the upgrade test (they restart PostgreSQL and kill processes) have
+# a stage of their own; so does nothing else.
+STAGES=(
+    "py311-django52/sqlite|py311-django52/pgbouncer"
+    "py311-django52/postgres:not crash and not upgrade|py313-django6/sqlite"
+    "py311-django52/postgres:crash or upgrade"
+    "py312-django6/postgres|py312-django6/sqlite"
 )
 # Installed without their dependencies (see scripts/lib/venv.sh): django-celery-beat caps
 # Django and cron-descriptor below what the matrix tests; its other dependencies are in the
@@ -93,14 +101,16 @@ ensure_chromium() {
     export PERIODIC_CHROMIUM=/usr/bin/chromium
 }
 
-# The label of the pytest run that ran the browser tests; later runs skip them.
+# The label of the pytest run that runs the browser tests: the first one started (its stage's
+# foreground run); the others skip them.
 BROWSER_RUN=
 
-# Why a pytest run skips the browser tests (empty: it runs them). Only the first runs them.
+# Why the pytest run labelled $1 skips the browser tests (empty: it runs them).
 browser_skip() {
+    [[ -n $BROWSER_RUN ]] || BROWSER_RUN=$1
     if [[ -n ${PERIODIC_BROWSER_SKIP:-} ]]; then
         echo "$PERIODIC_BROWSER_SKIP"
-    elif [[ -n $BROWSER_RUN ]]; then
+    elif [[ $BROWSER_RUN != "$1" ]]; then
         echo "browser tests run once per test.sh, in the $BROWSER_RUN run"
     fi
 }
@@ -206,7 +216,7 @@ has_marker_arg() {
 
 # pytest_setup NAME DB MARKERS [pytest args...]: the label of a pytest run (RUN_LABEL), its
 # database (RUN_DB), its extra pytest arguments (RUN_NARROW) and PgBouncer URL (RUN_PGBOUNCER).
-# MARKERS is the matrix's marker expression (may be empty), passed as -m unless the arguments
+# MARKERS is the run's marker expression (may be empty), passed as -m unless the arguments
 # have a -m of their own. DB pgbouncer runs the tests marked pgbouncer on PostgreSQL through
 # PgBouncer.
 pytest_setup() {
@@ -235,14 +245,13 @@ pytest_setup() {
 pytest_exec() {
     local name=$1 only_db=$2
     shift 2
-    PERIODIC_BROWSER_SKIP=$(browser_skip) PERIODIC_TEST_DB=$RUN_DB \
+    PERIODIC_BROWSER_SKIP=$(browser_skip "$RUN_LABEL") PERIODIC_TEST_DB=$RUN_DB \
         PERIODIC_ONLY_DATABASE_TESTS=$only_db PERIODIC_TEST_PGBOUNCER_URL=$RUN_PGBOUNCER \
         in_venv "$name" python -m pytest -p no:cacheprovider "${RUN_NARROW[@]}" "$@"
 }
 
 # record_run LABEL LOG RC: counts a finished run's tests and keeps its result for the summary.
 record_run() {
-    [[ -n $BROWSER_RUN ]] || BROWSER_RUN=$1
     count_tests "$2"
     rm -f "$2"
     RUN_LABELS+=("$1")
@@ -256,53 +265,133 @@ run_pytest() {
     pytest_setup "$name" "$db" "$markers" "$@"
     banner "$RUN_LABEL"
     log=$(mktemp)
+    browser_skip "$RUN_LABEL" >/dev/null # the first run claims them
     pytest_exec "$name" "$only_db" "$@" 2>&1 | tee "$log" || rc=${PIPESTATUS[0]}
     record_run "$RUN_LABEL" "$log" "$rc"
 }
 
 # start_beside NAME DB MARKERS ONLY_DB [pytest args...]: one pytest run in the background,
-# beside the next foreground run (finish_beside prints its output once it has ended). Each
-# waits on its own child processes and database much of the time: on 2 cores, Python 3.12's
-# SQLite and PostgreSQL runs took 6 min 41 s side by side, against 8 min 42 s one after the
-# other. It gets its own pytest temp dir; its SQLite file is per process (tests/settings.py).
-BESIDE_PID=
+# beside its stage's foreground run (finish_beside prints its output once it has ended). It
+# gets its own pytest temp dir; its SQLite file is per process (tests/settings.py).
+BESIDE_PIDS=()
+BESIDE_LABELS=()
+BESIDE_LOGS=()
+BESIDE_TMPS=()
 start_beside() {
-    local name=$1 db=$2 markers=$3 only_db=$4
+    local name=$1 db=$2 markers=$3 only_db=$4 log tmp
     shift 4
     pytest_setup "$name" "$db" "$markers" "$@"
-    BESIDE_LABEL=$RUN_LABEL
-    BESIDE_LOG=$(mktemp)
-    BESIDE_TMP=$(mktemp -d)
-    echo "(running $BESIDE_LABEL beside the next run; its output follows when it ends)"
-    pytest_exec "$name" "$only_db" --basetemp "$BESIDE_TMP/pytest" "$@" >"$BESIDE_LOG" 2>&1 &
-    BESIDE_PID=$!
+    log=$(mktemp)
+    tmp=$(mktemp -d)
+    echo "(running $RUN_LABEL beside; its output follows when it ends)"
+    pytest_exec "$name" "$only_db" --basetemp "$tmp/pytest" "$@" >"$log" 2>&1 &
+    BESIDE_PIDS+=("$!")
+    BESIDE_LABELS+=("$RUN_LABEL")
+    BESIDE_LOGS+=("$log")
+    BESIDE_TMPS+=("$tmp")
 }
 
 stop_beside() {
-    [[ -n $BESIDE_PID ]] || return 0
-    pkill -TERM -P "$BESIDE_PID" 2>/dev/null || true # pytest, under the background subshell
-    kill "$BESIDE_PID" 2>/dev/null || true
+    local pid
+    for pid in "${BESIDE_PIDS[@]}"; do
+        pkill -TERM -P "$pid" 2>/dev/null || true # pytest, under the background subshell
+        kill "$pid" 2>/dev/null || true
+    done
 }
 
 finish_beside() {
-    [[ -n $BESIDE_PID ]] || return 0
-    local rc=0
-    wait "$BESIDE_PID" || rc=$?
-    BESIDE_PID=
-    banner "$BESIDE_LABEL (ran beside the run above)"
-    cat "$BESIDE_LOG"
-    record_run "$BESIDE_LABEL" "$BESIDE_LOG" "$rc"
-    rm -rf "$BESIDE_TMP"
+    local i rc
+    for i in "${!BESIDE_PIDS[@]}"; do
+        rc=0
+        wait "${BESIDE_PIDS[$i]}" || rc=$?
+        banner "${BESIDE_LABELS[$i]} (ran beside the run above)"
+        cat "${BESIDE_LOGS[$i]}"
+        record_run "${BESIDE_LABELS[$i]}" "${BESIDE_LOGS[$i]}" "$rc"
+        rm -rf "${BESIDE_TMPS[$i]}"
+    done
+    BESIDE_PIDS=()
+    BESIDE_LABELS=()
+    BESIDE_LOGS=()
+    BESIDE_TMPS=()
 }
 
-# Whether an environment's run on DB goes beside its next run: the SQLite run, when a
-# PostgreSQL run follows, in an environment that leaves out the crash suite (MARKERS), and
-# unless it is the run with the browser tests. Those two want the machine to themselves.
-beside() {
-    local db=$1 databases=$2 markers=$3
-    [[ $db == sqlite && ${PERIODIC_TEST_BESIDE:-1} == 1 && $markers == *"not crash"* ]] &&
-        [[ -n $(browser_skip) ]] && selected postgres "$SELECTED_DBS" &&
-        selected postgres "${databases//,/ }"
+# The matrix's fields for environment $1: "DATABASES MARKERS" (MARKERS may be empty).
+env_spec() {
+    local spec name _pyver _django databases markers
+    for spec in "${MATRIX[@]}"; do
+        read -r name _pyver _django databases markers <<<"$spec"
+        if [[ $name == "$1" ]]; then
+            echo "$databases $markers"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# Whether ENV/DB is selected (PERIODIC_TEST_ENVS, PERIODIC_TEST_DBS) and in the matrix.
+run_selected() {
+    local databases _markers
+    read -r databases _markers <<<"$(env_spec "$1")"
+    selected "$1" "$SELECTED_ENVS" && selected "$2" "$SELECTED_DBS" &&
+        selected "$2" "${databases//,/ }"
+}
+
+# part_setup ENV/DB[:MARKERS]: a stage's run as PART_ENV, PART_DB, PART_MARKERS (the matrix's
+# and the part's) and PART_ONLY_DB. The SQLite run of an environment runs every test; its other
+# runs only those that reach the database, unless its SQLite run is not selected.
+part_setup() {
+    local part=$1 _databases extra=
+    PART_ENV=${part%%/*}
+    PART_DB=${part#*/}
+    PART_DB=${PART_DB%%:*}
+    [[ $part != *:* ]] || extra=${part#*:}
+    read -r _databases PART_MARKERS <<<"$(env_spec "$PART_ENV")"
+    if [[ -n $extra && -n $PART_MARKERS ]]; then
+        PART_MARKERS="($PART_MARKERS) and ($extra)"
+    elif [[ -n $extra ]]; then
+        PART_MARKERS=$extra
+    fi
+    PART_ONLY_DB=0
+    if [[ $PART_DB != sqlite ]] && run_selected "$PART_ENV" sqlite; then
+        PART_ONLY_DB=1
+    fi
+}
+
+# stage_run FOREGROUND ENV/DB[:MARKERS] [pytest args...]: one run of a stage.
+stage_run() {
+    local foreground=$1
+    part_setup "$2"
+    shift 2
+    if ((foreground)); then
+        run_pytest "$PART_ENV" "$PART_DB" "$PART_MARKERS" "$PART_ONLY_DB" "$@"
+    else
+        start_beside "$PART_ENV" "$PART_DB" "$PART_MARKERS" "$PART_ONLY_DB" "$@"
+    fi
+}
+
+# run_stage STAGE [pytest args...]: the stage's selected runs, the others beside its first
+# (one after the other with PERIODIC_TEST_BESIDE=0).
+run_stage() {
+    local part
+    local -a parts=() chosen=()
+    IFS='|' read -r -a parts <<<"$1"
+    shift
+    for part in "${parts[@]}"; do
+        part_setup "$part"
+        if run_selected "$PART_ENV" "$PART_DB"; then chosen+=("$part"); fi
+    done
+    ((${#chosen[@]})) || return 0
+    if [[ ${PERIODIC_TEST_BESIDE:-1} != 1 ]]; then
+        for part in "${chosen[@]}"; do stage_run 1 "$part" "$@"; done
+        return 0
+    fi
+    # The first run claims the browser tests before the others start.
+    part_setup "${chosen[0]}"
+    pytest_setup "$PART_ENV" "$PART_DB" "$PART_MARKERS" "$@"
+    browser_skip "$RUN_LABEL" >/dev/null
+    for part in "${chosen[@]:1}"; do stage_run 0 "$part" "$@"; done
+    stage_run 1 "${chosen[0]}" "$@"
+    finish_beside
 }
 
 describe_code() {
@@ -384,23 +473,15 @@ main() {
         run_check "docs (scripts/docs.sh, sphinx -W)" check_docs
     fi
 
-    local spec name _pyver _django databases markers db only_db
+    local spec name stage
     for spec in "${MATRIX[@]}"; do
-        read -r name _pyver _django databases markers <<<"$spec"
+        name=${spec%% *}
         selected "$name" "$SELECTED_ENVS" || continue
         run_check "migrations up to date ($name)" check_migrations "$name"
-        only_db=0
-        for db in sqlite postgres pgbouncer; do
-            selected "$db" "$SELECTED_DBS" || continue
-            selected "$db" "${databases//,/ }" || continue
-            if beside "$db" "$databases" "$markers"; then
-                start_beside "$name" "$db" "$markers" "$only_db" "$@"
-            else
-                run_pytest "$name" "$db" "$markers" "$only_db" "$@"
-            fi
-            only_db=1
-        done
-        finish_beside
+    done
+
+    for stage in "${STAGES[@]}"; do
+        run_stage "$stage" "$@"
     done
 
     # Last, so that the work tree it copies has the leftovers of the runs above (bytecode,
