@@ -47,6 +47,10 @@ run_skipped = Signal()
 #: The sweeper released the run's expired lease: its process stopped heartbeating. The
 #: run goes back to pending (``reentered``) or ends failed ``lease_expired``.
 lease_lost = Signal()
+#: A scheduler stopping gave back a run whose job had started and not ended within
+#: ``SHUTDOWN_GRACE``: its attempt ended unfinished, and the run goes back to pending to
+#: run again (a run not run again ends failed ``interrupted``: ``run_finished``).
+run_released = Signal()
 #: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times.
 schedule_disabled = Signal()
 #: A schedule that was fine needs attention now (models/alerting.py): sent once, by the
@@ -66,7 +70,15 @@ SCHEDULE_SIGNALS = (
     schedule_paused,
 )
 
-RUN_SIGNALS = (run_planned, run_started, run_finished, run_retried, run_skipped, lease_lost)
+RUN_SIGNALS = (
+    run_planned,
+    run_started,
+    run_finished,
+    run_retried,
+    run_skipped,
+    lease_lost,
+    run_released,
+)
 
 #: What every run signal sends (besides ``sender`` and ``signal``).
 RUN_ARGUMENTS = (

@@ -6,9 +6,11 @@ import pytest
 from django.core.management import call_command
 
 from django_periodic import signals
+from django_periodic.db import clock
+from django_periodic.engine.runs import claims, outcomes
 from django_periodic.operations import runlog
 from django_periodic.testing import run_due
-from tests.factories import ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory
 
 
 def run_records(caplog) -> list[logging.LogRecord]:
@@ -53,6 +55,24 @@ def test_a_failure_is_logged_as_a_warning_with_its_error_code(run_log, caplog):
         "retrying",
         "RuntimeError",
     )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("reentry", [True, False])
+def test_a_run_given_back_at_shutdown_is_logged_as_a_warning(run_log, caplog, process, reentry):
+    """What a stopping scheduler gives back unfinished (engine/loop/shutdown.py): released
+    to run again, or failed ``interrupted``; one warning either way."""
+    caplog.set_level(logging.INFO, logger="django_periodic.runs")
+    schedule = ScheduleFactory(allow_stale_reentry=reentry)
+    now = clock.now()
+    RunFactory(schedule=schedule, plan_time=now)
+    (claim,) = claims.claim(process, now, 1)
+    given_back = [outcomes.released(claim)]
+    outcomes.announce_released(given_back, outcomes.record(given_back))
+    (record,) = [r for r in run_records(caplog) if r.event in ("released", "finished")]
+    expected = ("released", "pending", "") if reentry else ("finished", "failed", "interrupted")
+    assert (record.event, record.status, record.reason) == expected
+    assert record.levelname == "WARNING"
 
 
 def test_the_run_log_listens_only_while_its_logger_is_enabled_for_info():

@@ -250,16 +250,16 @@ def pingers_listening() -> int:
 
 
 @pytest.mark.django_db(transaction=False)
-def test_pings_follow_the_setting_four_receivers_while_on_and_none_while_off():
+def test_pings_follow_the_setting_five_receivers_while_on_and_none_while_off():
     pings.follow()
     assert pings.pinger() is None and pingers_listening() == 0  # off in the test settings
     with override_settings(DJANGO_PERIODIC={"PINGS": True, "PING_TIMEOUT": timedelta(seconds=3)}):
         following = pings.pinger()
         assert following is not None and following.timeout == 3.0
-        assert pingers_listening() == 4  # started, finished, retried, lease lost
+        assert pingers_listening() == 5  # started, finished, retried, lease lost, released
         with override_settings(
             DJANGO_PERIODIC={"PINGS": True, "PING_TIMEOUT": timedelta(seconds=1)}
         ):
             assert pings.pinger() is not following and pings.pinger().timeout == 1.0
-            assert pingers_listening() == 4  # the new timeout's pinger only
+            assert pingers_listening() == 5  # the new timeout's pinger only
     assert pings.pinger() is None and pingers_listening() == 0

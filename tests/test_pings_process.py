@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from django_periodic.db import clock
-from django_periodic.models import Run
+from django_periodic.models import Lease, Run
 from tests.factories import ScheduleFactory
 from tests.ping_servers import HangingServer, RecordingServer
 from tests.processes import wait_for
@@ -86,3 +86,33 @@ def paired_since(server: RecordingServer, since) -> bool:
         if datetime.fromisoformat(received.outcome["plan_time"]) >= since:
             paths[received.query["rid"]].add(received.path)
     return {"/ping/watched/start", "/ping/watched"} in paths.values()
+
+
+@pytest.mark.parametrize("reentry", [True, False])
+def test_a_run_given_back_at_shutdown_pings_fail_once_for_its_attempt(
+    postgres, children, servers, reentry
+):
+    """A stop past the grace gives up the running job: run again later (reentry) or failed
+    ``interrupted``; either way its attempt's start is closed by one ``/fail``."""
+    _, recording = servers
+    schedule = ScheduleFactory(
+        name="slow",
+        job="tests.jobs.record",
+        kwargs={"seconds": 120},
+        interval=timedelta(hours=1),
+        start_at=clock.now() + SECOND,
+        allow_stale_reentry=reentry,
+        ping_url=recording.url("/ping/slow"),
+    )
+    child = children.start(
+        "--workers", "1", settings={"PINGS": True, "PING_TIMEOUT": 5, "SHUTDOWN_GRACE": 0.5}
+    )
+    wait_for(Lease.objects.filter(started_at__isnull=False).exists, 30, "the job to start")
+    assert child.terminate() == 0, child.output()
+    start, end = recording.wait_for(2)
+    assert (start.path, end.path) == ("/ping/slow/start", "/ping/slow/fail")
+    assert start.query["rid"] == end.query["rid"]
+    assert end.outcome["error_code"] == "interrupted"
+    run = Run.objects.get(schedule=schedule)
+    assert (end.outcome["status"], run.status) == (("pending",) * 2 if reentry else ("failed",) * 2)
+    assert len(recording.received) == 2  # the process exited: nothing more can come

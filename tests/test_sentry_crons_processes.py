@@ -11,7 +11,7 @@ from datetime import timedelta
 import pytest
 
 from django_periodic.db import clock
-from django_periodic.models import Run
+from django_periodic.models import Lease, Run
 from tests.factories import ScheduleFactory
 from tests.processes import wait_for
 from tests.sentry_transport import read
@@ -88,3 +88,29 @@ def test_handed_off_runs_check_in_from_the_worker_that_runs_them(postgres, child
     assert started["check_in_id"] == finished["check_in_id"]
     assert started["monitor_slug"] == "handed-off"
     assert read(planner_file) == []  # the planner only enqueued it
+
+
+def test_a_run_given_back_at_shutdown_closes_its_check_in_as_an_error(postgres, children, tmp_path):
+    """A stop past the grace gives the running job's run back, to run again: its attempt's
+    ``in_progress`` is closed at once, not left to Sentry's ``max_runtime``."""
+    check_ins = tmp_path / "scheduler.jsonl"
+    schedule = ScheduleFactory(
+        name="slow",
+        job="tests.jobs.record",
+        kwargs={"seconds": 120},
+        interval=timedelta(hours=1),
+        start_at=clock.now() + timedelta(seconds=1),
+        allow_stale_reentry=True,
+    )
+    child = children.start(
+        "--workers",
+        "1",
+        settings={**ON, "SHUTDOWN_GRACE": 0.5},
+        env={"PERIODIC_TEST_SENTRY_FILE": str(check_ins)},
+    )
+    wait_for(Lease.objects.filter(started_at__isnull=False).exists, 30, "the job to start")
+    assert child.terminate() == 0, child.output()
+    assert Run.objects.get(schedule=schedule).status == "pending"
+    sent = read(check_ins)
+    assert statuses_by_slug(sent) == {"slow": ["in_progress", "error"]}
+    assert len({c["check_in_id"] for c in sent}) == 1

@@ -3,8 +3,9 @@ docs/pings.md.
 
 healthchecks.io's pinging API: ``<url>/start`` when an attempt starts, ``<url>`` when its
 run succeeds, ``<url>/fail`` when an attempt fails (its run failed, was cancelled, will be
-retried, or lost its lease), each with ``?rid=`` a UUID of the attempt, so that a start and
-its end pair up, and the outcome as a JSON body. Skipped runs ping nothing: they did not run.
+retried, lost its lease, or was given back unfinished at shutdown), each with ``?rid=`` a
+UUID of the attempt, so that a start and its end pair up, and the outcome as a JSON body.
+Skipped runs ping nothing: they did not run.
 
 Off (the default), nothing listens. On, the receivers only note the event (no query, no
 I/O: they run on the scheduler's loop and workers) and hand the batch to a ``Sender``,
@@ -14,6 +15,7 @@ a monitor that hangs holds up its own pings, never another host's. A failure is 
 schedule name and cause, never with the URL: it is a secret (it embeds the check's key).
 """
 
+import atexit
 import json
 import logging
 import socket
@@ -106,18 +108,23 @@ class Pinger:
         self._waiting: list[Ping] = []
         self._dropped = 0
         self._hosts: dict[str, outbound.Sender] = {}
+        # Registered first, so called last at exit: after the senders' own (atexit calls in
+        # reverse), when the batch sender may have handed pings to a host's sender.
+        atexit.register(self.close)
 
     def connect(self) -> None:
         signals.run_started.connect(self.on_started, weak=False)
         signals.run_finished.connect(self.on_finished, weak=False)
         signals.run_retried.connect(self.on_retried, weak=False)
         signals.lease_lost.connect(self.on_lease_lost, weak=False)
+        signals.run_released.connect(self.on_released, weak=False)
 
     def disconnect(self) -> None:
         signals.run_started.disconnect(self.on_started)
         signals.run_finished.disconnect(self.on_finished)
         signals.run_retried.disconnect(self.on_retried)
         signals.lease_lost.disconnect(self.on_lease_lost)
+        signals.run_released.disconnect(self.on_released)
 
     def on_started(self, **arguments: Any) -> None:
         self.note(_noted(START, arguments))
@@ -133,6 +140,10 @@ class Pinger:
         # A lease lost for good ends the run failed: run_finished pings that one.
         if reentered:
             self.note(_noted(FAIL, {**arguments, "reason": ErrorCode.LEASE_EXPIRED.value}))
+
+    def on_released(self, **arguments: Any) -> None:
+        # Given back unfinished at shutdown, to run again: this attempt did not succeed.
+        self.note(_noted(FAIL, {**arguments, "reason": ErrorCode.INTERRUPTED.value}))
 
     def note(self, ping: Ping) -> None:
         """Queue ``ping``; the first of a batch asks the sender to send them all."""
@@ -169,6 +180,11 @@ class Pinger:
         with self._lock:
             hosts = list(self._hosts.values())
         return all(host.flush(max(deadline - time.monotonic(), 0)) for host in hosts)
+
+    def close(self) -> None:
+        """At exit: ``outbound.PATIENCE`` to send every ping noted, then they are abandoned."""
+        if not self.flush(outbound.PATIENCE):
+            logger.warning("pings: not all were sent in %s s before exit.", outbound.PATIENCE)
 
     def _host_sender(self, url: str) -> outbound.Sender:
         """The sender of ``url``'s host; past ``MAX_HOSTS`` hosts, one shared by the rest.

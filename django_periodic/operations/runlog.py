@@ -24,7 +24,8 @@ logger = logging.getLogger("django_periodic.runs")
 
 # The keys each line adds to its LogRecord (stable: log pipelines filter on them).
 FIELDS = (
-    "event",  # planned, started, finished, retried, skipped, lease_lost, schedule_disabled
+    "event",  # planned, started, finished, retried, skipped, lease_lost, released,
+    # schedule_disabled
     "schedule",  # the schedule's name
     "schedule_id",
     "run_id",
@@ -36,6 +37,9 @@ FIELDS = (
     "duration",  # seconds (finished only), else None
 )
 
+# Attempts that ended unfinished, the run going back to pending: logged as warnings.
+UNFINISHED = (signals.lease_lost, signals.run_released)
+
 EVENTS = {
     signals.run_planned: "planned",
     signals.run_started: "started",
@@ -43,6 +47,7 @@ EVENTS = {
     signals.run_retried: "retried",
     signals.run_skipped: "skipped",
     signals.lease_lost: "lease_lost",
+    signals.run_released: "released",
 }
 
 
@@ -66,7 +71,7 @@ def _switch(signal: Signal, receiver: Any, on: bool) -> None:
 def log_run(signal: Signal, **kwargs: Any) -> None:
     """Log one run transition (a receiver of every run signal)."""
     event = EVENTS[signal]
-    failed = kwargs["status"] in choices.WARNING_STATUSES or signal is signals.lease_lost
+    failed = kwargs["status"] in choices.WARNING_STATUSES or signal in UNFINISHED
     level = logging.WARNING if failed else logging.INFO
     if not logger.isEnabledFor(level):
         return

@@ -90,6 +90,11 @@ def lease_lost(reentered: bool, **event: Any) -> None:
         _post(event, MonitorStatus.ERROR)
 
 
+def released(**event: Any) -> None:
+    # Given back unfinished at shutdown, to run again: this attempt ended without an outcome.
+    _post(event, MonitorStatus.ERROR)
+
+
 def skipped(reason: str, **event: Any) -> None:
     # A run claimed ahead that waited past its start deadline: its check-in is open. Any
     # other skip never started, and Sentry reports the fire as missed.
@@ -102,6 +107,7 @@ RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.run_finished: finished,
     signals.run_retried: retried,
     signals.lease_lost: lease_lost,
+    signals.run_released: released,
     signals.run_skipped: skipped,
 }
 

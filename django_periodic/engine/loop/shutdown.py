@@ -82,9 +82,12 @@ def _drain(scheduler: Scheduler) -> None:
     # All started: runs not started were withdrawn above, and none is claimed since.
     unfinished = pool.in_flight()
     pool.stop_all(StopRequest.SHUTDOWN)
-    _give_up([outcomes.released(claim) for claim in unfinished], "unfinished", using)
+    released = [outcomes.released(claim) for claim in unfinished]
+    outcomes.announce_released(released, _give_up(released, "unfinished", using))
 
 
-def _give_up(given_up: list[records.AttemptOutcome], state: str, using: str) -> None:
-    for run_id in outcomes.record(given_up, using=using) if given_up else ():
+def _give_up(given_up: list[records.AttemptOutcome], state: str, using: str) -> set[int]:
+    recorded = outcomes.record(given_up, using=using) if given_up else set()
+    for run_id in recorded:
         logger.warning("Gave up run %s %s at shutdown.", run_id, state)
+    return recorded

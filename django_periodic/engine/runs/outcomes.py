@@ -261,6 +261,20 @@ def _events(ended: Sequence[AttemptOutcome], now: datetime | None) -> list[signa
     return events
 
 
+def announce_released(released: Sequence[AttemptOutcome], recorded: set[int]) -> None:
+    """``run_released`` for the runs of ``released`` (given back unfinished at shutdown, and
+    recorded) that go back to pending: their attempts ended, and monitors close them."""
+    if not signals.listened(signals.run_released):
+        return
+    signals.send(
+        [
+            signals.of_run(signals.run_released, o.claim.run, status=o.status, using=o.claim.using)
+            for o in released
+            if o.claim.run.pk in recorded and o.status == Run.Status.PENDING
+        ]
+    )
+
+
 def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> set[int]:
     # Only a queue schedule has runs waiting; one left by a policy change is the sweeper's.
     return {
