@@ -295,14 +295,45 @@ def test_a_crontab_restricting_both_day_fields_is_reported(db):
     assert "matching both day_of_month and day_of_week" in output
 
 
-def test_a_crontab_cron_cannot_read_is_reported_with_the_field(db):
+def test_a_range_celery_wraps_is_imported_as_the_hours_celery_fires_at(db):
     overnight = crontab(minute="0", hour="22-2")  # celery wraps the range; cron does not
     periodic_task("overnight", crontab=overnight)
 
+    run_import()
+
+    assert Schedule.objects.get(name="overnight").cron == "0 0-2,22,23 * * *"
+
+
+@pytest.mark.parametrize(
+    "field, text",
+    [
+        ("hour", "22-2"),
+        ("hour", "22-2/2"),
+        ("hour", "1,20-3"),
+        ("minute", "50-10/5"),
+        ("day_of_month", "28-3"),
+        ("month_of_year", "11-2"),
+        ("day_of_week", "fri-mon"),
+        ("day_of_week", "sat-sun"),
+    ],
+)
+def test_a_wrapping_field_reads_as_celerys_own_parser_reads_it(field, text):
+    from celery.schedules import crontab as celery_crontab
+
+    from django_periodic.operations.celerybeat.crontabs import celery_field_values
+    from django_periodic.operations.celerybeat.rows import CRON_FIELDS
+
+    expected = frozenset(getattr(celery_crontab(**{field: text}), field))
+    assert celery_field_values(text, CRON_FIELDS.index(field)) == expected
+
+
+def test_a_crontab_neither_celery_nor_cron_reads_is_reported_with_the_field(db):
+    periodic_task("odd", crontab=crontab(minute="0", hour="9-x"))
+
     output = run_import()
 
-    assert not Schedule.objects.filter(name="overnight").exists()
-    assert "Invalid hour field '22-2': range 22-2 is reversed" in output
+    assert not Schedule.objects.filter(name="odd").exists()
+    assert "Invalid hour field '9-x'" in output
 
 
 # -- dry run, re-import, and the dump ------------------------------------------------------

@@ -51,6 +51,46 @@ def celery_cron_parts(crontab: Any) -> list[str]:
     return parts
 
 
+def celery_text_part(text: str, index: int) -> str:
+    """Field ``index`` of a crontab written as ``text`` (django-celery-beat's column): as
+    written where cron reads it, else the values celery reads in it, such as a range it
+    wraps (hour ``22-2``: ``0-2,22,23``); as written if celery cannot read it either (the
+    cron check then names the field)."""
+    if cron_field_values(text, index) is not None:
+        return text
+    values = celery_field_values(text, index)
+    return text if values is None else compact(values, *CELERY_RANGES[index])
+
+
+def celery_field_values(text: str, index: int) -> frozenset[int] | None:
+    """The values celery reads in field ``index`` written as ``text``: cron's, except that a
+    reversed range wraps past the field's end, as celery's parser wraps it (``22-2/2``: 22,
+    0, 2); None if it cannot be read."""
+    low, high = CELERY_RANGES[index]
+    values: set[int] = set()
+    for item in text.split(","):
+        read = cron_field_values(item, index)
+        if read is None:
+            read = _wrapped(item, index, low, high)
+        if read is None:
+            return None
+        values |= read
+    return frozenset(values)
+
+
+def _wrapped(item: str, index: int, low: int, high: int) -> frozenset[int] | None:
+    base, slash, step_text = item.partition("/")
+    first_text, dash, last_text = base.partition("-")
+    first, last = cron_field_values(first_text, index), cron_field_values(last_text, index)
+    if not dash or not first or not last or len(first) != 1 or len(last) != 1:
+        return None
+    if slash and not (step_text.isdigit() and int(step_text) > 0):
+        return None
+    start, end = min(first), min(last)
+    ordered = [*range(start, high + 1), *range(low, end + 1)] if start > end else []
+    return frozenset(ordered[:: int(step_text) if slash else 1]) or None
+
+
 def cron_field_values(text: str, index: int) -> frozenset[int] | None:
     """The values cron reads in field ``index`` written as ``text``; None if it cannot."""
     _, low, high, names = FIELDS[index]

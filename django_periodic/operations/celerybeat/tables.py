@@ -21,7 +21,7 @@ from django_periodic.operations.celerybeat.applying import (
     solar_reason,
     utc_text,
 )
-from django_periodic.operations.celerybeat.crontabs import cron_values
+from django_periodic.operations.celerybeat.crontabs import celery_text_part, cron_values
 from django_periodic.operations.celerybeat.rows import (
     CRON_FIELDS,
     MODEL_LABELS,
@@ -111,7 +111,7 @@ def _trigger(task: dict[str, Any], rows: Rows, notes: list[str]) -> dict[str, An
 def _cron(row: dict[str, Any]) -> dict[str, Any]:
     # Celery's fields, in cron's order; it allows spaces inside a field ("1, 2").
     parts = [(row[key] or "*").replace(" ", "") for key in CRON_FIELDS]
-    return cron_values(parts, row["timezone"])
+    return cron_values([celery_text_part(p, i) for i, p in enumerate(parts)], row["timezone"])
 
 
 def _interval(row: dict[str, Any], task: dict[str, Any], notes: list[str]) -> dict[str, Any]:
