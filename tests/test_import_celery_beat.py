@@ -13,8 +13,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
+from django_periodic import registry
 from django_periodic.db import clock
+from django_periodic.engine.planning.code_schedules import code_defined_values
 from django_periodic.models import Schedule
+from django_periodic.operations.celerybeat.emitting import EMITTED_FIELDS
 from django_periodic.timing import triggers
 from tests.factories import ScheduleFactory
 
@@ -334,6 +337,26 @@ def test_a_crontab_neither_celery_nor_cron_reads_is_reported_with_the_field(db):
 
     assert not Schedule.objects.filter(name="odd").exists()
     assert "Invalid hour field '9-x'" in output
+
+
+def test_emitted_code_defines_the_enabled_tasks_the_import_creates(
+    celery_rows, tmp_path, clean_registry
+):
+    from tests.test_import_celery_beat_app import emitted_module
+
+    output = run_import(emit_code=True)
+    assert not Schedule.objects.exists()  # nothing is written
+    emitted_module(tmp_path, output, "emitted_tables")
+    assert "#   periodic task 'paused' (tests.jobs.noop): it is disabled" in output
+
+    run_import()
+    defined = [s for s in Schedule.objects.all() if s.name in registry.registered_jobs()]
+    assert sorted(s.name for s in defined) == ["bounded", "clocked", "cron", "interval", "routed"]
+    for imported in defined:
+        values = code_defined_values(registry.get_job(imported.name))
+        assert {k: values[k] for k in EMITTED_FIELDS} == {
+            k: getattr(imported, k) for k in EMITTED_FIELDS
+        }, imported.name
 
 
 # -- dry run, re-import, and the dump ------------------------------------------------------

@@ -160,7 +160,6 @@ def test_a_missing_setting_is_a_command_error_naming_the_old_one(db, settings):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--emit-code"], "--emit-code reads a beat schedule in code: add --from-settings "),
         (["--queue", "a=dummy"], "--queue reads a beat schedule in code: add --from-settings "),
         (["--from-settings", "--queue", "reports"], "--queue takes QUEUE=ALIAS, got 'reports'."),
         (["--from-settings", "--queue", "a=nope"], "--queue a=nope: 'nope' is not a backend of "),

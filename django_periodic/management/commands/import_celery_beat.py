@@ -57,7 +57,7 @@ class Command(BaseCommand):
             "--emit-code",
             action="store_true",
             help="Print the @job(...) definitions of the schedules instead of saving them "
-            "(--from-settings and --app).",
+            "(disabled tasks are listed, not defined).",
         )
         parser.add_argument(
             "--job-map",
@@ -207,9 +207,8 @@ def _printable(text: str) -> str:
 
 
 def _check_code_options(in_code: bool, queues: list[str], emit_code: bool, saving: bool) -> None:
-    if not in_code and (queues or emit_code):
-        option = "--queue" if queues else "--emit-code"
-        raise CommandError(f"{option} reads a beat schedule in code: add --from-settings or --app.")
+    if not in_code and queues:
+        raise CommandError("--queue reads a beat schedule in code: add --from-settings or --app.")
     if emit_code and saving:
         raise CommandError("--emit-code saves nothing: --update and --paused do not apply.")
 

@@ -1,5 +1,6 @@
-"""``import_celery_beat --emit-code``: a beat schedule as the Python module that defines the
-same schedules in code, with ``@job(...)``, instead of rows.
+"""``import_celery_beat --emit-code``: a beat schedule, or django-celery-beat's periodic tasks,
+as the Python module that defines the same schedules in code, with ``@job(...)``, instead of
+rows.
 
 A schedule defined in code is named after its job, and a beat entry after its key: so each
 entry becomes a small job of the entry's name, with the entry's trigger and arguments, that
@@ -21,7 +22,8 @@ from django_periodic.escaping import escaped
 from django_periodic.operations.celerybeat.applying import TaskMapping, trigger_text
 
 # The schedule values @job(...) takes, in the order they are written (the trigger first).
-EMITTED_FIELDS: tuple[str, ...] = ("cron", "timezone", "interval", "args", "kwargs")
+EMITTED_FIELDS: tuple[str, ...] = ("cron", "timezone", "interval", "run_at", "start_at")
+EMITTED_FIELDS += ("args", "kwargs")
 EMITTED_FIELDS += ("misfire_grace", "end_at", "tasks_backend")
 LINE_LENGTH = 100
 # Values a schedule has when @job(...) leaves them out.
@@ -42,6 +44,9 @@ def emit(mapping: TaskMapping, problem: str, taken: set[str]) -> Emitted:
     arguments do not validate, ``taken`` the function names used so far (updated)."""
     if mapping.values is None or problem:
         return Emitted(mapping, reason=mapping.reason or problem)
+    if mapping.values.get("enabled") is False:
+        # A schedule in code is created enabled: emitting it would start what beat had off.
+        return Emitted(mapping, reason="it is disabled: define it in code when it is to run")
     target = registry.get_job(mapping.values["job"])
     options = [f"{key}={value}" for key, value in _options(mapping.values).items()]
     if target.name == mapping.name:
