@@ -17,12 +17,14 @@ from django_periodic.db import clock
 from django_periodic.engine.planning import attention
 from django_periodic.models import Schedule
 from django_periodic.operations import alert_mail
+from tests import legacy_mail
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
 from tests.processes import ROOT, wait_for
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
+pytestmark = legacy_mail.WARNINGS
 ADMINS = [("Ops", "ops@example.com")]
 SMTP = "django.core.mail.backends.smtp.EmailBackend"
 LOCMEM = "django.core.mail.backends.locmem.EmailBackend"

@@ -24,6 +24,7 @@ from django_periodic.models import Run, Schedule
 from django_periodic.models.alerting import Facts, reason
 from django_periodic.operations import alert_mail, health
 from tests.factories import RunFactory, ScheduleFactory
+from tests.legacy_mail import legacy_mail
 from tests.processes import wait_for
 from tests.threads import Thread
 
@@ -382,6 +383,7 @@ def test_the_health_view_is_503_counting_them(client, now):
     ]
 
 
+@legacy_mail
 @pytest.mark.django_db(transaction=True)
 def test_changes_are_mailed_to_the_admins_when_asked(settings, mailoutbox):
     settings.ADMINS = [("Ops", "ops@example.com")]
