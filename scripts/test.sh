@@ -371,6 +371,9 @@ stage_run() {
 
 # run_stage STAGE [pytest args...]: the stage's selected runs, the others beside its first
 # (one after the other with PERIODIC_TEST_BESIDE=0).
+# The ENV/DB pairs a stage has run so far (see run_stage).
+STAGED=" "
+
 run_stage() {
     local part
     local -a parts=() chosen=()
@@ -378,7 +381,11 @@ run_stage() {
     shift
     for part in "${parts[@]}"; do
         part_setup "$part"
-        if run_selected "$PART_ENV" "$PART_DB"; then chosen+=("$part"); fi
+        run_selected "$PART_ENV" "$PART_DB" || continue
+        # A -m of the caller's replaces the parts' markers: the first part runs it whole.
+        if has_marker_arg "$@" && [[ $STAGED == *" $PART_ENV/$PART_DB "* ]]; then continue; fi
+        STAGED+="$PART_ENV/$PART_DB "
+        chosen+=("$part")
     done
     ((${#chosen[@]})) || return 0
     if [[ ${PERIODIC_TEST_BESIDE:-1} != 1 ]]; then
