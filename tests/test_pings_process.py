@@ -76,6 +76,8 @@ def test_a_hanging_monitor_holds_up_neither_the_runs_nor_the_other_pings(
     assert child.terminate(timeout=60) == 0
     output = child.output()
     assert "no answer in 0.5 s" in output
+    # One wait at exit for all the pings' senders, the hung host's included.
+    assert output.count("not all were sent") == 1, output
     assert "/ping/hung-" not in output and f"127.0.0.1:{hanging.port}" not in output
 
 

@@ -39,12 +39,14 @@ class Sender:
     """Calls queued by any thread and made, in order, by a daemon thread of its own.
 
     ``name`` names the thread and, in logs, what is sent ("Sentry check-ins", "pings"):
-    never a call's arguments, which may hold secrets (a ping URL).
+    never a call's arguments, which may hold secrets (a ping URL). ``close_at_exit=False``
+    leaves ``close()`` to the owner (several senders sharing one ``PATIENCE`` at exit).
     """
 
-    def __init__(self, name: str, *, size: int = SIZE) -> None:
+    def __init__(self, name: str, *, size: int = SIZE, close_at_exit: bool = True) -> None:
         self.name = name
         self._size = size
+        self._close_at_exit = close_at_exit
         self._calls: deque[Callable[[], object]] = deque()
         self._changed = threading.Condition()
         self._busy = False
@@ -89,7 +91,8 @@ class Sender:
                 target=self._run, name=f"django_periodic.{self.name}", daemon=True
             )
             self._thread.start()
-            atexit.register(self.close)
+            if self._close_at_exit:
+                atexit.register(self.close)
 
     def _run(self) -> None:
         while True:

@@ -103,13 +103,12 @@ class Pinger:
 
     def __init__(self, timeout: timedelta) -> None:
         self.timeout = timeout.total_seconds()
-        self.sender = outbound.Sender("pings")
+        self.sender = outbound.Sender("pings", close_at_exit=False)
         self._lock = threading.Lock()
         self._waiting: list[Ping] = []
         self._dropped = 0
         self._hosts: dict[str, outbound.Sender] = {}
-        # Registered first, so called last at exit: after the senders' own (atexit calls in
-        # reverse), when the batch sender may have handed pings to a host's sender.
+        # One PATIENCE at exit for all its senders, whatever number of hosts hang.
         atexit.register(self.close)
 
     def connect(self) -> None:
@@ -195,7 +194,8 @@ class Pinger:
             if host not in self._hosts and len(self._hosts) >= MAX_HOSTS:
                 host = ""  # the rest
             if host not in self._hosts:
-                self._hosts[host] = outbound.Sender(f"pings (host {len(self._hosts) + 1})")
+                name = f"pings (host {len(self._hosts) + 1})"
+                self._hosts[host] = outbound.Sender(name, close_at_exit=False)
             return self._hosts[host]
 
     def send(self, ping: Ping, url: str) -> None:
