@@ -49,7 +49,7 @@ MATRIX=(
 # The order of the pytest runs, a stage a line: ENV/DB, or ENV/DB:MARKERS for a part of that
 # run (with the matrix's markers), runs separated by "|". A stage's first run goes in the
 # foreground, the others beside it: each waits on its own scheduler processes and database
-# much of the time, so on 2 cores three runs side by side take little longer than the longest
+# much of the time, so on 2 cores two runs side by side take little longer than the longer
 # alone. The crash suite and the upgrade test (they restart PostgreSQL and kill processes) have
 # a stage of their own; so does nothing else.
 STAGES=(
@@ -369,11 +369,11 @@ stage_run() {
     fi
 }
 
-# run_stage STAGE [pytest args...]: the stage's selected runs, the others beside its first
-# (one after the other with PERIODIC_TEST_BESIDE=0).
 # The ENV/DB pairs a stage has run so far (see run_stage).
 STAGED=" "
 
+# run_stage STAGE [pytest args...]: the stage's selected runs, the others beside its first
+# (one after the other with PERIODIC_TEST_BESIDE=0).
 run_stage() {
     local part
     local -a parts=() chosen=()
