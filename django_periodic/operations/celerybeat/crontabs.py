@@ -66,19 +66,19 @@ def celery_field_values(text: str, index: int) -> frozenset[int] | None:
     """The values celery reads in field ``index`` written as ``text``: cron's, except that a
     reversed range wraps past the field's end, as celery's parser wraps it (``22-2/2``: 22,
     0, 2); None if it cannot be read."""
-    low, high = CELERY_RANGES[index]
     values: set[int] = set()
     for item in text.split(","):
         read = cron_field_values(item, index)
         if read is None:
-            read = _wrapped(item, index, low, high)
+            read = _wrapped(item, index)
         if read is None:
             return None
         values |= read
     return frozenset(values)
 
 
-def _wrapped(item: str, index: int, low: int, high: int) -> frozenset[int] | None:
+def _wrapped(item: str, index: int) -> frozenset[int] | None:
+    low, high = CELERY_RANGES[index]
     base, slash, step_text = item.partition("/")
     first_text, dash, last_text = base.partition("-")
     first, last = cron_field_values(first_text, index), cron_field_values(last_text, index)
