@@ -13,6 +13,7 @@ from django.http import HttpRequest
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from django_periodic.admin.secrets import SecretsUnfiltered
 from django_periodic.models import Calendar, Schedule
 from django_periodic.timing import business_days
 
@@ -72,7 +73,7 @@ class CalendarForm(_CalendarModelForm):
 
 
 @admin.register(Calendar)
-class CalendarAdmin(_CalendarAdmin):
+class CalendarAdmin(SecretsUnfiltered, _CalendarAdmin):
     form = CalendarForm
     list_display = ["name", "timezone", "closed_days", "holidays_country", "schedule_count"]
     search_fields = ["name"]

@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_periodic.admin import display
+from django_periodic.admin.secrets import SecretsUnfiltered
 from django_periodic.models import Lease, SchedulerProcess
 from django_periodic.models.processes import held_through
 
@@ -48,7 +49,7 @@ class ReadOnlyAdmin:
 
 
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin, _LeaseAdmin):
+class LeaseAdmin(ReadOnlyAdmin, SecretsUnfiltered, _LeaseAdmin):
     list_display = ["run", "attempt", "holder", "acquired", "heartbeat", "released", "outcome"]
     list_filter = ["outcome", "process"]
     list_select_related = ["run"]
@@ -60,7 +61,7 @@ class LeaseAdmin(ReadOnlyAdmin, _LeaseAdmin):
 
 
 @admin.register(SchedulerProcess)
-class SchedulerProcessAdmin(ReadOnlyAdmin, _SchedulerProcessAdmin):
+class SchedulerProcessAdmin(ReadOnlyAdmin, SecretsUnfiltered, _SchedulerProcessAdmin):
     """The "Schedulers" page: who is alive, since when, holding how many runs."""
 
     list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held", "job_count"]

@@ -33,6 +33,7 @@ from django_periodic.admin.run_list import (
     ScopeFilter,
     holders,
 )
+from django_periodic.admin.secrets import SecretsUnfiltered
 from django_periodic.db import clock
 from django_periodic.engine.runs import leases, retries
 from django_periodic.models import Lease, Run
@@ -79,7 +80,7 @@ class LeaseInline(_LeaseInline):
 
 
 @admin.register(Run)
-class RunAdmin(_RunAdmin):
+class RunAdmin(SecretsUnfiltered, _RunAdmin):
     """Read-only history. The change permission allows the retry and cancel actions only."""
 
     list_display = [

@@ -40,6 +40,7 @@ from django_periodic.admin.schedule_filters import (
     LastStatusFilter,
     TriggerKindFilter,
 )
+from django_periodic.admin.secrets import SecretsUnfiltered, without_secrets
 from django_periodic.db import clock
 from django_periodic.models import (
     ALERT_FIELDS,
@@ -50,7 +51,6 @@ from django_periodic.models import (
     PING_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
-    SECRET_FIELDS,
     TRIGGER_FIELDS,
     Schedule,
     changed_by,
@@ -97,23 +97,8 @@ STATE_FIELDS = (
 READ_ONLY_TIMES = {"run_at": "run_time", "start_at": "start_time", "end_at": "end_time"}
 
 
-def _without_secrets(
-    fieldsets: "list[tuple[StrOrPromise | None, _FieldOpts]]",
-) -> "list[tuple[StrOrPromise | None, _FieldOpts]]":
-    """The fieldsets for a user who may only view: no secret (``SECRET_FIELDS``, the ping
-    URL) is on the page at all, not even read-only, nor in its source."""
-    shown = []
-    for title, options in fieldsets:
-        fields = [name for name in options["fields"] if name not in SECRET_FIELDS]
-        if fields:
-            kept = options.copy()
-            kept["fields"] = fields
-            shown.append((title, kept))
-    return shown
-
-
 @admin.register(Schedule)
-class ScheduleAdmin(ScheduleColumns):
+class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
     form = ScheduleForm
     list_display = [
         "name_and_error",
@@ -174,7 +159,7 @@ class ScheduleAdmin(ScheduleColumns):
         if self.has_change_permission(request, obj) or obj is None:
             fieldsets.append((_("Change"), {"fields": ["version_reason"]}))  # its version's
         else:
-            fieldsets = _without_secrets(fieldsets)
+            fieldsets = without_secrets(fieldsets)
         if obj is not None:
             # The scopes' latest runs only where there are scopes.
             hidden = set() if obj.scopes else {"scope_status"}
