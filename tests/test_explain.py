@@ -3,7 +3,7 @@ what became of it, read from what real planning and execution left in the ledger
 closed and paused spans expanded fire by fire and nothing stored for them."""
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.core.management.base import CommandError
@@ -13,8 +13,17 @@ from django.test.utils import CaptureQueriesContext
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import planner
-from django_periodic.models import Calendar, FireOverride, Run, Schedule, ScheduleVersion
+from django_periodic.models import (
+    Calendar,
+    ExplainPage,
+    FireOverride,
+    Run,
+    Schedule,
+    ScheduleVersion,
+)
+from django_periodic.models.explaining.pages import PAGE_SIZE
 from django_periodic.testing import run_due
+from django_periodic.timing import bounds
 from tests.factories import ScheduleFactory
 from tests.helpers import output_of, set_cursor
 from tests.models import Execution
@@ -293,6 +302,75 @@ def test_a_bad_window_is_refused():
         schedule.explain(now, now)
     with pytest.raises(ValueError, match="narrow it"):
         schedule.explain(datetime(2000, 1, 1, tzinfo=UTC), datetime(2010, 1, 1, tzinfo=UTC))
+
+
+@pytest.mark.django_db
+def test_a_window_out_of_the_range_of_times_is_refused_before_any_work():
+    schedule = every_ten()
+    now = clock.now()
+    first_day = datetime(1, 1, 1, tzinfo=UTC)
+    last_second = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5)))
+    refusals = [
+        (lambda: schedule.explain(first_day, now), "since must be at least 1900-01-01"),
+        (lambda: schedule.explain(now, last_second), "until must be at most 9000-01-01"),
+        (lambda: schedule.explain_page(now, now + TEN, after=last_second), "after must be"),
+        (lambda: schedule.explain_page(now, now.replace(tzinfo=None)), "timezone-aware"),
+    ]
+    for call, message in refusals:
+        with (
+            CaptureQueriesContext(connection) as captured,
+            pytest.raises(ValueError, match=message),
+        ):
+            call()
+        assert not captured.captured_queries  # nothing read, nothing computed
+
+
+@pytest.mark.django_db
+def test_a_page_of_a_window_of_any_length_costs_what_a_short_one_does():
+    schedule = every_ten(cron="* * * * *")
+    now = clock.now()
+
+    def page(since: datetime, until: datetime) -> tuple[ExplainPage, int]:
+        with CaptureQueriesContext(connection) as captured:
+            found = schedule.explain_page(since, until)
+        return found, len(captured)
+
+    short, short_queries = page(now, now + timedelta(hours=1))
+    ages, ages_queries = page(bounds.EARLIEST, bounds.LATEST)  # 3.7 billion fires
+    assert (len(short.accounts), short.next_after) == (60, None)
+    assert len(ages.accounts) == PAGE_SIZE
+    assert ages.next_after == ages.accounts[-1].plan_time
+    assert ages_queries == short_queries
+
+
+@pytest.mark.django_db(transaction=True)
+def test_pages_tell_what_one_call_tells_of_a_fire_shifted_past_its_page():
+    # Every minute of Saturdays, a day its calendar closes: each fire runs on Sunday at its
+    # time instead. The Saturday fires fill a page; the run of its last one, on Sunday, is
+    # in the next page's part of the window, and told once, by its fire's account.
+    ahead = clock.now() + timedelta(days=2)
+    saturday = (ahead + timedelta(days=(5 - ahead.weekday()) % 7)).replace(
+        hour=0, minute=0, second=0, microsecond=0
+    )
+    calendar = Calendar.objects.create(name="saturdays", timezone="UTC", closed_weekdays=[5])
+    schedule = every_ten(cron="* * * * 6", on_closed_day="next_open_day")
+    schedule.calendars.add(calendar)
+    last_fire = saturday + timedelta(hours=23, minutes=59)
+    its_run_at = last_fire + timedelta(days=1)
+    set_cursor(schedule, its_run_at)
+    planner.plan_due(its_run_at)
+    (run,) = Run.objects.filter(schedule=schedule)
+    assert run.plan_time == its_run_at
+    schedule.refresh_from_db()
+    since, until = saturday, saturday + timedelta(days=2)
+    first = schedule.explain_page(since, until)
+    second = schedule.explain_page(since, until, after=first.next_after)
+    assert (first.next_after, second.next_after) == (last_fire, None)
+    assert [*first.accounts, *second.accounts] == schedule.explain(since, until)
+    assert len(first.accounts) == PAGE_SIZE and not second.accounts
+    told = first.accounts[-1]
+    assert (told.plan_time, told.run_id) == (last_fire, run.pk)
+    assert "instead" in told.detail
 
 
 @pytest.mark.django_db(transaction=True)

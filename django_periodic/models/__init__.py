@@ -11,6 +11,7 @@ from django_periodic.models.changes.restoring import restore_version
 from django_periodic.models.changes.versioning import changed_by
 from django_periodic.models.changes.versions import ScheduleVersion
 from django_periodic.models.explaining.accounts import FireAccount, FireStatus
+from django_periodic.models.explaining.pages import ExplainPage
 from django_periodic.models.field_groups import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
@@ -81,6 +82,7 @@ __all__ = [
     "TRIGGER_FIELDS",
     "VERSIONED_FIELDS",
     "Calendar",
+    "ExplainPage",
     "FireAccount",
     "FireOverride",
     "FireStatus",

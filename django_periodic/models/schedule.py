@@ -368,6 +368,7 @@ class Schedule(TrackedChanges, Lifecycle, alerting.Alerting):
     # What became of its fires, and what a change would do to them (docs/explain.md):
     # defined in models/explaining/, set here by name.
     explain = explaining.explain
+    explain_page = explaining.explain_page
     fire_diff = diffing.fire_diff
 
     def clean(self) -> None:

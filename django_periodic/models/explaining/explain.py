@@ -1,4 +1,5 @@
-"""``Schedule.explain()``: what became of every fire of a schedule's trigger in a window.
+"""``Schedule.explain()`` and ``explain_page()``: what became of every fire of a schedule's
+trigger in a window.
 
 Every nominal fire (the trigger before its calendars and bounds) gets one account, from what
 the database holds, with nothing stored for it: its runs (one per scope), its override, its
@@ -9,8 +10,9 @@ its versions (a fire before its trigger last changed, or while it was disabled) 
 cursor (a fire not planned yet). Runs in the window that no fire of the trigger as it is
 now accounts for (an earlier trigger's) get an account of their own.
 
-The window costs a constant number of queries however many fires it holds (at most
-``MAX_FIRES``): the trigger math is done here, the rows are read once.
+A call reads one part of its window (``pages.py``: a page, or a whole window of at most
+``MAX_FIRES`` fires): the part's rows alone, in a constant number of queries, so a page
+costs the same however long its window.
 """
 
 from collections import defaultdict
@@ -18,6 +20,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
+
+from django.db.models import Q
 
 from django_periodic import choices, policies
 from django_periodic.choices import ErrorCode, OnClosedDay, OverrideAction, RunStatus
@@ -32,6 +36,14 @@ from django_periodic.models.explaining.accounts import (
     RunRow,
     from_runs,
 )
+from django_periodic.models.explaining.pages import (
+    MAX_FIRES,
+    PAGE_SIZE,
+    ExplainPage,
+    Part,
+    check_window,
+    ledger_runs,
+)
 from django_periodic.models.field_groups import TRIGGER_FIELDS
 from django_periodic.models.pausing import pause_end
 from django_periodic.models.trigger_rows import trigger_of
@@ -40,9 +52,6 @@ from django_periodic.timing import bounds, business_days, open_fires, triggers
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule
 
-# The most fires one window may hold: an explanation is read by people, and its trigger
-# math is done here in one go.
-MAX_FIRES = 100_000
 # The changes that make a schedule's earlier fires another trigger's (its versions).
 _TRIGGER_CHANGES = [*TRIGGER_FIELDS, "on_closed_day"]
 # The skipped runs that stand for a span of fires, and where their message says it ends.
@@ -61,40 +70,42 @@ def explain(
 
     ``scope`` names one scope key of a fanned-out schedule: the accounts of its runs alone.
     None: each fire's account sums up all its scopes' runs (their statuses counted in
-    ``scopes``; ``mixed`` when they differ). Raises ValueError for an empty or reversed
-    window, or one holding more than ``MAX_FIRES`` fires, and InvalidTrigger for a
-    schedule whose trigger cannot be built. See docs/explain.md.
+    ``scopes``; ``mixed`` when they differ). Raises ValueError for a window that is not one
+    (``check_window()``) or that holds more than ``MAX_FIRES`` fires (read it with
+    ``explain_page()``), and InvalidTrigger for a schedule whose trigger cannot be built.
+    See docs/explain.md.
     """
-    if since.tzinfo is None or until.tzinfo is None:
-        raise ValueError("since and until must be aware datetimes.")
-    if until <= since:
-        raise ValueError("until must come after since.")
-    fires = nominal_fires(schedule, since, until)
-    facts = _Facts.load(schedule, since, until, scope)
-    accounts = [facts.account(plan_time) for plan_time in fires]
-    accounts += facts.unmatched(since, until)
-    return sorted(accounts, key=lambda account: (account.plan_time, account.scope))
+    check_window(since, until)
+    part = Part.find(schedule, since, until, None, scope, MAX_FIRES)
+    if part.next_after is not None:
+        raise ValueError(
+            f"The window holds more than {MAX_FIRES:,} fires: narrow it, or read it a page "
+            "at a time (explain_page())."
+        )
+    return _Facts.load(schedule, part, scope).accounts(part)
 
 
-def nominal_fires(schedule: "Schedule", since: datetime, until: datetime) -> list[datetime]:
-    """The fires of the schedule's trigger in ``[since, until)``, before its calendars and
-    its ``start_at`` / ``end_at`` (whose fires are accounted for as out of bounds)."""
-    bounded = trigger_of(schedule)
-    assert isinstance(bounded, triggers.BoundedTrigger)  # what trigger_of builds
-    trigger = triggers.BoundedTrigger(bounded.trigger)  # within time's bounds only
-    fires: list[datetime] = []
-    fire = trigger.next_after(since - _MICROSECOND)
-    while fire is not None and fire < until:
-        if len(fires) >= MAX_FIRES:
-            raise ValueError(f"The window holds more than {MAX_FIRES:,} fires: narrow it.")
-        fires.append(fire)
-        fire = trigger.next_after(fire)
-    return fires
+def explain_page(
+    schedule: "Schedule",
+    since: datetime,
+    until: datetime,
+    scope: str | None = None,
+    after: datetime | None = None,
+) -> ExplainPage:
+    """The accounts of the window's first ``PAGE_SIZE`` fires after ``after`` (None: from
+    ``since``), as ``explain()`` gives them, with where the next page continues. A page
+    costs the same however long its window. Raises as ``explain()`` does, but never for a
+    window's length. See docs/explain.md.
+    """
+    check_window(since, until, after)
+    part = Part.find(schedule, since, until, after, scope, PAGE_SIZE)
+    accounts = _Facts.load(schedule, part, scope).accounts(part)
+    return ExplainPage(since, until, after, tuple(accounts), part.next_after)
 
 
 @dataclass
 class _Facts:
-    """What the database says of a schedule's fires in a window, read once."""
+    """What the database says of a schedule's fires in a part of a window, read once."""
 
     schedule: "Schedule"
     now: datetime
@@ -103,38 +114,38 @@ class _Facts:
     spans: list[tuple[datetime, datetime, RunRow]]  # [start, end) a skipped run stands for
     closures: business_days.Closures | None = None
     calendar_error: str = ""
+    # With calendars that shift closed fires: the fires that run, and where each closed fire
+    # of the part runs instead (None: nowhere).
+    opened: open_fires.OpenTrigger | None = None
+    shifts: dict[datetime, datetime | None] = field(default_factory=dict)
     last_change: datetime | None = None  # its trigger's last change (its versions)
     disabled: list[tuple[datetime, datetime]] = field(default_factory=list)
     last_planned: datetime | None = None  # with max_runs reached: its last run's plan time
 
     @classmethod
-    def load(
-        cls, schedule: "Schedule", since: datetime, until: datetime, scope: str | None
-    ) -> "_Facts":
+    def load(cls, schedule: "Schedule", part: Part, scope: str | None) -> "_Facts":
         using = schedule._state.db or "default"
-        runs = schedule.runs.using(using).filter(trigger__in=choices.LEDGER_TRIGGERS)
-        if scope is not None:
-            runs = runs.filter(scope=scope)
+        runs = ledger_runs(schedule, scope)
         facts = cls(schedule, clock.now(using), defaultdict(list), {}, [])
-        try:
-            facts.closures = closures_of(schedule)
-        except triggers.InvalidTrigger as exc:
-            facts.calendar_error = str(exc)
-        # A closed fire may run up to a shift's reach away from its own time.
-        reach = business_days.SHIFT_REACH if facts.closures is not None else timedelta(0)
-        window = runs.filter(plan_time__gte=since - reach, plan_time__lt=until + reach)
-        for row in window.order_by("plan_time", "scope").values_list(*RUN_FIELDS):
+        facts._read_calendars(part.fires)
+        # The part's runs, and those its closed fires were shifted to out of it.
+        shifted = [t for t in facts.shifts.values() if t is not None]
+        elsewhere = [t for t in shifted if not part.start <= t < part.stop]
+        read = runs.filter(
+            Q(plan_time__gte=part.start, plan_time__lt=part.stop) | Q(plan_time__in=elsewhere)
+        )
+        for row in read.order_by("plan_time", "scope").values_list(*RUN_FIELDS):
             run = RunRow(*row)
             facts.runs[run.plan_time].append(run)
             facts._add_span(run)
-        # The span of one that started before the window may reach into it.
+        # The span of one that started before the part may reach into it.
         spanning = runs.filter(
-            plan_time__lt=since, status=RunStatus.SKIPPED, error_code__in=list(_SPANS)
+            plan_time__lt=part.start, status=RunStatus.SKIPPED, error_code__in=list(_SPANS)
         )
         for row in spanning.order_by("-plan_time").values_list(*RUN_FIELDS)[:1]:
             facts._add_span(RunRow(*row))
         overrides = FireOverride.objects.using(using).filter(
-            schedule=schedule, plan_time__gte=since, plan_time__lt=until
+            schedule=schedule, plan_time__gte=part.start, plan_time__lt=part.stop
         )
         facts.overrides = {override.plan_time: override for override in overrides}
         facts._read_versions(using)
@@ -144,6 +155,30 @@ class _Facts:
                 latest.order_by("-plan_time").values_list("plan_time", flat=True).first()
             )
         return facts
+
+    def _read_calendars(self, fires: list[datetime]) -> None:
+        """Its calendars' closures and, if they shift closed fires, where these fires run."""
+        try:
+            self.closures = closures_of(self.schedule)
+        except triggers.InvalidTrigger as exc:
+            self.calendar_error = str(exc)
+            return
+        on_closed_day = self.schedule.on_closed_day
+        if self.closures is None or on_closed_day == OnClosedDay.SKIP:
+            return
+        # Bounds are the open trigger's: a shift out of them is not run.
+        opened = open_fires.OpenTrigger(trigger_of(self.schedule), self.closures, on_closed_day)
+        self.opened = opened
+        for fire in fires:
+            closure = self.closures.closure(fire)
+            if closure is not None and not closure.blackout:
+                self.shifts[fire] = opened.shifted(fire)
+
+    def accounts(self, part: Part) -> list[FireAccount]:
+        """The accounts of the part's fires, and of its runs that none accounts for, in order."""
+        found = [self.account(plan_time) for plan_time in part.fires]
+        found += self.unmatched(part.start, part.stop)
+        return sorted(found, key=lambda account: (account.plan_time, account.scope))
 
     def _add_span(self, run: RunRow) -> None:
         if run.status != RunStatus.SKIPPED or run.error_code not in _SPANS:
@@ -255,25 +290,30 @@ class _Facts:
         """A fire its calendars close: not run, or run on another day (its account then)."""
         if self.closures is None or (closure := self.closures.closure(plan_time)) is None:
             return None
-        on_closed_day = self.schedule.on_closed_day
-        note = open_fires.closed_note(closure, on_closed_day)
-        if not closure.blackout and on_closed_day != OnClosedDay.SKIP:
-            # Bounds are the open trigger's: a shift out of them is not run.
-            opened = open_fires.OpenTrigger(trigger_of(self.schedule), self.closures, on_closed_day)
-            shifted = opened.shifted(plan_time)
-            if shifted is not None and (runs := self.runs.pop(shifted, None)):
-                moved = f"Closed ({closure}): run on {_show(shifted)} instead."
-                return from_runs(plan_time, runs, moved)
-            if shifted is not None:
-                note = f"{note} It runs at {_show(shifted)}."
+        note = open_fires.closed_note(closure, self.schedule.on_closed_day)
+        shifted = self.shifts.get(plan_time)
+        if shifted is not None and (runs := self.runs.pop(shifted, None)):
+            moved = f"Closed ({closure}): run on {_show(shifted)} instead."
+            return from_runs(plan_time, runs, moved)
+        if shifted is not None:
+            note = f"{note} It runs at {_show(shifted)}."
         return FireAccount(plan_time, FireStatus.CLOSED, ErrorCode.CLOSED, note)
 
-    def unmatched(self, since: datetime, until: datetime) -> Iterator[FireAccount]:
-        """The runs in the window that no fire of the trigger as it is now accounts for."""
+    def unmatched(self, start: datetime, stop: datetime) -> Iterator[FireAccount]:
+        """The runs in ``[start, stop)`` that no fire of the trigger as it is now accounts
+        for. A run of a closed fire shifted there is that fire's: its account, in the part
+        of the window that holds the fire, says so."""
         for plan_time, runs in self.runs.items():
-            if since <= plan_time < until:
+            if start <= plan_time < stop and not self._shifted_to(plan_time):
                 note = "Not a fire of its trigger as it is now (an earlier trigger's)."
                 yield from_runs(plan_time, runs, note)
+
+    def _shifted_to(self, plan_time: datetime) -> bool:
+        """Whether a closed fire runs at ``plan_time``, shifted there by its calendars (a
+        fire of the part at its own time has taken its runs already)."""
+        if self.opened is None:
+            return False
+        return self.opened.next_after(plan_time - _MICROSECOND) == plan_time
 
 
 def _override_note(override: FireOverride | None) -> str:
