@@ -2,6 +2,7 @@
 
 import enum
 import math
+import re
 import sys
 from dataclasses import dataclass, fields
 from datetime import timedelta
@@ -78,6 +79,9 @@ class PeriodicSettings:
     SENTRY_CRONS: bool = False
     PINGS: bool = False
     PING_TIMEOUT: timedelta = timedelta(seconds=10)
+    # The hosts a ping may go to (models/validation.py), as ALLOWED_HOSTS names them;
+    # None or empty: any.
+    PING_HOSTS: tuple[str, ...] | None = None
     OPENTELEMETRY: bool = False
 
 
@@ -90,9 +94,11 @@ BOOLEAN_KEYS = frozenset(f.name for f in fields(PeriodicSettings) if f.type is b
 ALERT_INTERVAL_FLOOR = timedelta(seconds=1)
 # Text keys, and those of them that may be None.
 STRING_KEYS = frozenset({"TASKS_BACKEND", "TASKS_QUEUE", "WAKEUP_DATABASE"})
+# Lists of host names, each as in Django's ALLOWED_HOSTS.
+HOST_LIST_KEYS = frozenset({"PING_HOSTS"})
 MAY_BE_NONE = frozenset(
     {"TASKS_BACKEND", "WAKEUP_DATABASE", "KEEP_RUNS", "KEEP_RUNS_FOR", "KEEP_FAILED_RUNS_FOR"}
-    | {"KEEP_VERSIONS"}
+    | {"KEEP_VERSIONS", "PING_HOSTS"}
 )
 # Keys for which 0 is a meaningful value (it turns the feature off).
 MAY_BE_ZERO = frozenset({"PLAN_AHEAD", "UNKNOWN_JOB_GRACE"})
@@ -179,7 +185,11 @@ def parse(key: str, value: object) -> Any:
         if not isinstance(value, bool):
             raise InvalidSetting(Refusal.WRONG, "must be True or False.")
         return value
-    known = ", ".join(sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS))
+    if key in HOST_LIST_KEYS:
+        return _hosts(value)
+    known = ", ".join(
+        sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS | HOST_LIST_KEYS)
+    )
     raise InvalidSetting(Refusal.UNKNOWN, f"is not a known setting. Known settings: {known}.")
 
 
@@ -208,6 +218,29 @@ def _duration(key: str, value: object) -> timedelta:
         raise InvalidSetting(Refusal.WRONG, "must be positive.")
     _in_range(key, duration)
     return duration
+
+
+# A host name (a leading dot: and its subdomains), an IPv4 address, or an IPv6 one in
+# brackets; "*" for any, as in ALLOWED_HOSTS.
+_HOST_PATTERN = re.compile(r"\*|\.?[\w-]+(\.[\w-]+)*|\[[0-9a-fA-F:.]+\]")
+
+
+def _hosts(value: object) -> tuple[str, ...]:
+    """A list of host names as ALLOWED_HOSTS has them ("hc-ping.com", ".example.com" for it
+    and its subdomains), lowercased; a URL, a port or a lone string is refused."""
+    if not isinstance(value, list | tuple):  # a lone string too
+        raise InvalidSetting(
+            Refusal.WRONG, 'must be a list of host names, e.g. ["hc-ping.com"], or None.'
+        )
+    for number, host in enumerate(value, 1):
+        # Not repeated in the message: a ping URL pasted here holds its check's key.
+        if not isinstance(host, str) or not _HOST_PATTERN.fullmatch(host):
+            raise InvalidSetting(
+                Refusal.WRONG,
+                f"must hold host names only, such as hc-ping.com or .example.com: entry "
+                f"{number} is not one (no scheme, port, path or user).",
+            )
+    return tuple(host.lower() for host in value)
 
 
 def _float(value: Real) -> float:

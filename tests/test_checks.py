@@ -36,6 +36,34 @@ def test_bad_settings_are_reported_with_stable_ids(settings, value, expected):
     assert ids(value, settings) == expected
 
 
+@pytest.mark.parametrize(
+    "hosts",
+    [
+        "hc-ping.com",  # a string, not a list of them
+        ["https://hc-ping.com/0b6f8f1e"],  # a URL: its key is not repeated in the message
+        ["hc-ping.com:443"],
+        ["user@hc-ping.com"],
+        [""],
+        [42],
+        {"hc-ping.com": True},
+    ],
+)
+def test_ping_hosts_of_the_wrong_type_are_reported_without_repeating_them(settings, hosts):
+    settings.DJANGO_PERIODIC = {"PING_HOSTS": hosts}
+    (error,) = check_settings()
+    assert error.id == "django_periodic.E003"
+    assert error.msg.startswith("DJANGO_PERIODIC['PING_HOSTS'] must ")
+    assert "0b6f8f1e" not in error.msg
+    assert get_settings().PING_HOSTS is None  # read as the default meanwhile: any host
+
+
+def test_ping_hosts_are_host_names_as_allowed_hosts_has_them(settings):
+    hosts = ["hc-ping.com", ".Example.com", "127.0.0.1", "[::1]", "*"]
+    assert ids({"PING_HOSTS": hosts}, settings) == []
+    assert get_settings().PING_HOSTS == ("hc-ping.com", ".example.com", "127.0.0.1", "[::1]", "*")
+    assert ids({"PING_HOSTS": None}, settings) == ids({"PING_HOSTS": ()}, settings) == []
+
+
 def test_planning_ahead_may_be_turned_off_with_zero(settings):
     assert ids({"PLAN_AHEAD": 0}, settings) == []
 

@@ -1,8 +1,9 @@
-"""A schedule's ping URL: validated (http or https only, a clear error that does not repeat
-it) by clean(), the admin's form and a CHECK; set by ``@job(ping_url=...)``; and kept
-secret: not on a view-only user's page nor in its source, not in versions (a fingerprint
-that tells it changed), kept as it is when a version is restored, not in periodic_status's
-output, not in what is logged."""
+"""A schedule's ping URL: validated (http or https only, no credentials, a port in range, no
+link-local or unspecified address, a host of PING_HOSTS if set; a clear error that does not
+repeat it) by clean(), the admin's form and, for the scheme, a CHECK; set by
+``@job(ping_url=...)``; and kept secret: not on a view-only user's page nor in its source,
+not in versions (a fingerprint that tells it changed), kept as it is when a version is
+restored, not in periodic_status's output, not in what is logged."""
 
 import contextlib
 import io
@@ -56,6 +57,68 @@ def test_anything_else_is_refused_on_its_field_without_repeating_it(url):
     (message,) = refused.value.message_dict["ping_url"]
     assert "http:// or https:// URL" in message
     assert KEY not in message
+
+
+@pytest.mark.parametrize(
+    ("url", "refused"),
+    [
+        (f"https://user:{KEY}@hc-ping.com/x", "must not hold a user name or password"),
+        (f"https://hc-ping.com@127.0.0.1/{KEY}", "must not hold a user name or password"),
+        (f"http://127.0.0.1:70000/{KEY}", "port must be from 1 to 65535"),
+        (f"https://hc-ping.com:0/{KEY}", "port must be from 1 to 65535"),
+        (f"http://169.254.169.254/latest/{KEY}", "link-local or unspecified address"),
+        (f"http://[fe80::1]/{KEY}", "link-local or unspecified address"),
+        (f"http://[::ffff:169.254.169.254]/{KEY}", "link-local or unspecified address"),
+        (f"http://0.0.0.0:8000/{KEY}", "link-local or unspecified address"),
+        (f"http://[::]:8000/{KEY}", "link-local or unspecified address"),
+    ],
+)
+def test_credentials_a_port_out_of_range_or_a_local_address_are_refused_on_its_field(url, refused):
+    with pytest.raises(ValidationError) as error:
+        ScheduleFactory.build(ping_url=url).full_clean()
+    (message,) = error.value.message_dict["ping_url"]
+    assert refused in message
+    assert KEY not in message
+
+
+def test_the_admin_form_refuses_credentials_on_the_field(client):
+    schedule = ScheduleFactory(name="from-admin", job="tests.jobs.add", args=[1, 2])
+    editor = staff(client, "editor", "view_schedule", "change_schedule")
+    posted = schedule_form_data(ping_url=f"https://me:{KEY}@hc-ping.com/check")
+    refused = editor.post(schedule_url(schedule), posted)
+    (message,) = refused.context["adminform"].form.errors["ping_url"]
+    assert "user name or password" in message and KEY not in message
+    assert Schedule.objects.get(pk=schedule.pk).ping_url == ""
+
+
+def test_ping_hosts_allows_its_hosts_and_the_subdomains_of_a_dotted_one_only(settings):
+    settings.DJANGO_PERIODIC = {"PING_HOSTS": ["hc-ping.com", ".example.com"]}
+    for allowed in (
+        URL,
+        f"https://HC-PING.com/{KEY}",
+        "https://example.com/x",
+        "https://a.example.com/x",
+    ):
+        ScheduleFactory.build(ping_url=allowed).full_clean()
+    for refused in (
+        f"https://hc-ping.com.evil.example/{KEY}",
+        f"https://ping.hc-ping.com/{KEY}",
+        f"https://notexample.com/{KEY}",
+        f"http://127.0.0.1:8000/{KEY}",
+    ):
+        with pytest.raises(ValidationError) as error:
+            ScheduleFactory.build(ping_url=refused).full_clean()
+        (message,) = error.value.message_dict["ping_url"]
+        assert message == (
+            "ping_url's host is not one the PING_HOSTS setting allows (hc-ping.com, .example.com)."
+        )
+
+
+@pytest.mark.parametrize("hosts", [None, []])
+def test_without_ping_hosts_any_host_is_allowed(settings, hosts):
+    settings.DJANGO_PERIODIC = {"PING_HOSTS": hosts}
+    for url in (URL, "http://10.0.0.5:8000/ping/x", "http://[::1]:8000/x", "http://localhost/x"):
+        ScheduleFactory.build(ping_url=url).full_clean()
 
 
 def test_a_url_too_long_is_refused_with_its_length():

@@ -20,6 +20,7 @@ from django_periodic.checks import check_settings
 from django_periodic.conf import (
     BOOLEAN_KEYS,
     DURATION_KEYS,
+    HOST_LIST_KEYS,
     INTEGER_KEYS,
     MAY_BE_NONE,
     RANGES,
@@ -37,7 +38,7 @@ from tests.helpers import set_cursor
 SECOND = timedelta(seconds=1)
 SETTINGS_MD = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
 DEFAULTS = PeriodicSettings()
-KEYS = sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS)
+KEYS = sorted(DURATION_KEYS | INTEGER_KEYS | STRING_KEYS | BOOLEAN_KEYS | HOST_LIST_KEYS)
 
 
 def ids(settings, value) -> list[str]:
@@ -141,6 +142,8 @@ def _valid(key: str) -> st.SearchStrategy:
         return st.booleans()
     if key in STRING_KEYS:
         return st.sampled_from(["default", "dummy"])
+    if key in HOST_LIST_KEYS:
+        return st.sampled_from([[], ["127.0.0.1"], ["hc-ping.com", ".example.com"]])
     valid = RANGES[key]
     if key in INTEGER_KEYS:
         return st.integers(min_value=valid.low, max_value=valid.high).map(lambda n: min(n, 64))

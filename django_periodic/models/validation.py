@@ -6,6 +6,8 @@ CHECK constraints' own), the trigger's are those a trigger is built with
 together (``calendars.next_fire_error``).
 """
 
+import ipaddress
+import urllib.parse
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -15,6 +17,7 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Length
 from django.db.models.lookups import LessThanOrEqual
+from django.http.request import validate_host
 
 from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
@@ -111,22 +114,71 @@ def _jitter_errors(
     ]
 
 
-# The schemes a ping URL may have: the pinger sends with urllib, and a file:// or ftp://
-# "URL" is no monitor (and file:// would read a local file).
-PING_SCHEMES = ("http", "https")
-_ping_url = URLValidator(schemes=list(PING_SCHEMES))
-
-
 def _ping_errors(schedule: "Schedule") -> list[tuple[str, str]]:
-    """An http(s) URL or nothing; the message never repeats the URL (a secret)."""
-    if not schedule.ping_url:
-        return []
+    refused = schedule.ping_url and ping_url_refusal(schedule.ping_url)
+    return [("ping_url", refused)] if refused else []
+
+
+# Where a ping may go: one rule, applied here and again by the sender before each ping
+# (operations/pings.py), since a row may be written past clean() (update(), bulk_create(),
+# SQL) and PING_HOSTS may change after it was saved (docs/pings.md, "Threat model"). The
+# schemes: the pinger sends with urllib, and a file:// or ftp:// "URL" is no monitor.
+PING_SCHEMES = ("http", "https")
+_ping_url_shape = URLValidator(schemes=list(PING_SCHEMES))
+
+
+def ping_url_refusal(url: str) -> str | None:
+    """Why no ping may go to ``url``, in words that never repeat it (a ping URL embeds its
+    check's key); None if one may."""
     try:
-        _ping_url(schedule.ping_url)
+        _ping_url_shape(url)
     except ValidationError:
-        example = "https://hc-ping.com/<uuid>"
-        return [("ping_url", f"ping_url must be an http:// or https:// URL, e.g. {example}.")]
-    return []
+        return "ping_url must be an http:// or https:// URL, e.g. https://hc-ping.com/<uuid>."
+    parts = urllib.parse.urlsplit(url)
+    if "@" in parts.netloc:
+        # A password in the URL is a second secret, sent wherever the URL leads.
+        return "ping_url must not hold a user name or password (user:password@)."
+    if not _valid_port(parts):
+        return "ping_url's port must be from 1 to 65535."
+    host = (parts.hostname or "").removesuffix(".")
+    if forbidden_address(host):
+        return (
+            "ping_url must not name a link-local or unspecified address (169.254.0.0/16, "
+            "fe80::/10, 0.0.0.0, ::): they reach the scheduler's own host or network, such "
+            "as a cloud's metadata service, never a monitor."
+        )
+    return _ping_host_refusal(host)
+
+
+def forbidden_address(host: str) -> bool:
+    """Whether ``host`` is a link-local or unspecified IP address (a name is not: the sender
+    checks each address it connects to as well)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped  # ::ffff:169.254.169.254 is 169.254.169.254
+    return address.is_link_local or address.is_unspecified
+
+
+def _valid_port(parts: urllib.parse.SplitResult) -> bool:
+    try:
+        port = parts.port
+    except ValueError:  # past 65535
+        return False
+    return port != 0  # None: the scheme's own
+
+
+def _ping_host_refusal(host: str) -> str | None:
+    """Refused unless ``PING_HOSTS`` is empty or matches ``host`` as ALLOWED_HOSTS would."""
+    allowed = get_settings().PING_HOSTS
+    if not allowed:
+        return None
+    # ALLOWED_HOSTS names an IPv6 address in brackets.
+    if validate_host(f"[{host}]" if ":" in host else host, allowed):
+        return None
+    return f"ping_url's host is not one the PING_HOSTS setting allows ({', '.join(allowed)})."
 
 
 def _route_errors(schedule: "Schedule") -> list[tuple[str, str]]:
@@ -182,7 +234,7 @@ def range_constraints() -> list[models.CheckConstraint]:
     constraints.append(
         models.CheckConstraint(condition=rrule_length, name="periodic_schedule_rrule_length")
     )
-    # A ping URL: empty, or http(s) (PING_SCHEMES); clean() checks the rest of its form.
+    # A ping URL: empty, or http(s); clean() and the sender check the rest of its rule.
     schemes = Q(ping_url="")
     for scheme in PING_SCHEMES:
         schemes |= Q(ping_url__istartswith=f"{scheme}://")
