@@ -1,6 +1,6 @@
 """Servers on loopback for the ping tests: one that records each request and answers with a
-status of its choosing, one that accepts connections and never answers, and a port where
-nothing listens."""
+status (and a redirect's location) of its choosing, one that accepts connections and never
+answers, and a port where nothing listens."""
 
 import contextlib
 import json
@@ -28,10 +28,12 @@ class Received:
 
 
 class RecordingServer:
-    """An HTTP server on 127.0.0.1 that records every request and answers ``status``."""
+    """An HTTP server on 127.0.0.1 that records every request and answers ``status``, with
+    ``location`` (a path: on this server) as its Location header if given."""
 
-    def __init__(self, status: int = 200) -> None:
+    def __init__(self, status: int = 200, location: str | None = None) -> None:
         self.status = status
+        self.location = location
         self.received: list[Received] = []
         server = self
 
@@ -43,6 +45,8 @@ class RecordingServer:
                 query = dict(urllib.parse.parse_qsl(parts.query))
                 server.received.append(Received("POST", parts.path, query, body))
                 self.send_response(server.status)
+                if server.location is not None:
+                    self.send_header("Location", server.location)
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"OK")
@@ -80,19 +84,29 @@ class HangingServer:
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.accepted: list[socket.socket] = []
+        self.peers: list[tuple[str, int]] = []  # of each connection accepted, in order
         self.thread = threading.Thread(target=self._accept, daemon=True)
         self.thread.start()
 
     def _accept(self) -> None:
         while True:
             try:
-                connection, _ = self.listener.accept()
+                connection, peer = self.listener.accept()
             except OSError:
                 return  # closed
             self.accepted.append(connection)
+            self.peers.append(peer)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
+
+    def connected_before_now(self) -> int:
+        """How many connections were made to it before now: a probe connects last, and the
+        listener accepts in order, so once the probe is accepted every earlier one is."""
+        with socket.create_connection(("127.0.0.1", self.port)) as probe:
+            probe_address = probe.getsockname()
+            wait_for(lambda: probe_address in self.peers, 10, "the probe to be accepted")
+        return self.peers.index(probe_address)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):  # wakes the accept(); close() alone does not

@@ -7,7 +7,10 @@ servers' records are the oracle: the path, the ``rid`` pairing, the body.
 """
 
 import logging
+import socket
 import threading
+import urllib.error
+import urllib.request
 import weakref
 from datetime import timedelta
 
@@ -18,8 +21,8 @@ from django.test.utils import CaptureQueriesContext
 
 from django_periodic import signals
 from django_periodic.engine.runs import claims, leases
-from django_periodic.models import Run
-from django_periodic.operations import pings
+from django_periodic.models import Run, Schedule
+from django_periodic.operations import ping_transport, pings
 from django_periodic.testing import run_due
 from tests.factories import RunFactory, ScheduleFactory
 from tests.ping_servers import HangingServer, RecordingServer, refused_url
@@ -236,6 +239,121 @@ def test_a_hanging_server_holds_up_its_own_pings_only_not_another_hosts(server):
         pinger.disconnect()
         hanging.close()  # its ping fails at once now
     assert pinger.flush(10)
+
+
+# -- where pings go: the URL's rule again when sending, no redirect, no local address ------
+
+
+def test_a_redirect_is_not_followed_and_is_the_pings_failure(caplog, pinger):
+    redirecting = RecordingServer(status=302, location="/elsewhere")
+    try:
+        schedule = ScheduleFactory(job="tests.jobs.add", args=[1, 2], ping_url=redirecting.url(KEY))
+        with caplog.at_level(logging.WARNING, logger="django_periodic"):
+            run_due(now=schedule.next_fire_at)
+            sent(pinger)
+        # Each ping's own request only: nothing asked at /elsewhere.
+        assert [r.path for r in redirecting.received] == [f"{KEY}/start", KEY]
+    finally:
+        redirecting.close()
+    warnings = [r.getMessage() for r in caplog.records if "failed (not retried)" in r.getMessage()]
+    assert len(warnings) == 2
+    assert all("HTTP 302, a redirect (never followed)" in w for w in warnings)
+    assert KEY not in caplog.text and str(redirecting.port) not in caplog.text
+
+
+def test_a_redirect_to_ftp_is_not_followed(pinger):
+    ftp = HangingServer()  # an FTP server would greet; this one records the connections
+    redirecting = RecordingServer(status=302, location=f"ftp://127.0.0.1:{ftp.port}/x")
+    try:
+        schedule = ScheduleFactory(job="tests.jobs.add", args=[1, 2], ping_url=redirecting.url(KEY))
+        run_due(now=schedule.next_fire_at)
+        sent(pinger)
+        assert len(redirecting.received) == 2
+        assert ftp.connected_before_now() == 0
+    finally:
+        redirecting.close()
+        ftp.close()
+
+
+def test_ping_hosts_is_checked_again_before_each_ping(server, pinger, settings, caplog):
+    # Saved while any host was allowed; the setting changed since.
+    schedule = ScheduleFactory(job="tests.jobs.add", args=[1, 2], ping_url=server.url(KEY))
+    settings.DJANGO_PERIODIC = {"PING_HOSTS": ["hc-ping.com"]}
+    with caplog.at_level(logging.WARNING, logger="django_periodic"):
+        run_due(now=schedule.next_fire_at)
+        sent(pinger)
+    assert server.received == []
+    refusals = [r.getMessage() for r in caplog.records if "refused (not sent)" in r.getMessage()]
+    assert len(refusals) == 2  # start and success
+    assert all("PING_HOSTS" in w and f"(id {schedule.pk})" in w for w in refusals)
+    assert KEY not in caplog.text
+
+
+def test_a_host_that_resolves_to_an_unspecified_address_is_not_connected_to():
+    """The URL's rule sees a host's name only; the sender checks each address the name
+    resolves to before connecting. 0.0.0.0 reaches this host's own services (here, the
+    listener on 127.0.0.1) and stands for any name that resolves to such an address."""
+    listener = HangingServer()
+    try:
+        request = urllib.request.Request(f"http://0.0.0.0:{listener.port}{KEY}", method="POST")
+        with pytest.raises(urllib.error.URLError) as refused:
+            ping_transport.opener.open(request, timeout=5)
+        assert isinstance(refused.value.reason, ping_transport.RefusedAddress)
+        assert listener.connected_before_now() == 0
+        # Where it would have gone.
+        socket.create_connection(("0.0.0.0", listener.port), timeout=5).close()
+        assert listener.connected_before_now() == 2  # that one, and the first probe
+    finally:
+        listener.close()
+
+
+def everything_logged(records: list[logging.LogRecord]) -> str:
+    """Each record as a handler writes it (its traceback included), and every local variable
+    of every frame of that traceback, as an error tracker sends them (Sentry does)."""
+    formatter = logging.Formatter("%(levelname)s %(name)s %(message)s")
+    logged = []
+    for record in records:
+        logged.append(formatter.format(record))
+        frame = record.exc_info[2] if record.exc_info else None
+        while frame is not None:
+            logged += [repr(value) for value in frame.tb_frame.f_locals.values()]
+            frame = frame.tb_next
+    return "\n".join(logged)
+
+
+@pytest.mark.parametrize(
+    "bad_url",
+    [
+        f"http://127.0.0.1:70000{KEY}",  # past the last port: urllib raised on it
+        f"http://169.254.169.254{KEY}",  # a cloud's metadata service
+        "credentials",  # the good server's URL, with a user and password
+    ],
+)
+def test_one_bad_url_fails_its_own_ping_only_and_no_url_is_logged(server, pinger, caplog, bad_url):
+    good = [
+        ScheduleFactory(job="tests.jobs.add", args=[n, 1], ping_url=server.url(f"{KEY}-{n}"))
+        for n in range(2)
+    ]
+    bad = ScheduleFactory(job="tests.jobs.add", args=[9, 1])
+    if bad_url == "credentials":
+        bad_url = server.url(KEY).replace("//", f"//user:{KEY.split('/')[-1]}@")
+    # Written past clean(), as update() and bulk_create() do; the CHECK holds the scheme only.
+    Schedule.objects.filter(pk=bad.pk).update(ping_url=bad_url)
+    released = threading.Event()
+    pinger.sender.post(lambda: released.wait(10))  # the sender busy: one batch of three
+    with caplog.at_level(logging.DEBUG):
+        for schedule in (good[0], bad, good[1]):
+            run = Run.for_schedule(schedule, schedule.next_fire_at, status=Run.Status.SUCCEEDED)
+            run.save()
+            pinger.note(pings._noted(pings.SUCCESS, signals.of_run(signals.run_finished, run)[1]))
+        released.set()
+        sent(pinger)
+    assert sorted(r.path for r in server.received) == [f"{KEY}-0", f"{KEY}-1"]
+    logged = everything_logged(caplog.records)
+    assert KEY.split("/")[-1] not in logged  # the check's key, in any URL or password
+    assert not any(url in logged for url in (bad_url, *(s.ping_url for s in good)))
+    (refusal,) = [r.getMessage() for r in caplog.records if "refused (not sent)" in r.getMessage()]
+    assert refusal.startswith(f"Ping success of schedule {bad.name!r} (id {bad.pk}) refused")
 
 
 def pingers_listening() -> int:

@@ -10,9 +10,13 @@ Skipped runs ping nothing: they did not run.
 Off (the default), nothing listens. On, the receivers only note the event (no query, no
 I/O: they run on the scheduler's loop and workers) and hand the batch to a ``Sender``,
 whose thread reads the ping URLs of all the events waiting in one query per database,
-then hands each ping to its host's own sender, which pings it with ``PING_TIMEOUT``, once:
-a monitor that hangs holds up its own pings, never another host's. A failure is logged by
-schedule name and cause, never with the URL: it is a secret (it embeds the check's key).
+checks each URL again by the rule it was validated by (``ping_url_refusal``: a row may be
+written past ``clean()``, ``PING_HOSTS`` may have changed), then hands each ping to its
+host's own sender, which pings it with ``PING_TIMEOUT``, once, following no redirect
+(ping_transport.py): a monitor that hangs holds up its own pings, never another host's,
+and a bad URL fails its own ping only. A failure is logged by schedule name, id and cause,
+never with the URL nor a traceback (whose frames hold it): it is a secret (it embeds the
+check's key).
 """
 
 import atexit
@@ -36,7 +40,8 @@ from django_periodic import signals
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import SETTING_NAME, get_settings
 from django_periodic.models import Schedule
-from django_periodic.operations import outbound
+from django_periodic.models.validation import ping_url_refusal
+from django_periodic.operations import outbound, ping_transport
 
 logger = logging.getLogger("django_periodic")
 
@@ -168,7 +173,20 @@ class Pinger:
             urls = _ping_urls(using, {ping.schedule_id for ping in pings})
             for ping in pings:
                 if url := urls.get(ping.schedule_id):
-                    self._host_sender(url).post(partial(self.send, ping, url))
+                    self._dispatch(ping, url)
+
+    def _dispatch(self, ping: Ping, url: str) -> None:
+        """``ping`` handed to its host's sender, if the URL is one a ping may go to now
+        (``PING_HOSTS`` may have changed since it was saved; ``update()`` bypasses
+        ``clean()``). One bad URL fails its own ping only, logged without the URL."""
+        refused = ping_url_refusal(url)
+        if refused is None:
+            try:
+                self._host_sender(url).post(partial(self.send, ping, url))
+                return
+            except Exception as exc:  # not logged with exc_info: its frames hold the URL
+                refused = type(exc).__name__
+        _log_failure(ping, "refused (not sent)", refused)
 
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every ping noted to be sent (or to fail and be
@@ -199,25 +217,32 @@ class Pinger:
             return self._hosts[host]
 
     def send(self, ping: Ping, url: str) -> None:
-        """One ping, once; a failure logged with its cause, never the URL."""
-        request = urllib.request.Request(
-            ping_address(url, ping.kind, ping.rid),
-            data=_body(ping.outcome),
-            method="POST",
-            headers={"Content-Type": "application/json", "User-Agent": USER_AGENT},
-        )
+        """One ping, once, redirects not followed; a failure logged with its cause, never the
+        URL (nor with exc_info: the traceback's frames hold it)."""
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            request = urllib.request.Request(
+                ping_address(url, ping.kind, ping.rid),
+                data=_body(ping.outcome),
+                method="POST",
+                headers={"Content-Type": "application/json", "User-Agent": USER_AGENT},
+            )
+            with ping_transport.opener.open(request, timeout=self.timeout) as response:
                 response.read()
         except Exception as exc:  # any failure: logged, never retried
             if isinstance(exc, urllib.error.HTTPError):
                 exc.close()  # its response, and so its connection
-            logger.warning(
-                "Ping %s of schedule %r failed (not retried): %s.",
-                ping.kind.lstrip("/") or "success",
-                ping.schedule,
-                _cause(exc, self.timeout),
-            )
+            _log_failure(ping, "failed (not retried)", _cause(exc, self.timeout))
+
+
+def _log_failure(ping: Ping, what: str, cause: str) -> None:
+    logger.warning(
+        "Ping %s of schedule %r (id %s) %s: %s.",
+        ping.kind.lstrip("/") or "success",
+        ping.schedule,
+        ping.schedule_id,
+        what,
+        cause,
+    )
 
 
 def _body(outcome: dict[str, Any]) -> bytes:
@@ -239,8 +264,12 @@ def _ping_urls(using: str, schedule_ids: set[int]) -> dict[int, str]:
 def _cause(exc: Exception, timeout: float) -> str:
     """Why a ping failed, in words that cannot hold its URL (an exception's own text may)."""
     if isinstance(exc, urllib.error.HTTPError):
+        if 300 <= exc.code < 400:
+            return f"HTTP {exc.code}, a redirect (never followed)"
         return f"HTTP {exc.code}"
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ping_transport.RefusedAddress):
+        return str(reason)  # its own words, which hold no URL
     if isinstance(reason, TimeoutError | socket.timeout):
         return f"no answer in {timeout:g} s"
     if isinstance(reason, OSError) and reason.strerror:
