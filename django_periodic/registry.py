@@ -5,6 +5,8 @@ code-defined schedules to the database), so ``from django_periodic import job`` 
 before the apps are ready."""
 
 import inspect
+import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -16,6 +18,11 @@ from django_periodic.timing import recurrences, triggers
 # The trigger options of @job(...), the fields of the trigger kinds: a code-defined
 # schedule has exactly one.
 TRIGGER_OPTIONS = tuple(KIND_FIELDS.values())
+
+# How deep a job's arguments may nest lists and objects: far past any real argument, and far
+# from the depth at which copying one (a version's snapshot) or encoding it exceeds Python's
+# recursion limit.
+MAX_ARGUMENT_DEPTH = 32
 
 # A job function: @job returns it unchanged, so its own type.
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -46,6 +53,29 @@ class Job:
         """Raise TypeError if the job cannot be called with ``args`` and ``kwargs``."""
         context = [None] if self.takes_context else []
         inspect.signature(self.func).bind(*context, *args, **kwargs)
+
+
+def argument_error(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be stored as a job's ``name`` (args or kwargs), or None if it can:
+    a NaN or an infinity, which JSON has no numbers for (the databases refuse them), or lists
+    and objects nested deeper than ``MAX_ARGUMENT_DEPTH``. Walked without recursion, so that
+    any depth gets this answer."""
+    waiting = [(value, 1)]
+    while waiting:
+        item, depth = waiting.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return f"{name} cannot hold {json.dumps(item)}: JSON has no NaN or infinity."
+        if isinstance(item, list | tuple | dict):
+            if depth > MAX_ARGUMENT_DEPTH:
+                return too_deep(name)
+            inside = item.values() if isinstance(item, dict) else item
+            waiting.extend((each, depth + 1) for each in inside)
+    return None
+
+
+def too_deep(name: str) -> str:
+    """The error of arguments ``name`` nested deeper than ``MAX_ARGUMENT_DEPTH``."""
+    return f"{name} cannot nest lists and objects more than {MAX_ARGUMENT_DEPTH} levels deep."
 
 
 _registry: dict[str, Job] = {}

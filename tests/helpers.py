@@ -22,6 +22,14 @@ def utc(*parts: int) -> datetime:
     return datetime(*parts, tzinfo=UTC)
 
 
+def nested_lists(depth: int) -> list:
+    """``depth`` lists, each inside the one before: ``[[[]]]`` for 3."""
+    innermost: list = []
+    for _ in range(depth - 1):
+        innermost = [innermost]
+    return innermost
+
+
 def set_cursor(schedule: Schedule, at: datetime | None) -> None:
     """Store ``next_fire_at`` as it is, past ``save()``'s own computation of it."""
     Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)

@@ -1,12 +1,14 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import Permission, User
 from django.urls import reverse
 from django.utils.duration import duration_string
 
 from django_periodic.admin.forms import ScheduleForm, timezone_names
 from django_periodic.models import Schedule
 from tests.factories import ScheduleFactory, schedule_form_data
+from tests.helpers import nested_lists
 from tests.test_bounds import OUTSIDE
 
 pytestmark = pytest.mark.django_db
@@ -195,3 +197,53 @@ def test_the_admin_page_shows_the_range_and_saves_nothing(admin_client):
     assert response.status_code == 200
     assert "lease_timeout must be at most 7 days." in response.content.decode()
     assert not Schedule.objects.exists()
+
+
+# -- arguments no schedule can hold: an error on the field, never a 500 ----------------------
+
+ADD_URL = reverse("admin:django_periodic_schedule_add")
+NOT_JSON = "JSON has no NaN or infinity."
+TOO_DEEP = "cannot nest lists and objects more than 32 levels deep."
+
+
+@pytest.fixture
+def editor(client):
+    """A client logged in as staff who may add schedules, and no more."""
+    user = User.objects.create_user("editor", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="add_schedule"))
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "message"),
+    [
+        ("args", "[1, NaN]", f"args cannot hold NaN: {NOT_JSON}"),
+        ("args", "[1, 1e400]", f"args cannot hold Infinity: {NOT_JSON}"),
+        ("kwargs", '{"limit": -Infinity}', f"kwargs cannot hold -Infinity: {NOT_JSON}"),
+        ("kwargs", '{"a": {"b": [NaN]}}', f"kwargs cannot hold NaN: {NOT_JSON}"),
+        ("args", str(nested_lists(500)), f"args {TOO_DEEP}"),
+        ("args", "[" * 100_000 + "]" * 100_000, f"args {TOO_DEEP}"),
+        ("args", f"[{'1' * 5000}]", "A number has more than 4300 digits, more than Python reads."),
+    ],
+    ids=["nan", "infinity", "-infinity", "nested nan", "500 deep", "100000 deep", "5000 digits"],
+)
+def test_arguments_no_schedule_can_hold_are_refused_on_their_field(editor, field, text, message):
+    posted = schedule_form_data(job="tests.jobs.noop", **{field: text})
+
+    response = editor.post(ADD_URL, posted)
+
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors == {field: [message]}
+    assert not Schedule.objects.exists()
+
+
+def test_arguments_nested_32_deep_are_saved_with_their_version(editor):
+    posted = schedule_form_data(job="tests.jobs.noop", args=str(nested_lists(32)))
+
+    response = editor.post(ADD_URL, posted)
+
+    assert response.status_code == 302
+    schedule = Schedule.objects.get()
+    assert schedule.args == nested_lists(32)
+    assert schedule.versions.get().fields["args"] == nested_lists(32)

@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
-from tests.helpers import set_cursor
+from tests.helpers import nested_lists, set_cursor
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -47,6 +47,11 @@ def test_a_valid_schedule_passes_full_clean():
         ({"kwargs": [1]}, "kwargs", "JSON object"),
         ({"job": "nowhere.job"}, "job", "nowhere.job"),
         ({"job": "tests.jobs.add", "args": [1]}, "args", "do not fit"),
+        ({"args": [float("nan")]}, "args", "args cannot hold NaN: JSON has no NaN or infinity."),
+        ({"args": [1e400]}, "args", "args cannot hold Infinity"),
+        ({"kwargs": {"a": {"b": -1e400}}}, "kwargs", "kwargs cannot hold -Infinity"),
+        ({"args": nested_lists(33)}, "args", "cannot nest lists and objects more than 32 levels"),
+        ({"kwargs": {"a": nested_lists(500)}}, "kwargs", "more than 32 levels deep"),
         ({"lease_timeout": timedelta(0)}, "lease_timeout", "positive"),
         ({"lease_timeout": timedelta(seconds=15)}, "lease_timeout", "twice the heartbeat"),
         ({"misfire_grace": timedelta(seconds=-1)}, "misfire_grace", "negative"),
@@ -57,6 +62,15 @@ def test_full_clean_rejects_bad_input_on_the_right_field(fields, field, fragment
     messages = errors_of(**fields)
     assert field in messages, messages
     assert fragment in " ".join(messages[field])
+
+
+@pytest.mark.django_db
+def test_arguments_nested_32_deep_are_valid_and_saved():
+    schedule = Schedule(name="s", job="tests.jobs.noop", args=nested_lists(32), cron="0 3 * * *")
+    schedule.full_clean()
+    schedule.save()
+    schedule.refresh_from_db()
+    assert schedule.args == nested_lists(32)
 
 
 @pytest.mark.django_db

@@ -5,6 +5,7 @@ ledger's own precise messages (which cron field is wrong, which zone is unknown)
 """
 
 import json
+import sys
 import zoneinfo
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django import forms
 from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from django_periodic import registry, taskbackends
@@ -131,16 +133,26 @@ class CheckedChoiceField(forms.ChoiceField):
 
 
 class JSONArgumentsField(forms.JSONField):
-    """JSON that says where it is broken; an empty box means ``empty()`` ([] or {})."""
+    """A job's ``name`` (args or kwargs) as JSON that says where it is broken, and that a
+    schedule can hold (``registry.argument_error``); an empty box means ``empty()`` ([] or
+    {})."""
 
-    def __init__(self, *, empty: Callable[[], list[Any] | dict[str, Any]], **kwargs: Any) -> None:
-        self.empty = empty
+    def __init__(
+        self, *, name: str, empty: Callable[[], list[Any] | dict[str, Any]], **kwargs: Any
+    ) -> None:
+        self.name, self.empty = name, empty
         kwargs.setdefault("widget", forms.Textarea(attrs={"rows": 2, "class": "vLargeTextField"}))
         super().__init__(required=False, **kwargs)
 
     def to_python(self, value: Any) -> Any:
         if value in self.empty_values:
             return self.empty()
+        converted = self._decoded(value)
+        if problem := registry.argument_error(self.name, converted):
+            raise ValidationError(problem, code="invalid")
+        return converted
+
+    def _decoded(self, value: Any) -> Any:
         try:
             return super().to_python(value)
         except ValidationError:
@@ -151,6 +163,24 @@ class JSONArgumentsField(forms.JSONField):
                 params = {"reason": exc.msg, "line": exc.lineno, "column": exc.colno}
                 raise ValidationError(message, code="invalid", params=params) from None
             raise
+        except RecursionError:  # nested deeper than the decoder's stack
+            raise ValidationError(registry.too_deep(self.name), code="invalid") from None
+        except ValueError:  # valid JSON, but an integer longer than int() reads
+            message = _("A number has more than %(most)d digits, more than Python reads.")
+            params = {"most": sys.get_int_max_str_digits()}
+            raise ValidationError(message, code="invalid", params=params) from None
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        """Arguments it refused show again as they were typed, not encoded again (which,
+        deep in the page's templates, a deeply nested value would take past Python's
+        recursion limit)."""
+        try:
+            bound = super().bound_data(data, initial)
+        except (RecursionError, ValueError):
+            return InvalidJSONInput(data)
+        if registry.argument_error(self.name, bound):
+            return InvalidJSONInput(data)
+        return bound
 
 
 def tasks_backend_choices(current: str) -> list[tuple[str, str]]:
@@ -201,8 +231,12 @@ class ScheduleForm(_ScheduleModelForm):
             "key it returns (a tenant, an account), each run with its own overlap and retries."
         ),
     )
-    args = JSONArgumentsField(empty=list, help_text=_('Positional arguments, e.g. [1, "two"].'))
-    kwargs = JSONArgumentsField(empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.'))
+    args = JSONArgumentsField(
+        name="args", empty=list, help_text=_('Positional arguments, e.g. [1, "two"].')
+    )
+    kwargs = JSONArgumentsField(
+        name="kwargs", empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.')
+    )
     # Not a field of the schedule: why this change, which its version records.
     version_reason = forms.CharField(
         label=_("Reason"),

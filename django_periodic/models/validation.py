@@ -197,6 +197,9 @@ def _job_errors(schedule: "Schedule") -> list[tuple[str, str]]:
         errors.append(("args", 'args must be a JSON list, e.g. [1, "two"].'))
     if not isinstance(schedule.kwargs, dict):
         errors.append(("kwargs", 'kwargs must be a JSON object, e.g. {"key": "value"}.'))
+    for name in ("args", "kwargs"):
+        if message := registry.argument_error(name, getattr(schedule, name)):
+            errors.append((name, message))
     try:
         registered = registry.get_job(schedule.job)
     except registry.UnknownJob as exc:
