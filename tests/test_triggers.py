@@ -395,6 +395,12 @@ FIELDS_MESSAGE = "Cron expression must have 5 fields (minute hour day-of-month m
         ("H/5 * * * *", "Invalid minute field 'H/5': 'H' (hashed) is not supported."),
         ("0 H(0-5) * * *", "Invalid hour field 'H(0-5)': 'H' (hashed) is not supported."),
         ("\uff17 * * * *", "Invalid minute field '\uff17': '\uff17' is not a number."),
+        ("100 * * * *", "Invalid minute field '100': 100 is out of range 0-59."),
+        # Past the 4300 digits int() reads: judged by its length.
+        (
+            "1" * 5000 + " * * * *",
+            f"Invalid minute field '{'1' * 5000}': a number of 5000 digits is out of range 0-59.",
+        ),
         (
             "@reboot",
             "Unknown macro '@reboot'; use one of @yearly, @annually, @monthly, @weekly, @daily, "
@@ -443,6 +449,12 @@ def test_validate_cron_rejects_with_a_precise_message(expression, message):
 def test_validate_cron_accepts(expression):
     validate_cron(expression)
     assert CronTrigger(expression).next_after(utc(2026, 1, 1)) is not None
+
+
+def test_a_step_past_the_fields_span_picks_its_first_value_whatever_its_length():
+    after = utc(2026, 1, 1, 5)
+    for step in ("24", "100", "9" * 5000):
+        assert CronTrigger(f"0 */{step} * * *").next_after(after) == utc(2026, 1, 2)
 
 
 def test_validate_cron_rejects_non_strings():

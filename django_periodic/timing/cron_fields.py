@@ -56,11 +56,19 @@ class CronSpec:
     fixed_time: bool  # Debian DST rule: follows the wall clock rather than real time
 
 
+def _number(digits: str, low: int, high: int) -> int:
+    """The number ``digits`` spell, within ``low``-``high``. Judged on its length first:
+    int() refuses over 4300 digits, and no field's numbers have more than two."""
+    significant = digits.lstrip("0") or "0"
+    if len(significant) > len(str(high)) or not low <= int(significant) <= high:
+        shown = significant if len(significant) <= 12 else f"a number of {len(significant)} digits"
+        raise FieldError(f"{shown} is out of range {low}-{high}")
+    return int(significant)
+
+
 def _value(text: str, item: str, low: int, high: int, names: dict[str, int]) -> int:
     if _DIGITS.fullmatch(text):
-        if not low <= int(text) <= high:
-            raise FieldError(f"{int(text)} is out of range {low}-{high}")
-        return int(text)
+        return _number(text, low, high)
     if text.lower() in names:
         return names[text.lower()]
     for char, reason in _UNSUPPORTED.items():
@@ -71,23 +79,30 @@ def _value(text: str, item: str, low: int, high: int, names: dict[str, int]) -> 
     raise FieldError(f"unknown name '{text}'" if names else f"'{text}' is not a number")
 
 
+def step(text: str, low: int, high: int) -> int:
+    """The step written after a slash in a field from ``low`` to ``high``: at least 1. A
+    step past the field's span picks the first value alone, as the span itself does: one
+    longer than the span's digits is read as the span (int() refuses over 4300 digits)."""
+    if not _DIGITS.fullmatch(text):
+        raise FieldError(f"step '{text}' is not a number")
+    significant = text.lstrip("0")
+    if not significant:
+        raise FieldError("step must be at least 1")
+    span = high - low + 1
+    return int(significant) if len(significant) <= len(str(span)) else span
+
+
 def item_values(item: str, low: int, high: int, names: dict[str, int]) -> range:
     base, slash, step_text = item.partition("/")
-    step = 1
-    if slash:
-        if not _DIGITS.fullmatch(step_text):
-            raise FieldError(f"step '{step_text}' is not a number")
-        step = int(step_text)
-        if step == 0:
-            raise FieldError("step must be at least 1")
+    every = step(step_text, low, high) if slash else 1
     if base == "*":
-        return range(low, high + 1, step)
+        return range(low, high + 1, every)
     first_text, dash, last_text = base.partition("-")
     first = _value(first_text, item, low, high, names)
     last = _value(last_text, item, low, high, names) if dash else (high if slash else first)
     if first > last:
         raise FieldError(f"range {first_text}-{last_text} is reversed")
-    return range(first, last + 1, step)
+    return range(first, last + 1, every)
 
 
 def compact(values: frozenset[int], low: int, high: int) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 from django_periodic.operations.celerybeat.applying import Unmappable
 from django_periodic.operations.celerybeat.rows import CRON_FIELDS
 from django_periodic.timing import triggers
-from django_periodic.timing.cron_fields import FIELDS, FieldError, item_values
+from django_periodic.timing.cron_fields import FIELDS, FieldError, item_values, step
 
 # The values of each field in celery (day_of_week 0-6, Sunday = 0).
 CELERY_RANGES = ((0, 59), (0, 23), (1, 31), (1, 12), (0, 6))
@@ -84,11 +84,13 @@ def _wrapped(item: str, index: int) -> frozenset[int] | None:
     first, last = cron_field_values(first_text, index), cron_field_values(last_text, index)
     if not dash or not first or not last or len(first) != 1 or len(last) != 1:
         return None
-    if slash and not (step_text.isdigit() and int(step_text) > 0):
+    try:
+        every = step(step_text, low, high) if slash else 1
+    except FieldError:
         return None
     start, end = min(first), min(last)
     ordered = [*range(start, high + 1), *range(low, end + 1)] if start > end else []
-    return frozenset(ordered[:: int(step_text) if slash else 1]) or None
+    return frozenset(ordered[::every]) or None
 
 
 def cron_field_values(text: str, index: int) -> frozenset[int] | None:
