@@ -603,6 +603,23 @@ MALFORMED = [
     (task("solar"), 1.5, f"{TASK} 'solar': expected a primary key, found 1.5."),
     (task("args"), [1], f"{TASK} 'args': expected text, found a list."),
     (task("kwargs"), {"a": 1}, f"{TASK} 'kwargs': expected text, found an object."),
+    # Arguments Python's json reads but no schedule can hold (the checks of Schedule.clean()).
+    (task("args"), "[NaN]", f"{TASK} 'args': args cannot hold NaN: JSON has no NaN or infinity."),
+    (
+        task("args"),
+        "[1e400]",
+        f"{TASK} 'args': args cannot hold Infinity: JSON has no NaN or infinity.",
+    ),
+    (
+        task("kwargs"),
+        '{"a": [-1e400]}',
+        f"{TASK} 'kwargs': kwargs cannot hold -Infinity: JSON has no NaN or infinity.",
+    ),
+    (
+        task("args"),
+        "[" * 500 + "]" * 500,
+        f"{TASK} 'args': args cannot nest lists and objects more than 32 levels deep.",
+    ),
     (task("enabled"), "false", f"{TASK} 'enabled': expected true or false, found 'false'."),
     (task("enabled"), 0, f"{TASK} 'enabled': expected true or false, found 0."),
     (task("enabled"), None, f"{TASK} 'enabled': expected true or false, found null."),
@@ -674,6 +691,11 @@ MALFORMED = [
         "microseconds, found 'fortnights'.",
     ),
     ((3, "fields", "minute"), 5, "Crontab schedule pk 1, field 'minute': expected text, found 5."),
+    (
+        (3, "fields", "minute"),
+        "1" * 5000,
+        "Crontab schedule pk 1, field 'minute': expected at most 240 characters, found 5000.",
+    ),
     (
         (3, "fields", "timezone"),
         "Mars/Olympus",

@@ -19,6 +19,7 @@ pytest.importorskip("celery")
 from celery.schedules import crontab
 
 from tests import celery_app
+from tests.helpers import nested_lists
 
 QUIET_WEEK = datetime(2026, 11, 9, 12, 0, tzinfo=UTC)
 # The fields a schedule defined by --emit-code's module shares with an imported one.
@@ -63,6 +64,8 @@ def test_an_apps_beat_schedule_is_imported_in_its_time_zone(db):
         ("tests.absent:app", "Cannot import the Celery app 'tests.absent:app': No module"),
         ("tests.celery_app:gone", "Cannot import the Celery app 'tests.celery_app:gone': "),
         ("tests.jobs:add", "'tests.jobs:add' is not a Celery app (it has no conf.beat_schedule)."),
+        (".:x", "--app takes the module's full dotted path (proj.celery), got '.:x'."),
+        (".celery_app:app", "--app takes the module's full dotted path (proj.celery), got "),
     ],
 )
 def test_an_app_path_that_names_no_app_is_a_command_error(db, path, message):
@@ -86,6 +89,18 @@ MALFORMED = [
     ({"bad": {**ENTRY, "args": "16, 16"}}, "Beat entry 'bad', field 'args': expected a tuple "),
     ({"bad": {**ENTRY, "kwargs": [1]}}, "Beat entry 'bad', field 'kwargs': expected a dict with "),
     ({"bad": {**ENTRY, "kwargs": {1: 2}}}, "Beat entry 'bad', field 'kwargs': expected a dict "),
+    (
+        {"bad": {**ENTRY, "args": (1, float("nan"))}},
+        "Beat entry 'bad', field 'args': args cannot hold NaN: JSON has no NaN or infinity.",
+    ),
+    (
+        {"bad": {**ENTRY, "kwargs": {"limit": float("inf")}}},
+        "Beat entry 'bad', field 'kwargs': kwargs cannot hold Infinity: JSON has no NaN ",
+    ),
+    (
+        {"bad": {**ENTRY, "args": nested_lists(500)}},
+        "Beat entry 'bad', field 'args': args cannot nest lists and objects more than 32 levels ",
+    ),
     ({"bad": {**ENTRY, "options": ()}}, None),  # empty: no options, as beat reads it
     ({"bad": {**ENTRY, "options": [1]}}, "Beat entry 'bad', field 'options': expected a dict "),
     ({"bad": {**ENTRY, "relative": "yes"}}, "Beat entry 'bad', field 'relative': expected True "),

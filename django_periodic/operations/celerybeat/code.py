@@ -22,6 +22,7 @@ from django.conf import settings
 from django.utils import timezone as django_timezone
 from django.utils.module_loading import import_string
 
+from django_periodic import registry
 from django_periodic.operations.celerybeat.applying import (
     BEAT_ENTRY,
     TaskMapping,
@@ -74,6 +75,8 @@ def from_app(path: str) -> BeatSchedule:
     module, colon, attribute = path.partition(":")
     if not (colon and module and attribute):
         raise LookupError(f"--app takes module:attribute (e.g. proj.celery:app), got {path!r}.")
+    if module.startswith("."):  # relative to no package: import_module raises TypeError
+        raise LookupError(f"--app takes the module's full dotted path (proj.celery), got {path!r}.")
     try:
         app = import_string(f"{module}.{attribute}")
     except ImportError as exc:
@@ -171,6 +174,9 @@ def _arguments(fields: Mapping[str, Any]) -> tuple[Any, dict[str, Any], dict[str
     for key, value in (("kwargs", kwargs), ("options", options)):
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise Malformed(key, f"expected a dict with text keys, found {_shown(value)}.")
+    for key, value in (("args", args), ("kwargs", kwargs)):
+        if problem := registry.argument_error(key, value):
+            raise Malformed(key, problem)  # no schedule can hold it
     return args, kwargs, options
 
 

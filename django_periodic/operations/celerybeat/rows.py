@@ -38,6 +38,8 @@ MODEL_LABELS = {TASK_MODEL: "periodic task"} | {
 }
 INTERVAL_PERIODS = ("days", "hours", "minutes", "seconds", "microseconds")
 CRON_FIELDS = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+# How long each may be (its max_length in django-celery-beat): longer, it could not store it.
+CRON_FIELD_LENGTHS = dict(zip(CRON_FIELDS, (60 * 4, 24 * 4, 31 * 4, 64, 64), strict=True))
 
 
 class Malformed(ValueError):
@@ -91,6 +93,16 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected text, found {_shown(value)}.")
     return value
+
+
+def _text_of_at_most(length: int) -> Callable[[Any], str]:
+    def read(value: Any) -> str:
+        text = _text(value)
+        if len(text) > length:
+            raise ValueError(f"expected at most {length} characters, found {len(text)}.")
+        return text
+
+    return read
 
 
 def _boolean(value: Any) -> bool:
@@ -195,7 +207,7 @@ TASK_FIELDS: dict[str, tuple[Reader, Any]] = {
 }
 SCHEDULE_FIELDS: dict[str, dict[str, tuple[Reader, Any]]] = {
     "crontabschedule": {
-        **{key: (_text, "*") for key in CRON_FIELDS},
+        **{key: (_text_of_at_most(CRON_FIELD_LENGTHS[key]), "*") for key in CRON_FIELDS},
         "timezone": (_timezone, "UTC"),
     },
     "intervalschedule": {"every": (_positive, _REQUIRED), "period": (_period, _REQUIRED)},

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_periodic import registry
 from django_periodic.operations.celerybeat.applying import (
     TaskMapping,
     Unmappable,
@@ -85,6 +86,8 @@ def _json_argument(text: str, key: str, kind: type) -> Any:
         raise Unmappable(f"{key} is not valid JSON ({exc}): {text!r:.100}.") from None
     if not isinstance(value, kind):
         raise Unmappable(f"{key} must be a JSON {kind.__name__}, got {text!r:.100}.")
+    if problem := registry.argument_error(key, value):
+        raise Malformed(key, problem)  # no schedule can hold it
     return value
 
 
