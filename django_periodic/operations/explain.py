@@ -16,6 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_periodic.escaping import escaped
 from django_periodic.models import FireAccount, FireStatus, Schedule
+from django_periodic.timing import bounds
 
 # The windows offered by name, the admin's chooser and the command's --since alike.
 NAMED_WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7)}
@@ -53,17 +54,41 @@ class Window:
 
 def moment(text: str, now: datetime) -> datetime:
     """A time given as ISO 8601 (UTC unless it says otherwise), or as a span back from
-    ``now`` ("90m", "36h", "7d"). Raises ValueError for anything else."""
+    ``now`` ("90m", "36h", "7d"). Raises ValueError for anything else; whether the time is
+    one a window may have is ``Schedule.explain()``'s to say."""
     text = text.strip()
-    if match := _AGO.match(text):
-        return now - timedelta(**{_UNITS[match[2]]: int(match[1])})
+    if ago := _AGO.match(text):
+        return _back(text, now, ago[1], _UNITS[ago[2]])
+    return _parsed(text)
+
+
+def _back(text: str, now: datetime, count: str, unit: str) -> datetime:
+    """``count`` units before ``now``, or ValueError when no datetime is that far back (a
+    count too long for int(), which reads at most 4300 digits, is further still)."""
+    try:
+        return now - timedelta(**{unit: int(count)})
+    except (OverflowError, ValueError):
+        earliest = bounds.show(bounds.EARLIEST)
+        raise ValueError(
+            f"{_shown(text)} is too far back: no window starts before {earliest}."
+        ) from None
+
+
+def _parsed(text: str) -> datetime:
     try:
         parsed = parse_datetime(text)
     except ValueError:
         parsed = None
     if parsed is None:
-        raise ValueError(f"Not a time: {text!r} (ISO 8601, or a span back such as 36h or 7d).")
+        raise ValueError(
+            f"Not a time: {_shown(text)} (ISO 8601, or a span back such as 36h or 7d)."
+        )
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def _shown(text: str) -> str:
+    """What was given, for a message: quoted, and cut short if long."""
+    return repr(text if len(text) <= 40 else text[:37] + "...")
 
 
 def window(now: datetime, since: str = "", until: str = "", named: str = "") -> Window:

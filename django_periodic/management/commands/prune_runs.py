@@ -1,15 +1,22 @@
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from django_periodic.conf import get_settings
+from django_periodic.conf import RANGES, get_settings
 from django_periodic.db import clock
+from django_periodic.management.options import check_range
 from django_periodic.operations import retention
+from django_periodic.timing import bounds
 
 DEFAULT_BATCH_SIZE = 5000
 # What is kept when neither the options nor the settings say (the command's old default).
 DEFAULT_DAYS = 30
+# The options' ranges, those of the settings they replace; --days in whole days, and 0
+# keeps no run for its age.
+DAYS = bounds.Range(0, RANGES["KEEP_RUNS_FOR"].high.days)
+KEEP_RUNS = RANGES["KEEP_RUNS"]
+BATCH_SIZE = RANGES["PRUNE_BATCH_SIZE"]
 
 
 class Command(BaseCommand):
@@ -55,12 +62,9 @@ class Command(BaseCommand):
         verbosity: int,
         **options: Any,
     ) -> None:
-        if days is not None and days < 0:
-            raise CommandError("--days must not be negative.")
-        if keep_runs is not None and keep_runs < 1:
-            raise CommandError("--keep-runs must be at least 1.")
-        if batch_size < 1:
-            raise CommandError("--batch-size must be at least 1.")
+        check_range("--days", days, DAYS)
+        check_range("--keep-runs", keep_runs, KEEP_RUNS)
+        check_range("--batch-size", batch_size, BATCH_SIZE)
         rules = _rules(days, keep_runs)
         now = clock.now(database)
         pruned = retention.Pruned()

@@ -3,9 +3,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_periodic.conf import get_settings
+from django_periodic.conf import RANGES, get_settings
 from django_periodic.engine.loop import stop_signals
 from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.management.options import PORTS, check_range
 from django_periodic.operations import pruner, runlog
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -61,18 +62,17 @@ class Command(BaseCommand):
         metrics_host: str,
         **options: Any,
     ) -> None:
+        workers = 0 if plan_only else _workers(workers)
+        check_range("--metrics-port", metrics_port, PORTS)
         self._configure_logging(verbosity)
         if metrics_port is not None:
             self._serve_metrics(metrics_host, metrics_port, database)
-        workers = get_settings().WORKERS if workers is None else workers
-        if workers < 1 and not plan_only:
-            raise CommandError("--workers must be at least 1 (or use --plan-only).")
         signals = stop_signals.for_process()
         try:
             if signals.requested:
                 logger.info("Stop requested while starting; exiting before any work.")
                 return
-            scheduler = Scheduler(workers=0 if plan_only else workers, using=database, stop=signals)
+            scheduler = Scheduler(workers=workers, using=database, stop=signals)
             self._run(scheduler, once=once, using=database)
         finally:
             stop_signals.release_process()
@@ -106,3 +106,14 @@ class Command(BaseCommand):
             handler = logging.StreamHandler()
             handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
             logger.addHandler(handler)
+
+
+def _workers(option: int | None) -> int:
+    """The worker threads: ``--workers``, in the WORKERS setting's range, or the setting."""
+    if option is None:
+        return get_settings().WORKERS
+    valid = RANGES["WORKERS"]
+    if option < valid.low:
+        raise CommandError(f"--workers must be at least {valid.low} (or use --plan-only).")
+    check_range("--workers", option, valid)
+    return option
