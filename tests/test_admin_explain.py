@@ -1,17 +1,21 @@
 """The admin's "Explain" page (each fire of a window, what became of it) and the page that
 shows which fires a change of the trigger adds, removes or moves before it is saved."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.urls import reverse
+from django.utils.html import escape
 
 from django_periodic.db import clock
 from django_periodic.models import Schedule
-from django_periodic.testing import run_due
+from django_periodic.models.explaining.pages import PAGE_SIZE
+from django_periodic.testing import fire_times, run_due
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.helpers import run_url, set_cursor
 from tests.test_admin_permissions import VIEW_ALL, staff
+
+FORM_TIME = "%Y-%m-%dT%H:%M:%S"
 
 
 def explain_url(schedule: Schedule) -> str:
@@ -52,8 +56,72 @@ def test_a_viewer_sees_each_fire_of_a_custom_window_with_its_run_linked(client):
 def test_a_window_that_is_not_one_is_refused_with_why(admin_client):
     schedule = ScheduleFactory()
     response = admin_client.get(explain_url(schedule), {"window": "custom", "since": ""})
+    assert response.status_code == 400
     assert response.context["error"] == "Give both ends of the window."
-    assert admin_client.get(explain_url(schedule)).context["window"] is not None  # last 24 h
+    assert admin_client.get(explain_url(schedule)).context["page"] is not None  # last 24 h
+
+
+def custom(since: datetime | str, until: datetime | str) -> dict[str, str]:
+    """The query of a custom window, as the form sends it (the tests' time zone is UTC)."""
+    shown = [t.strftime(FORM_TIME) if isinstance(t, datetime) else t for t in (since, until)]
+    return {"window": "custom", "since": shown[0], "until": shown[1]}
+
+
+@pytest.mark.django_db
+def test_a_viewer_walks_a_long_window_a_page_at_a_time_each_fire_once(client):
+    schedule = ScheduleFactory(cron="* * * * *", interval=None, timezone="UTC")
+    since = (clock.now() + timedelta(days=1)).replace(second=0, microsecond=0)
+    until = since + timedelta(hours=50)  # 3,000 fires: three pages
+    viewer = staff(client, *VIEW_ALL)
+    walked: list[datetime] = []
+    response = viewer.get(explain_url(schedule), custom(since, until))
+    while True:
+        assert response.status_code == 200
+        rows = response.context["rows"]
+        assert 0 < len(rows) <= PAGE_SIZE
+        walked += [account.plan_time for account, _, _ in rows]
+        next_url = response.context["next_url"]
+        if not next_url:
+            break
+        assert f'href="{escape(next_url)}"' in response.content.decode()
+        response = viewer.get(explain_url(schedule) + next_url)
+    assert walked == fire_times(schedule, since, until)
+    assert len(walked) == 3_000
+
+
+@pytest.mark.django_db
+def test_a_window_of_centuries_shows_its_first_page_and_links_the_next(client):
+    schedule = ScheduleFactory(cron="* * * * *", interval=None, timezone="UTC")
+    viewer = staff(client, *VIEW_ALL)
+    response = viewer.get(
+        explain_url(schedule), custom("1900-01-01T00:00:00", "8999-12-31T00:00:00")
+    )
+    assert response.status_code == 200
+    rows = response.context["rows"]
+    assert len(rows) == PAGE_SIZE
+    assert rows[0][0].plan_time == datetime(1900, 1, 1, tzinfo=UTC)
+    assert rows[0][0].status == "before_created"
+    assert response.context["next_url"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "query, error",
+    [
+        (custom("0001-01-01T00:00:00", "2020-01-01T00:00:00"), "since must be at least 1900-01-01"),
+        (custom("2020-01-01T00:00:00", "9999-12-31T23:59:59-05:00"), "until must be at most 9000"),
+        ({"after": "9999-12-31T23:59:59-05:00"}, "after must be before 9000-01-01"),
+        ({"after": "0001-01-01T00:00:00+05:00"}, "after must be at least 1900-01-01"),
+        ({"after": "yesterday"}, "Not a page of this window"),
+    ],
+)
+def test_a_time_out_of_range_is_refused_with_a_400_saying_why(client, query, error):
+    schedule = ScheduleFactory(cron="* * * * *", interval=None, timezone="UTC")
+    response = staff(client, *VIEW_ALL).get(explain_url(schedule), query)
+    assert response.status_code == 400
+    assert error in response.context["error"]
+    assert error in response.content.decode()
+    assert response.context["rows"] == []
 
 
 @pytest.mark.django_db

@@ -1,6 +1,7 @@
 """A schedule's fires in the admin: the "Explain" page (each fire of a window, what became of
-it, linking its run), and the confirmation a change of when it fires asks for before it is
-saved (the fires it adds, removes or moves: ``Schedule.fire_diff()``).
+it, linking its run; a page of fires at a time, linking the next), and the confirmation a
+change of when it fires asks for before it is saved (the fires it adds, removes or moves:
+``Schedule.fire_diff()``).
 
 The confirmation is a page rendered instead of saving: an existing schedule's form, POSTed
 valid with a change that moves its fires (and without ``CONFIRMED``), shows the diff with
@@ -9,6 +10,7 @@ returns to the form as it was typed.
 """
 
 from datetime import datetime
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -18,12 +20,13 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from django_periodic.admin.actions.backfill import DateTimeInput
 from django_periodic.db import clock
-from django_periodic.models import FireAccount, Schedule
+from django_periodic.models import ExplainPage, FireAccount, Schedule
 from django_periodic.models.explaining.fire_diff import DIFFABLE
 from django_periodic.operations import explain as explain_output
 from django_periodic.timing import triggers
@@ -41,6 +44,8 @@ CONFIRMED = "_confirmed_diff"
 DIFF_DAYS = 30
 DIFF_FIRES = 1_000
 CUSTOM = "custom"
+# The query parameter of a page's link: the last time the page before it covers.
+AFTER = "after"
 
 
 class WindowForm(forms.Form):
@@ -73,7 +78,9 @@ class WindowForm(forms.Form):
 
 
 def explain_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest, object_id: str) -> Any:
-    """The "Explain" page of a schedule (GET; view permission suffices)."""
+    """The "Explain" page of a schedule (GET; view permission suffices): a page of the fires
+    of the window chosen, linking the next. A window that is not one is answered at once,
+    400, saying why."""
     schedule = model_admin.get_object(request, unquote(object_id))
     if schedule is None:
         raise Http404(_("No such schedule."))
@@ -81,18 +88,20 @@ def explain_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest, obje
         raise PermissionDenied
     form = WindowForm(request.GET or None)
     now = clock.now(schedule._state.db or "default")
-    accounts: list[FireAccount] = []
-    error = ""
-    asked = None
+    page: ExplainPage | None = None
+    error, status = "", HTTPStatus.OK
     if form.is_bound and not form.is_valid():
-        error = _("Choose a window.")
+        error, status = _("Choose a window."), HTTPStatus.BAD_REQUEST
     else:
         try:
             asked = form.window_at(now) if form.is_bound else explain_output.window(now)
-            accounts = schedule.explain(asked.since, asked.until)
-        except ValueError as exc:  # a bad window, too many fires, a trigger that is bad
+            page = schedule.explain_page(asked.since, asked.until, after=_after(request))
+        except triggers.InvalidTrigger as exc:  # the schedule's trigger or calendars
             error = str(exc)
+        except ValueError as exc:  # the window asked: refused before any fire is read
+            error, status = str(exc), HTTPStatus.BAD_REQUEST
     site = model_admin.admin_site.name
+    accounts = page.accounts if page is not None else ()
     rows = [
         (account, explain_output.tone(account), _run_url(site, account)) for account in accounts
     ]
@@ -102,12 +111,39 @@ def explain_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest, obje
         "original": schedule,
         "title": _("What became of the fires of %(name)s") % {"name": schedule},
         "form": form,
-        "window": asked,
+        "page": page,
         "rows": rows,
+        "next_url": _page_url(request, page.next_after) if page and page.next_after else "",
+        "first_url": _page_url(request, None) if page and page.after else "",
         "error": error,
         "current_timezone": timezone.get_current_timezone_name(),
     }
-    return TemplateResponse(request, EXPLAIN_TEMPLATE, context)
+    return TemplateResponse(request, EXPLAIN_TEMPLATE, context, status=status)
+
+
+def _after(request: HttpRequest) -> datetime | None:
+    """Where the page asked for continues: the last time the page before it covers (its
+    link's ``after``, ISO 8601), or None for the first page."""
+    text = request.GET.get(AFTER, "")
+    if not text:
+        return None
+    try:
+        after = parse_datetime(text)
+    except ValueError:
+        after = None
+    if after is None or timezone.is_naive(after):
+        raise ValueError(_("Not a page of this window: %(after)s.") % {"after": text})
+    return after
+
+
+def _page_url(request: HttpRequest, after: datetime | None) -> str:
+    """The link to the page of the same window that continues after ``after`` (None: the
+    first page)."""
+    query = request.GET.copy()
+    query.pop(AFTER, None)
+    if after is not None:
+        query[AFTER] = after.isoformat()
+    return f"?{query.urlencode()}"
 
 
 def _run_url(site: str, account: FireAccount) -> str:
