@@ -3,7 +3,8 @@ and why) or moved (run once at its new time, keyed by its plan time), planned as
 applied at once to a planned run that has not started; refused for anything else."""
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
+from urllib.parse import urlencode
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -13,7 +14,7 @@ from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import decisions, planner
 from django_periodic.engine.runs import claims
-from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.models import FireOverride, Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
 from django_periodic.timing import overridden, triggers
 from django_periodic.timing.overridden import OverriddenTrigger, Override
@@ -22,6 +23,10 @@ from tests.models import Execution
 from tests.processes import wait_for
 
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+# Out of the range of times, each by converting it to UTC: the first day after, the last
+# before.
+LAST_SECOND = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-5)))
+FIRST_DAY = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
 MINUTE = timedelta(minutes=1)
 HOUR = timedelta(hours=1)
 
@@ -150,6 +155,27 @@ def test_a_move_into_the_past_or_an_override_without_a_reason_is_refused():
     with pytest.raises(ValidationError) as refused:
         schedule.skip_fire(fire, "  ")
     assert "reason" in refused.value.message_dict
+    assert not schedule.overrides.exists()
+
+
+def test_a_time_out_of_the_range_of_times_is_refused_on_its_field():
+    schedule, first = hourly()
+    override = FireOverride(schedule=schedule, plan_time=LAST_SECOND, action="skip", reason="x")
+    with pytest.raises(ValidationError) as refused:
+        override.full_clean()
+    assert refused.value.message_dict["plan_time"] == [
+        "plan_time must be before 9000-01-01 00:00 UTC."
+    ]
+    refusals = [
+        (lambda: schedule.skip_fire(LAST_SECOND, "end of days"), "plan_time"),
+        (lambda: schedule.skip_fire(FIRST_DAY, "start of days"), "plan_time"),
+        (lambda: schedule.move_fire(first, LAST_SECOND, "much later"), "move_to"),
+        (lambda: schedule.clear_override(LAST_SECOND), "plan_time"),
+    ]
+    for call, name in refusals:
+        with pytest.raises(ValidationError) as refused:
+            call()
+        assert list(refused.value.message_dict) == [name]
     assert not schedule.overrides.exists()
 
 
@@ -420,3 +446,53 @@ def test_the_override_view_needs_the_permission_to_change_schedules(client, admi
     assert response.status_code == 302
     (override,) = schedule.overrides.all()
     assert (override.plan_time, override.move_to, override.by) == (first, None, "admin")
+
+
+def changer(client):
+    """A staff user who may change schedules, logged in."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user("changer", password="changer", is_staff=True)
+    codenames = ["view_schedule", "change_schedule"]
+    user.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("at", "error"),
+    [
+        (LAST_SECOND, "at must be before 9000-01-01 00:00 UTC."),
+        (FIRST_DAY, "at must be at least 1900-01-01 00:00 UTC."),
+    ],
+)
+def test_an_override_link_naming_a_time_out_of_range_is_refused_on_at(client, at, error):
+    from django.urls import reverse
+
+    schedule, _ = hourly()
+    url = reverse("admin:django_periodic_schedule_override", args=[schedule.pk])
+    query = {"action": "skip", "at": at.isoformat()}
+    editor = changer(client)
+    for response in (
+        editor.get(url, query),
+        editor.post(f"{url}?{urlencode(query)}", {"reason": "end of days"}),
+    ):
+        assert response.status_code == 400
+        assert response.context["fire"].errors["at"] == [error]
+        assert error in response.content.decode()
+    assert not schedule.overrides.exists()
+
+
+def test_a_move_out_of_range_is_refused_on_its_field(client):
+    from django.urls import reverse
+
+    schedule, first = hourly()
+    url = reverse("admin:django_periodic_schedule_override", args=[schedule.pk])
+    query = urlencode({"action": "move", "at": first.isoformat()})
+    data = {"move_to": LAST_SECOND.isoformat(), "reason": "much later"}
+    response = changer(client).post(f"{url}?{query}", data)
+    assert response.status_code == 200
+    assert response.context["form"].errors["move_to"] == [
+        "move_to must be before 9000-01-01 00:00 UTC."
+    ]
+    assert not schedule.overrides.exists()

@@ -8,6 +8,7 @@ the form says why.
 
 from dataclasses import dataclass
 from datetime import datetime
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from django import forms
@@ -17,7 +18,6 @@ from django.http import Http404, HttpRequest, HttpResponseBase, HttpResponseRedi
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -25,7 +25,7 @@ from django.utils.translation import gettext_lazy
 from django_periodic.admin.actions.backfill import DateTimeInput
 from django_periodic.db import clock
 from django_periodic.models import FireOverride, Schedule
-from django_periodic.timing import triggers
+from django_periodic.timing import bounds, triggers
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -33,6 +33,20 @@ if TYPE_CHECKING:
 TEMPLATE = "admin/django_periodic/schedule/override.html"
 ACTIONS = (FireOverride.Action.SKIP, FireOverride.Action.MOVE)
 UPCOMING = 10  # the next fires listed with their actions
+
+
+class FireForm(forms.Form):
+    """The fire a "Skip…" or "Move…" link names, from its query (``at``: its plan time)."""
+
+    at = forms.DateTimeField()
+
+    def clean_at(self) -> datetime:
+        """A time an override may name (as ``FireOverride.clean()`` has it), checked before
+        anything converts it to UTC or shows it: out of range, that overflows."""
+        at: datetime = self.cleaned_data["at"]
+        if message := bounds.TIMES.error("at", at):
+            raise ValidationError(message)
+        return at
 
 
 class OverrideForm(forms.Form):
@@ -116,10 +130,23 @@ def override_view(
     if not model_admin.has_change_permission(request, schedule):
         raise PermissionDenied
     action = request.GET.get("action", "")
-    plan_time = parse_datetime(request.GET.get("at", ""))
-    if action not in ACTIONS or plan_time is None or timezone.is_naive(plan_time):
+    if action not in ACTIONS:
         raise Http404(_("No such fire."))
+    fire = FireForm(request.GET)
     form = OverrideForm(request.POST if request.method == "POST" else None, action=action)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Skip a fire") if action == FireOverride.Action.SKIP else _("Move a fire"),
+        "opts": model_admin.model._meta,
+        "original": schedule,
+        "fire": fire,
+        "form": form,
+        "action": action,
+        "current_timezone": timezone.get_current_timezone_name(),
+    }
+    if not fire.is_valid():  # answered at once, saying why
+        return TemplateResponse(request, TEMPLATE, context, status=HTTPStatus.BAD_REQUEST)
+    plan_time = fire.cleaned_data["at"]
     if (
         request.method == "POST"
         and form.is_valid()
@@ -128,16 +155,7 @@ def override_view(
         opts = model_admin.opts
         change = f"{model_admin.admin_site.name}:{opts.app_label}_{opts.model_name}_change"
         return HttpResponseRedirect(reverse(change, args=[schedule.pk]))
-    context = {
-        **model_admin.admin_site.each_context(request),
-        "title": _("Skip a fire") if action == FireOverride.Action.SKIP else _("Move a fire"),
-        "opts": model_admin.model._meta,
-        "original": schedule,
-        "form": form,
-        "action": action,
-        "plan_time": timezone.localtime(plan_time),
-        "current_timezone": timezone.get_current_timezone_name(),
-    }
+    context["plan_time"] = timezone.localtime(plan_time)
     return TemplateResponse(request, TEMPLATE, context)
 
 

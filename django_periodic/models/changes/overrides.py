@@ -4,6 +4,7 @@ is keyed in the ledger by its original plan time, so it can never run twice."""
 
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -60,6 +61,17 @@ class FireOverride(models.Model):
         if self.action == OverrideAction.MOVE:
             return f"{self.plan_time:%Y-%m-%d %H:%M} moved to {self.move_to:%Y-%m-%d %H:%M}"
         return f"{self.plan_time:%Y-%m-%d %H:%M} skipped"
+
+    def clean(self) -> None:
+        """Its times within the range every stored time keeps (``bounds.TIMES``), as its
+        CHECK constraint has them: out of it, a time cannot even be converted to UTC."""
+        errors = {
+            name: message
+            for name in ("plan_time", "move_to")
+            if (message := bounds.TIMES.error(name, getattr(self, name)))
+        }
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def at(self) -> datetime:

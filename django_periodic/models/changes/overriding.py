@@ -59,6 +59,7 @@ def clear_override(schedule: "Schedule", plan_time: datetime) -> None:
     Raises ValidationError when there is none, or its fire was planned already: the
     override then stays, as the history of its run."""
     using = schedule._state.db or "default"
+    FireOverride(schedule=schedule, plan_time=plan_time).clean()  # a time it could be
     with transaction.atomic(using=using):
         locked = _locked(schedule, using)
         found = locked.overrides.filter(plan_time=plan_time).first()
@@ -107,13 +108,8 @@ def _override(schedule: "Schedule", override: FireOverride) -> FireOverride:
 
 
 def _check_values(override: FireOverride) -> None:
+    override.clean()  # its times first: nothing below may convert one out of range
     reason, by = override.reason, override.by
-    for name in ("plan_time", "move_to"):
-        moment = getattr(override, name)
-        if moment is not None and moment.tzinfo is None:
-            raise ValidationError({name: "A time with its time zone, please (aware)."})
-        if moment is not None and (message := bounds.SCHEDULE["run_at"].error(name, moment)):
-            raise ValidationError({name: message})
     if len(by) > 150:
         raise ValidationError({"by": "At most 150 characters."})
     if not reason.strip():
