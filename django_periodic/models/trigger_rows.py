@@ -178,12 +178,13 @@ def _rrule_errors(row: TriggerRow) -> list[tuple[str, str]]:
         return []  # the time zone's own error (and building the trigger raises it)
     try:
         trigger = _rrule_of(row)
+        sample = trigger.sample  # a search on a budget: RuleTooCostly if it finds no fire
     except triggers.InvalidTrigger as exc:
         return [("rrule", str(exc))]
-    if not trigger.sample.fires:
+    if not sample.fires:
         return [("rrule", f"This rule has no fire after {bounds.show(row.start_at)}.")]
     minimum = get_settings().MIN_INTERVAL
-    gaps = (trigger.period, trigger.sample.shortest_gap)
+    gaps = (trigger.period, sample.shortest_gap)
     shortest = min((gap for gap in gaps if gap is not None), default=None)
     if shortest is not None and shortest < minimum:
         shown, least = bounds.show(shortest), bounds.show(minimum)

@@ -26,7 +26,7 @@ from django_periodic.db import clock
 from django_periodic.models import lifecycle
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.field_groups import TRIGGER_FIELDS
-from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors
+from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors, trigger_of
 from django_periodic.timing import bounds, recurrences, triggers
 
 if TYPE_CHECKING:
@@ -78,7 +78,19 @@ def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     start, end = schedule.start_at, schedule.end_at
     if compared and start and end and end <= start:
         errors.append(("end_at", "end_at must be after start_at."))
+    if schedule.rrule and not errors:
+        errors += _rrule_reach_errors(schedule)
     return errors
+
+
+def _rrule_reach_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+    """An RRULE's next fire after now found within one search, as the planner will ask:
+    its first fires may be near its start and the rest too rare to search."""
+    try:
+        trigger_of(schedule).next_after(clock.wall_now())
+    except triggers.InvalidTrigger as exc:
+        return [("rrule", str(exc))]
+    return []
 
 
 def _range_errors(schedule: "Schedule") -> list[tuple[str, str]]:

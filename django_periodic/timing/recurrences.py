@@ -26,7 +26,7 @@ from dateutil import rrule as du
 from dateutil.relativedelta import relativedelta
 
 from django_periodic.choices import DstGap, DstRepeat
-from django_periodic.timing import bounds
+from django_periodic.timing import bounds, rule_parts, rule_search
 from django_periodic.timing.triggers import (
     InvalidTrigger,
     WallClockTrigger,
@@ -46,17 +46,6 @@ _WINDOW = 256
 # its fires in a DST gap are skipped and those in a repeat run in both passes. Coarser
 # rules fire at a time of day: in a gap at the change, in a repeat once.
 _WALL_CLOCK = (du.HOURLY, du.MINUTELY, du.SECONDLY)
-# A rule's period, where it has a fixed length (or a number of months): from any period
-# on, the rule lists the same wall times when started there (without COUNT).
-_PERIODS = {
-    du.WEEKLY: timedelta(weeks=1),
-    du.DAILY: timedelta(days=1),
-    du.HOURLY: timedelta(hours=1),
-    du.MINUTELY: timedelta(minutes=1),
-    du.SECONDLY: timedelta(seconds=1),
-}
-_MONTHS = {du.MONTHLY: 1, du.YEARLY: 12}
-_MONTH_DAYS = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 _TIME = re.compile(r"(\d{8}T\d{6})(Z?)", re.IGNORECASE)
 _UTC_UNTIL = re.compile(r"UNTIL=(\d{8}T\d{6})Z", re.IGNORECASE)
 _TIME_FORMAT = "%Y%m%dT%H%M%S"
@@ -71,9 +60,11 @@ class _Recurrence:
     rdates: tuple[datetime, ...]
     exdates: tuple[datetime, ...]
 
-    def walls(self, origin: datetime | None) -> Iterator[datetime]:
-        """Its wall times in order, from ``origin`` (a DTSTART of the same phase) or its own."""
-        rule = self.rule if origin is None else self.rule.replace(dtstart=origin)
+    def walls(self, origin: datetime | None, budget: rule_search.Budget) -> Iterator[datetime]:
+        """Its wall times in order, from ``origin`` (a DTSTART of the same phase) or its own;
+        the walk spends from ``budget`` and raises RuleTooCostly once it is spent."""
+        rule = rule_search.metered(self.rule, **({} if origin is None else {"dtstart": origin}))
+        rule.budget = budget
         if not (self.rdates or self.exdates):
             return iter(rule)
         recurrence = du.rruleset()
@@ -84,32 +75,42 @@ class _Recurrence:
             recurrence.exdate(wall)
         return iter(recurrence)
 
-    def origin_near(self, wall: datetime) -> datetime | None:
-        """A later DTSTART, at least two periods before ``wall``, from which the rule lists
-        the wall times it would have listed; None: only its own will do (COUNT counts from
-        it, and a month's day past the 28th does not occur in every month)."""
+    def origin_near(self, wall: datetime, back: int = 2) -> datetime | None:
+        """A later DTSTART, at least ``back`` periods before ``wall``, from which the rule
+        lists the wall times it would have listed; None: only its own will do (a month's day
+        past the 28th does not occur in every month). It has no COUNT (``_uncounted``)."""
         rule, start = self.rule, self.rule._dtstart
-        if rule._count is not None or wall <= start:
+        if wall <= start:
             return None
-        if rule._freq in _PERIODS:
-            period = _PERIODS[rule._freq] * rule._interval
-            periods = (wall - start) // period - 2
+        if rule._freq in rule_search.PERIODS:
+            period = rule_search.PERIODS[rule._freq] * rule._interval
+            periods = (wall - start) // period - back
             return start + period * periods if periods > 0 else None
         if start.day > 28:
             return None
-        months = _MONTHS[rule._freq] * rule._interval
-        periods = ((wall.year - start.year) * 12 + wall.month - start.month) // months - 2
+        months = rule_search.MONTHS[rule._freq] * rule._interval
+        periods = ((wall.year - start.year) * 12 + wall.month - start.month) // months - back
         return start + relativedelta(months=months * periods) if periods > 0 else None
 
 
 class _Frontier:
     """A rule's wall times from an origin on, listed in order; the latest ``_WINDOW`` kept.
-    Every wall time at or after ``floor`` is kept or still to come."""
+    Every wall time at or after ``floor`` is kept or still to come. Each question spends
+    one search's budget at most, or raises RuleTooCostly (the frontier is then spent)."""
 
-    def __init__(self, recurrence: _Recurrence, origin: datetime | None) -> None:
+    def __init__(
+        self,
+        recurrence: _Recurrence,
+        origin: datetime | None,
+        budget: rule_search.Budget | None = None,
+    ) -> None:
         self.from_start = origin is None
         self.floor = datetime.min if origin is None else origin
-        self._walls = recurrence.walls(origin)
+        self.spent = False
+        # A budget of its own is renewed for each question; one given is the asker's.
+        self._renewed = budget is None
+        self._budget = budget or rule_search.Budget()
+        self._walls = recurrence.walls(origin, self._budget)
         self._kept: list[datetime] = []
         self._done = False
 
@@ -129,13 +130,19 @@ class _Frontier:
         return self._kept[i - 1] if i else None
 
     def _reach(self, wall: datetime) -> None:
-        """List wall times until one is after ``wall`` (or the rule ends)."""
-        kept = self._kept
+        """List wall times until one is after ``wall`` (or the rule ends), on a budget."""
+        kept, budget = self._kept, self._budget
+        if self._renewed:
+            budget.renew()
         while not self._done and (not kept or kept[-1] <= wall):
             try:
                 kept.append(next(self._walls))
+            except rule_search.RuleTooCostly:
+                self.spent = True  # dateutil's walk ended with the error: start afresh
+                raise
             except (StopIteration, ValueError, OverflowError):
                 self._done = True  # or past datetime's last year: no fire there either
+            budget.spend()
             if len(kept) > _WINDOW:
                 dropped = len(kept) // 2
                 self.floor, self.from_start = kept[dropped], False
@@ -158,16 +165,26 @@ class _Walls:
         with self._lock:
             found = self._near(wall).at_or_before(wall)
             if found is None and not self._frontier.from_start:
-                # None since it started afresh: only a walk from DTSTART can say (rare: a
-                # rule whose fires are far apart, asked about the time before them).
-                found = _Frontier(self._recurrence, None).at_or_before(wall)
+                found = self._further_back(wall)
             return found
+
+    def _further_back(self, wall: datetime) -> datetime | None:
+        """The latest wall time at or before ``wall`` of a rule whose fires are far apart
+        (none since the kept frontier's origin): listed from origins twice as far back each
+        time, on one search's budget, up to DTSTART."""
+        budget, back = rule_search.Budget(), 4
+        while True:
+            origin = self._recurrence.origin_near(wall, back)
+            found = _Frontier(self._recurrence, origin, budget).at_or_before(wall)
+            if found is not None or origin is None:
+                return found
+            back *= 2
 
     def _near(self, wall: datetime) -> _Frontier:
         """The frontier to ask about ``wall``: the one kept, unless it has passed ``wall``
         or would list a walk of periods to reach it."""
         frontier, origin = self._frontier, self._recurrence.origin_near(wall)
-        if wall < frontier.floor or (origin is not None and origin > frontier.reached):
+        if frontier.spent or wall < frontier.floor or (origin and origin > frontier.reached):
             self._frontier = _Frontier(self._recurrence, origin)
         return self._frontier
 
@@ -227,13 +244,31 @@ class RRuleTrigger(WallClockTrigger):
         if rule._freq not in _WALL_CLOCK:
             return None
         interval: int = rule._interval
-        return _PERIODS[rule._freq] * interval
+        return rule_search.PERIODS[rule._freq] * interval
 
-    @functools.cached_property
+    @property
     def sample(self) -> Sample:
         """Its first ``SAMPLED_FIRES`` wall times' fires, on which its bounds are judged:
-        each wall time made an instant directly, not searched for; only the figures kept."""
-        walls = itertools.islice(self._recurrence.walls(None), SAMPLED_FIRES)
+        each wall time made an instant directly, not searched for; only the figures kept.
+        Fewer where one search's budget finds fewer; RuleTooCostly where it finds none."""
+        if isinstance(self._sampled, str):
+            raise rule_search.RuleTooCostly(self._sampled)
+        return self._sampled
+
+    @functools.cached_property
+    def _sampled(self) -> Sample | str:
+        """The sample, or why there is none (kept, so a bad rule costs one search)."""
+        walls: list[datetime] = []
+        try:
+            for wall in self._recurrence.walls(None, rule_search.Budget()):
+                walls.append(wall)
+                if len(walls) == SAMPLED_FIRES:
+                    break
+        except rule_search.RuleTooCostly as exc:
+            if not walls:
+                return str(exc)
+        except (ValueError, OverflowError):
+            pass  # past datetime's last year: the rule ends there
         instants = sorted({instant for wall in walls for instant in self._instants(wall)})
         gaps = (later - earlier for earlier, later in itertools.pairwise(instants))
         return Sample(len(instants), min(gaps, default=None))
@@ -303,24 +338,12 @@ def _rule(value: str, zone: zoneinfo.ZoneInfo, dtstart: datetime) -> du.rrule:
         raise InvalidTrigger(f"Invalid RRULE {value!r}: one rule expected.")
     if rule._interval < 1:
         raise InvalidTrigger(f"Invalid RRULE {value!r}: INTERVAL must be at least 1.")
-    _days_occur(rule)
-    return rule
+    rule_parts.check(rule)
+    return rule_search.uncounted(rule)
 
 
 def _utc_until(item: str, zone: zoneinfo.ZoneInfo) -> str:
     return _wall(item + "Z", "UNTIL", zone).strftime(_TIME_FORMAT)
-
-
-def _days_occur(rule: du.rrule) -> None:
-    """Raise unless its days of the month occur in one of its months (else dateutil walks
-    to the year 9999 to find no fire)."""
-    days = (*rule._bymonthday, *(-day for day in rule._bynmonthday))
-    months = rule._bymonth or range(1, 13)
-    if days and min(days) > max(_MONTH_DAYS[month - 1] for month in months):
-        raise InvalidTrigger(
-            f"This rule has no fire after {rule._dtstart:%Y-%m-%d %H:%M}: its days of the "
-            "month do not occur in its months."
-        )
 
 
 def _wall(item: str, name: str, zone: zoneinfo.ZoneInfo) -> datetime:
