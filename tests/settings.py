@@ -35,12 +35,9 @@ INSTALLED_APPS = [
     "django_tasks_db",
     "tests",
 ]
-# The django-health-check integration's tests (the package is in the test group).
-if find_spec("health_check"):
-    INSTALLED_APPS.append("health_check")
-# import_celery_beat reads django-celery-beat's own tables (the package is in the test group).
-if find_spec("django_celery_beat"):
-    INSTALLED_APPS.append("django_celery_beat")
+# The django-health-check integration's tests, and import_celery_beat's, which reads
+# django-celery-beat's own tables: both packages are in the test group, so required.
+INSTALLED_APPS += ["health_check", "django_celery_beat"]
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",

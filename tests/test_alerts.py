@@ -405,7 +405,6 @@ def test_changes_are_mailed_to_the_admins_when_asked(settings, mailoutbox):
 
 @pytest.mark.django_db(transaction=True)  # a scrape closes its connection
 def test_the_metrics_show_a_series_per_schedule_only_when_asked(settings):
-    pytest.importorskip("prometheus_client")
     from django_periodic.operations.metrics import _StateCollector
 
     needing(clock.now())

@@ -6,6 +6,7 @@ import sys
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+import holidays
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
@@ -77,7 +78,6 @@ def test_a_shift_keeps_the_time_of_day_across_a_dst_change():
 
 
 def test_public_holidays_close_their_day_with_their_name():
-    holidays = pytest.importorskip("holidays")
     rules = CalendarRules("bavaria", "Europe/Berlin", "DE", "BY")
     closure = Closures((rules,)).closure(berlin(2026, 12, 25, 9))
     # The package's own name for it, in the language it picks ("Christmas Day" in English).
@@ -333,7 +333,6 @@ def test_clean_refuses_bad_calendar_values_on_their_fields():
 
 @pytest.mark.django_db
 def test_clean_refuses_an_unknown_country_and_subdivision():
-    pytest.importorskip("holidays")
     calendar = Calendar(name="c", timezone="UTC", holidays_country="XX")
     with pytest.raises(ValidationError, match="Unknown holidays country 'XX'"):
         calendar.full_clean()

@@ -10,7 +10,6 @@ from django.core.management import CommandError, call_command
 
 from django_periodic.escaping import escaped
 from django_periodic.models import Schedule
-from django_periodic.operations import status_output
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
 
@@ -57,7 +56,6 @@ def test_periodic_status_escapes_stored_text_in_plain_text(forged):
     assert text.count(escaped(FORGED)) >= 4  # in each section: due, errors, paused (x2)
 
 
-@pytest.mark.skipif(not status_output.RICH_INSTALLED, reason="rich not installed")
 def test_periodic_status_escapes_stored_text_and_markup_in_rich_tables(forged, monkeypatch):
     monkeypatch.setenv("COLUMNS", "400")  # one line per cell
     text = status(force_color=True)

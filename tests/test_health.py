@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 from datetime import timedelta
-from importlib.util import find_spec
 from io import StringIO
 
 import pytest
@@ -18,14 +17,9 @@ from django.test.utils import CaptureQueriesContext
 
 from django_periodic.conf import get_settings
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
-from django_periodic.operations import health, status_output
+from django_periodic.operations import health
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.helpers import overdue_schedule, set_cursor
-
-needs_rich = pytest.mark.skipif(not status_output.RICH_INSTALLED, reason="rich not installed")
-needs_health_check = pytest.mark.skipif(
-    not find_spec("health_check"), reason="django-health-check not installed"
-)
 
 
 def checks(now) -> set[str]:
@@ -238,7 +232,6 @@ def test_status_plain_when_not_a_terminal(now, process):
     assert text.rstrip().endswith("OK")
 
 
-@needs_rich
 def test_status_renders_rich_tables_when_forced(now, process):
     running_run(now, now + timedelta(minutes=1), holder="web-1:42")
     text = status(force_color=True)
@@ -247,7 +240,6 @@ def test_status_renders_rich_tables_when_forced(now, process):
     assert "┃" in text or "│" in text  # drawn as a table
 
 
-@needs_rich
 def test_status_no_color_stays_plain_even_with_rich(now, process):
     assert "│" not in status(no_color=True)
 
@@ -303,14 +295,12 @@ def test_health_view_costs_a_constant_number_of_queries(client, now, django_asse
 # -- django-health-check ---------------------------------------------------------------------
 
 
-@needs_health_check
 def test_health_check_view_reports_the_periodic_check_ok(client, process):
     response = client.get("/ht/?format=json")
     assert response.status_code == 200
     assert list(response.json().values()) == ["OK"]
 
 
-@needs_health_check
 def test_health_check_view_fails_with_the_periodic_problem(client, now, process):
     disabled_by_error()
     response = client.get("/ht/?format=json")

@@ -12,6 +12,7 @@ from io import StringIO
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
+from django_celery_beat import models as beat
 
 from django_periodic import registry
 from django_periodic.db import clock
@@ -20,8 +21,6 @@ from django_periodic.models import Schedule
 from django_periodic.operations.celerybeat.emitting import EMITTED_FIELDS
 from django_periodic.timing import triggers
 from tests.factories import ScheduleFactory
-
-beat = pytest.importorskip("django_celery_beat.models")
 
 # Schedule fields the import sets (the cursor and anchor depend on when it runs).
 MAPPED_FIELDS = (

@@ -9,15 +9,12 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from celery.schedules import crontab
 from django.core.management import CommandError, call_command
 
 from django_periodic import registry
 from django_periodic.engine.planning.code_schedules import code_defined_values
 from django_periodic.models import Schedule, ScheduleVersion
-
-pytest.importorskip("celery")
-from celery.schedules import crontab
-
 from tests import celery_app
 from tests.helpers import nested_lists
 

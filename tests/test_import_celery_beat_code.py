@@ -7,17 +7,11 @@ from datetime import UTC, datetime, timedelta
 from io import StringIO
 
 import pytest
+from celery import Celery
+from celery.schedules import crontab, schedule, solar
 from django.core.management import CommandError, call_command
 
 from django_periodic.models import Schedule
-
-celery_schedules = pytest.importorskip("celery.schedules")
-Celery = pytest.importorskip("celery").Celery
-crontab, schedule, solar = (
-    celery_schedules.crontab,
-    celery_schedules.schedule,
-    celery_schedules.solar,
-)
 
 # A week after the end of daylight saving time in Europe and the United States.
 QUIET_WEEK = datetime(2026, 11, 9, 12, 0, tzinfo=UTC)

@@ -4,7 +4,6 @@ logs (error_texts.py)."""
 
 import logging
 from datetime import UTC, datetime, timedelta
-from importlib.util import find_spec
 
 import pytest
 from django.contrib.auth.models import Permission
@@ -64,7 +63,6 @@ def test_a_signed_in_user_without_the_permission_gets_counts(client, now, django
     assert NAME not in client.get("/periodic/health/").text
 
 
-@pytest.mark.skipif(not find_spec("health_check"), reason="django-health-check not installed")
 def test_the_django_health_check_check_names_no_schedule(client, now):
     needing_attention(now)
     response = client.get("/ht/?format=json")
