@@ -20,12 +20,12 @@ from django_periodic.db import clock
 from django_periodic.engine.planning import code_schedules, decisions, planner
 from django_periodic.models import Calendar, Run, Schedule, SchedulerProcess
 from django_periodic.policies import Occupancy
-from django_periodic.testing import fire_times
+from django_periodic.testing import assert_fire_times, fire_times
 from django_periodic.timing import recurrences
 from django_periodic.timing.recurrences import RRuleTrigger
 from django_periodic.timing.triggers import InvalidTrigger
 from tests.factories import ScheduleFactory, due_row, schedule_form_data
-from tests.helpers import set_cursor
+from tests.helpers import set_cursor, utc
 from tests.models import Execution
 from tests.processes import wait_for
 
@@ -251,9 +251,66 @@ def test_a_rule_firing_more_often_than_min_interval_is_refused(settings):
     rrule_schedule("FREQ=MINUTELY;BYSECOND=0,30").full_clean(exclude=["name"])
 
 
+# Paris in 2026, as the tz database has it (the EU's rule: changes at 01:00 UTC). On 29 March
+# 02:00 CET becomes 03:00 CEST, so 02:30 does not exist; on 25 October 03:00 CEST becomes
+# 02:00 CET, so 02:30 happens twice, at 00:30 UTC and again at 01:30 UTC.
+DAILY, HOURLY = "FREQ=DAILY;BYHOUR=2;BYMINUTE=30", "FREQ=HOURLY;BYMINUTE=30"
+# A window around each change for each rule: three days for the daily rule, from local 01:00
+# to 04:00 for the hourly one.
+SPRING_WINDOW = {
+    DAILY: (utc(2026, 3, 28), utc(2026, 3, 31)),
+    HOURLY: (utc(2026, 3, 29, 0), utc(2026, 3, 29, 2)),
+}
+FALL_WINDOW = {
+    DAILY: (utc(2026, 10, 24), utc(2026, 10, 27)),
+    HOURLY: (utc(2026, 10, 24, 23), utc(2026, 10, 25, 3)),
+}
+# Their fires in UTC by the choice for that change (empty: the rule's default, first_valid
+# and once for a daily rule, skip and both for an hourly one).
+SPRING_FIRES = {
+    (DAILY, "skip"): [utc(2026, 3, 28, 1, 30), utc(2026, 3, 30, 0, 30)],  # none on the 29th
+    # On the 29th at the change, 03:00 CEST.
+    (DAILY, "first_valid"): [utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1), utc(2026, 3, 30, 0, 30)],
+    (DAILY, ""): [utc(2026, 3, 28, 1, 30), utc(2026, 3, 29, 1), utc(2026, 3, 30, 0, 30)],
+    # 01:30 CET and 03:30 CEST; 02:30 at the change, 03:00 CEST, or not at all.
+    (HOURLY, "skip"): [utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1, 30)],
+    (HOURLY, "first_valid"): [
+        utc(2026, 3, 29, 0, 30),
+        utc(2026, 3, 29, 1),
+        utc(2026, 3, 29, 1, 30),
+    ],
+    (HOURLY, ""): [utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1, 30)],
+}
+FALL_FIRES = {
+    (DAILY, "once"): [utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)],
+    # On the 25th at 02:30 CEST, then at 02:30 CET.
+    (DAILY, "both"): [
+        utc(2026, 10, 24, 0, 30),
+        utc(2026, 10, 25, 0, 30),
+        utc(2026, 10, 25, 1, 30),
+        utc(2026, 10, 26, 1, 30),
+    ],
+    (DAILY, ""): [utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)],
+    # 01:30 CEST, 02:30 CEST, 02:30 CET (or not), 03:30 CET.
+    (HOURLY, "once"): [
+        utc(2026, 10, 24, 23, 30),
+        utc(2026, 10, 25, 0, 30),
+        utc(2026, 10, 25, 2, 30),
+    ],
+    (HOURLY, "both"): [utc(2026, 10, 24, 23, 30), *(utc(2026, 10, 25, h, 30) for h in (0, 1, 2))],
+    (HOURLY, ""): [utc(2026, 10, 24, 23, 30), *(utc(2026, 10, 25, h, 30) for h in (0, 1, 2))],
+}
+
+
 @pytest.mark.django_db
-def test_dst_choices_apply_to_a_rule():
-    rrule_schedule("FREQ=DAILY", dst_gap="skip", dst_repeat="both").full_clean()
+@pytest.mark.parametrize("text", [DAILY, HOURLY])
+@pytest.mark.parametrize("dst_gap", ["skip", "first_valid", ""])
+@pytest.mark.parametrize("dst_repeat", ["once", "both", ""])
+def test_dst_choices_apply_to_a_rule(text, dst_gap, dst_repeat):
+    schedule = rrule_schedule(text, dst_gap=dst_gap, dst_repeat=dst_repeat)
+    schedule.full_clean()
+    assert_fire_times(schedule, *SPRING_WINDOW[text], SPRING_FIRES[text, dst_gap])
+    assert_fire_times(schedule, *FALL_WINDOW[text], FALL_FIRES[text, dst_repeat])
 
 
 def test_job_checks_a_rule_at_import(clean_registry):
