@@ -21,6 +21,9 @@ from sybil.parsers.myst import CodeBlockParser, SkipParser
 
 from django_periodic import registry, scopes
 
+# Each run of scripts/test.sh compares its skips with those it declares (tests/skips.py).
+pytest_plugins = ["tests.skips"]
+
 # "# billing/jobs.py" on a block's first line: the module the block stands for.
 MODULE_COMMENT = re.compile(r"#\s*([\w/]+)\.py\b")
 

@@ -17,6 +17,12 @@
 #   PERIODIC_SKIP_LINT=1                                skip ruff and mypy (handy with -k while iterating)
 #   PERIODIC_SKIP_EXAMPLE=1                             skip the example project's set-up check
 #   PERIODIC_BROWSER_TESTS=0                            skip the browser tests (and installing Chromium)
+#
+# Every service a selected run needs (PostgreSQL, PgBouncer, Redis, Chromium) is required: one
+# that cannot be installed or started fails the script at once, saying which. A run of the
+# whole suite (no pytest arguments) also fails if it collects nothing, or if its skips differ
+# from those tests/skips.py declares for it (unless PERIODIC_TEST_ENVS, PERIODIC_TEST_DBS or
+# PERIODIC_BROWSER_TESTS narrow it). .ci/run clears the variables above.
 #   PERIODIC_SKIP_PACKAGE=1                             skip building and smoke-testing the wheel and sdist
 #   PERIODIC_SKIP_DOCS=1                                skip building the documentation site
 set -euo pipefail
@@ -78,10 +84,17 @@ banner() { printf '\n== %s ==\n' "$*"; }
 selected() { [[ " $2 " == *" $1 "* ]]; }
 
 # ---------------------------------------------------------------------------------------------
+# Prints what is missing and stops the script: a service the tests need could not be had.
+missing() {
+    printf '\nFAILED: %s\n' "$*" >&2
+    exit 1
+}
+
 # Browser tests (tests/browser) drive Debian's chromium with Playwright; the Python side finds it
 # through PERIODIC_CHROMIUM, or skips with the reason in PERIODIC_BROWSER_SKIP. They serve the
 # example project on its own SQLite file, so they run once per invocation (the first pytest run).
 ensure_chromium() {
+    local found
     if [[ ${PERIODIC_BROWSER_TESTS:-1} == 0 ]]; then
         export PERIODIC_BROWSER_SKIP="browser tests turned off (PERIODIC_BROWSER_TESTS=0)"
         return 0
@@ -89,16 +102,16 @@ ensure_chromium() {
     if [[ -n ${PERIODIC_CHROMIUM:-} && -x $PERIODIC_CHROMIUM ]]; then
         return 0
     fi
-    if [[ ! -x /usr/bin/chromium ]]; then
+    if ! command -v chromium >/dev/null; then
         echo "installing chromium for browser tests" >&2
-        if ! { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; then
-            echo "WARNING: could not install chromium; the browser tests will be skipped" >&2
-            export PERIODIC_BROWSER_SKIP="no browser: apt-get install chromium failed (see the log)"
-            return 0
-        fi
+        { DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } ||
+            missing "the browser tests need Chromium, and apt-get install chromium failed" \
+                "(see above; PERIODIC_BROWSER_TESTS=0 leaves them out on a developer's machine)"
     fi
-    export PERIODIC_CHROMIUM=/usr/bin/chromium
+    found=$(command -v chromium) ||
+        missing "the browser tests need Chromium, and no chromium is on PATH after installing it"
+    export PERIODIC_CHROMIUM=$found
 }
 
 # The label of the pytest run that runs the browser tests: the first one started (its stage's
@@ -111,7 +124,7 @@ browser_skip() {
     if [[ -n ${PERIODIC_BROWSER_SKIP:-} ]]; then
         echo "$PERIODIC_BROWSER_SKIP"
     elif [[ $BROWSER_RUN != "$1" ]]; then
-        echo "browser tests run once per test.sh, in the $BROWSER_RUN run"
+        echo "browser tests run once per test.sh, in its first run" # tests/skips.py's reason
     fi
 }
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +260,17 @@ pytest_exec() {
     shift 2
     PERIODIC_BROWSER_SKIP=$(browser_skip "$RUN_LABEL") PERIODIC_TEST_DB=$RUN_DB \
         PERIODIC_ONLY_DATABASE_TESTS=$only_db PERIODIC_TEST_PGBOUNCER_URL=$RUN_PGBOUNCER \
+        PERIODIC_EXPECTED_SKIPS=$(expected_skips_key) \
         in_venv "$name" python -m pytest -p no:cacheprovider "${RUN_NARROW[@]}" "$@"
+}
+
+# The run whose skips tests/skips.py checks (its stage part), or nothing when the caller
+# narrowed the command (NARROWED: pytest arguments, or fewer environments, databases or
+# browser tests), whose runs may skip what they like.
+NARROWED=0
+RUN_PART=
+expected_skips_key() {
+    ((NARROWED)) || echo "$RUN_PART"
 }
 
 # record_run LABEL LOG RC: counts a finished run's tests and keeps its result for the summary.
@@ -361,6 +384,7 @@ part_setup() {
 stage_run() {
     local foreground=$1
     part_setup "$2"
+    RUN_PART=$2
     shift 2
     if ((foreground)); then
         run_pytest "$PART_ENV" "$PART_DB" "$PART_MARKERS" "$PART_ONLY_DB" "$@"
@@ -427,15 +451,16 @@ summarize() {
     done
     for i in "${!RUN_LABELS[@]}"; do
         rc=${RUN_CODES[$i]}
-        # "No tests collected" is fine for one run (e.g. -k matching only some files), but if no
-        # run collected anything, the selection or the collection is broken.
-        if ((rc == 0)) || { ((rc == 5)) && ((empty < ${#RUN_CODES[@]})); }; then
+        # "No tests collected" is fine for one run of a narrowed selection (e.g. -k matching
+        # only some files), but if no run collected anything, or a run of the whole suite
+        # collected nothing (a marker renamed), the selection or the collection is broken.
+        if ((rc == 0)) || { ((rc == 5 && NARROWED)) && ((empty < ${#RUN_CODES[@]})); }; then
             passed=$((passed + 1))
         else
             failed=$((failed + 1))
         fi
         printf '  %-45s %s%s\n' "${RUN_LABELS[$i]}" "$(describe_code "$rc")" \
-            "$( ((rc == 5 && empty == ${#RUN_CODES[@]})) && echo " in any run: FAILED")"
+            "$( ((rc == 5 && (!NARROWED || empty == ${#RUN_CODES[@]}))) && echo ": FAILED")"
     done
     if ((checks_failed > 0)); then
         echo "  ($checks_failed check(s) failed: the script fails even if every pytest run passed)"
@@ -450,20 +475,25 @@ main() {
     trap 'exit 130' INT
     trap 'exit 143' TERM
     trap 'stop_beside; redis_stop; pgbouncer_stop; pg_stop' EXIT
+    # The whole suite, as CI runs it: no pytest arguments, no narrowing of the matrix.
+    if (($#)) || [[ -n ${PERIODIC_TEST_ENVS:-}${PERIODIC_TEST_DBS:-}${PERIODIC_BROWSER_TESTS:-} ]]; then
+        NARROWED=1
+    fi
 
     ensure_chromium
 
     setup_envs
 
     if selected postgres "$SELECTED_DBS" || selected pgbouncer "$SELECTED_DBS"; then
-        pg_start
+        pg_start || missing "the PostgreSQL tests need a server, and it could not start"
         export PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME"
     fi
     if selected pgbouncer "$SELECTED_DBS"; then
-        pgbouncer_start
+        pgbouncer_start || missing "the PgBouncer tests need PgBouncer, and it could not start"
     fi
     # Celery's broker and result backend, for the hand-off to Celery workers (PostgreSQL).
-    if [[ -n ${PG_PORT:-} ]] && redis_start; then
+    if [[ -n ${PG_PORT:-} ]]; then
+        redis_start || missing "the Celery hand-off tests need Redis, and it could not start"
         export PERIODIC_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT/0"
     fi
 
