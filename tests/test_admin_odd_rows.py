@@ -27,6 +27,9 @@ START_OF_TIME = datetime(1, 1, 1, 1, tzinfo=UTC)
 EAST, WEST = "Pacific/Kiritimati", "Etc/GMT+12"
 ONCE = {"cron": "", "interval": None}
 CRON = {"cron": "0 3 * * *", "interval": None}
+RRULE = {**ONCE, "run_at": None, "start_at": datetime(2026, 1, 1, tzinfo=UTC)}
+# A rule python-dateutil would search to the year 9999 for its first fire.
+NEVER_FIRES = {**RRULE, "rrule": "FREQ=SECONDLY;BYSETPOS=2"}
 
 # (what is odd, the values stored, the site's time zone)
 ODD_ROWS = [
@@ -66,6 +69,13 @@ ODD_ROWS = [
     ("no cursor", {"next_fire_at": None}, "UTC"),
     ("not planned yet", {"next_fire_at": bounds.UNPLANNED}, "UTC"),
     ("counts out of range", {"max_attempts": 0, "max_queued": 0, "keep_runs": 0}, "UTC"),
+    ("RRULE that never fires", NEVER_FIRES, EAST),
+    # Its fires are whole seconds from 1900 on: found by arithmetic, not a walk of 127 years.
+    (
+        "RRULE counted from 1900",
+        {**RRULE, "rrule": "FREQ=SECONDLY;COUNT=10000000000", "start_at": bounds.EARLIEST},
+        "UTC",
+    ),
 ]
 
 
@@ -145,6 +155,7 @@ def cell(html: str, column: str) -> str:
         ({**CRON, "timezone": "Mars/Olympus"}, "Unknown time zone &#x27;Mars/Olympus&#x27;"),
         ({"interval": timedelta(0)}, "positive"),
         ({**ONCE, "run_at": None}, "A schedule needs a cron, an interval, a run_at or an rrule."),
+        (NEVER_FIRES, "This rule never fires"),
     ],
 )
 def test_an_invalid_trigger_says_why_in_the_list(admin_client, unchecked, values, reason):
