@@ -6,8 +6,12 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic.db import notifications
+from django_periodic.db import clock, notifications
 from django_periodic.engine.loop import wakeups
+from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.models import Run
+from tests.factories import ScheduleFactory
+from tests.helpers import set_cursor
 from tests.processes import wait_for, wait_for_children_to_disconnect
 
 WAKE_TIMEOUT = 10  # seconds; a wake-up normally takes milliseconds
@@ -137,3 +141,21 @@ def test_a_stopped_listener_closes_its_connection(listener, wake):
     connected(wake)
     listener.stop()
     wait_for(lambda: not listening_backends(), WAKE_TIMEOUT, "the listener's session to end")
+
+
+def test_runs_planned_beyond_what_the_planner_starts_itself_wake_the_other_schedulers(raw_listen):
+    """A plan-only scheduler starts none of the runs it plans: the others, asleep until
+    their next fire or poll, are woken to claim them now."""
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    try:
+        schedule = ScheduleFactory()
+        set_cursor(schedule, clock.now())
+        notify_elsewhere("before the tick")  # the notifications sent so far come before it
+        assert "before the tick" in (n.payload for n in raw_listen.notifies(timeout=WAKE_TIMEOUT))
+        scheduler.tick()
+        assert Run.objects.filter(schedule=schedule).exists()
+        assert payloads(raw_listen, 1) == [""]
+    finally:
+        scheduler.stop.request()
+        scheduler.shutdown()
