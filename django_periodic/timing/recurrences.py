@@ -78,7 +78,8 @@ class _Recurrence:
     def origin_near(self, wall: datetime, back: int = 2) -> datetime | None:
         """A later DTSTART, at least ``back`` periods before ``wall``, from which the rule
         lists the wall times it would have listed; None: only its own will do (a month's day
-        past the 28th does not occur in every month). It has no COUNT (``_uncounted``)."""
+        past the 28th does not occur in every month). COUNT is gone by then: an UNTIL
+        stands for it (``rule_search.uncounted``)."""
         rule, start = self.rule, self.rule._dtstart
         if wall <= start:
             return None
