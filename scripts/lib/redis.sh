@@ -56,7 +56,16 @@ redis_stop() {
     [[ -n ${REDIS_DIR:-} && -d $REDIS_DIR ]] || return 0
     local pid
     pid=$(cat "$REDIS_DIR/redis.pid" 2>/dev/null || true)
-    if [[ $pid =~ ^[0-9]+$ ]]; then kill -TERM "$pid" 2>/dev/null || true; fi
-    rm -rf "$REDIS_DIR"
+    if [[ $pid =~ ^[0-9]+$ ]]; then
+        kill -TERM "$pid" 2>/dev/null || true
+        # It writes its log as it stops: wait (up to 5 s), or removing its directory fails,
+        # and under set -e the rest of the caller's clean-up (PostgreSQL's stop) is skipped.
+        local i
+        for i in $(seq 50); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    rm -rf "$REDIS_DIR" || echo "redis: could not remove $REDIS_DIR" >&2
     unset REDIS_DIR REDIS_PORT
 }
