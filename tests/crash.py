@@ -2,8 +2,13 @@
 
 ``Fleet`` keeps N real ``run_scheduler`` processes alive while it SIGKILLs one at random and
 starts its replacement at once, recording a timeline on the database clock. ``Ledger`` reads
-what the runs, leases and executions tables say afterwards; each of its ``*_violations``
-methods returns the broken promises as readable lines (empty when the promise held).
+what the runs, leases and executions tables say afterwards, and what the jobs noted of their
+own calls (``tests.jobs.note``); each of its ``*_violations`` methods returns the broken
+promises as readable lines (empty when the promise held).
+
+Whether a job was called is judged by its note alone, written before it does anything else:
+the ledger's own marks (a lease's ``started_at``, a run's status) are what is checked
+against it, never the oracle.
 """
 
 import json
@@ -15,11 +20,12 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from django.db import connection
 
+from django_periodic import registry
 from django_periodic.db import clock
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests import processes
@@ -39,6 +45,16 @@ CHILD_SETTINGS = {
 # The same with the default heartbeat and sweep: recovery by detection, not fast expiry.
 DEFAULT_CHILD_SETTINGS = {"STALE_REENTRY_LIMIT": 1_000_000, "SHUTDOWN_GRACE": 2}
 LEASE_TIMEOUT = timedelta(seconds=3)
+# A lease last extended before the database answered again (give or take a heartbeat
+# interval, CHILD_SETTINGS) may expire for the outage: its holder could not extend it.
+OUTAGE_SLACK = timedelta(seconds=1)
+# A planner reads its clock, then (once it has locked the due schedules) what is active,
+# and a run's end commits a moment after its own clock reading: a fire skipped for overlap
+# may be behind a run that ended this long before it was planned. (Measured over 8,000
+# skips: every run a fire was skipped behind ended 11 ms or more after it was planned;
+# under a break that skipped fires with nothing active, they were planned 0.1 s or more
+# after their schedule's last run ended, which woke a planner.)
+PLANNING_LAG = timedelta(seconds=0.05)
 # Error codes of a job body that queried while the database was away.
 DATABASE_ERRORS = frozenset({"OperationalError", "InterfaceError"})
 
@@ -81,7 +97,7 @@ class LoggedChild(processes.SchedulerProcess):
 
 @dataclass(frozen=True)
 class Event:
-    what: str  # start, kill, stop, pg_restart
+    what: str  # start, kill, stop, recover, pg_down, pg_up
     pid: int
     at: datetime  # the database's clock, like plan times and leases
     monotonic: float
@@ -111,7 +127,8 @@ class Fleet:
         self.started: list[LoggedChild] = []
         self.timeline: list[Event] = []
 
-    def _event(self, what: str, pid: int, at: datetime | None = None) -> Event:
+    def event(self, what: str, pid: int = 0, at: datetime | None = None) -> Event:
+        """Add ``what`` to the timeline, at the database clock's now unless ``at``."""
         event = Event(what, pid, at or clock.now(), time.monotonic())
         self.timeline.append(event)
         return event
@@ -124,7 +141,7 @@ class Fleet:
             *self.args, *args, settings=self.settings, log_path=path, command=self.command
         )
         self.started.append(child)
-        self._event(what, child.pid)
+        self.event(what, child.pid)
         return child
 
     def start(self) -> None:
@@ -135,7 +152,7 @@ class Fleet:
         victim = self.random.choice(self.live)
         os.kill(victim.pid, signal.SIGKILL)
         victim.popen.wait()
-        self._event("kill", victim.pid)
+        self.event("kill", victim.pid)
         self.live.remove(victim)
         self.live.append(self.start_one())
         return victim
@@ -154,7 +171,7 @@ class Fleet:
         stopping_at = clock.now()
         for child in self.live:
             child.popen.send_signal(signal.SIGTERM)
-            self._event("stop", child.pid, stopping_at)
+            self.event("stop", child.pid, stopping_at)
         codes = {child.pid: child.wait(timeout) for child in self.live}
         self.live = []
         return codes
@@ -172,6 +189,13 @@ class Fleet:
     def times(self, what: str) -> dict[int, datetime]:
         return {event.pid: event.at for event in self.timeline if event.what == what}
 
+    def outages(self) -> list[tuple[datetime, datetime]]:
+        """(down, up) of each restart of the database: from just before it was asked to
+        stop until it answered again."""
+        downs = [event.at for event in self.timeline if event.what == "pg_down"]
+        ups = [event.at for event in self.timeline if event.what == "pg_up"]
+        return list(zip(downs, ups, strict=True))
+
     def logs(self, children: list[LoggedChild] | None = None, lines: int = 20) -> str:
         return "\n".join(
             f"--- pid {child.pid} (exit {child.popen.poll()}) ---\n{child.tail(lines)}"
@@ -184,10 +208,14 @@ def create_schedules(
     start: datetime,
     *,
     seconds: float,
+    notes: Path,
+    job: str = "tests.jobs.record",
     lease_timeout: timedelta = LEASE_TIMEOUT,
     **fields,
 ) -> list[Schedule]:
-    """``count`` schedules firing every second from ``start``, half of them at-least-once.
+    """``count`` schedules firing every second from ``start``, half of them at-least-once,
+    their job noting each call in the file ``notes`` first, then taking ``seconds``, then
+    writing its Execution row (``tests.jobs.record``).
 
     ``bulk_create`` skips ``save()`` (and full_clean, whose lease_timeout check reads this
     process's heartbeat setting): the cursor is set here, to the first fire.
@@ -196,8 +224,8 @@ def create_schedules(
     schedules = [
         Schedule(
             name=f"crash-{i:03d}",
-            job="tests.jobs.record",
-            kwargs={"seconds": seconds},
+            job=job,
+            kwargs={"seconds": seconds, "notes": str(notes)},
             interval=SECOND,
             start_at=start,
             next_fire_at=start,
@@ -233,6 +261,27 @@ def holder_pid(holder: str) -> int:
     return int(holder.rsplit(":", 1)[1].split()[0])
 
 
+@dataclass(frozen=True)
+class Note:
+    """A call of a job, as the job noted it before anything else (``tests.jobs.note``)."""
+
+    run: int
+    attempt: int
+    pid: int
+    at: datetime  # the machine's clock, which is the database's: the server runs here
+
+
+def read_notes(path: Path) -> dict[tuple[int, int], list[Note]]:
+    """The notes in ``path`` by (run, attempt): one per call."""
+    notes = defaultdict(list)
+    lines = path.read_text().splitlines() if path.exists() else []
+    for line in lines:
+        run, attempt, pid, at, *_ = line.split()
+        note = Note(int(run), int(attempt), int(pid), datetime.fromtimestamp(float(at), UTC))
+        notes[(note.run, note.attempt)].append(note)
+    return dict(notes)
+
+
 @dataclass
 class Ledger:
     """Everything the crash tests check, read once after the schedulers stopped."""
@@ -241,10 +290,12 @@ class Ledger:
     runs: list[Run]
     leases: list[Lease]
     executions: dict[tuple[int, datetime], list[Execution]]
+    # What the jobs noted of their calls, by (run, attempt).
+    notes: dict[tuple[int, int], list[Note]] = field(default_factory=dict)
     runs_by_key: dict[tuple[int, datetime], list[Run]] = field(default_factory=dict)
 
     @classmethod
-    def load(cls) -> "Ledger":
+    def load(cls, notes: Path) -> "Ledger":
         schedules = {s.pk: s for s in Schedule.objects.all()}
         by_name = {s.name: s.pk for s in schedules.values()}
         runs = list(Run.objects.order_by("schedule_id", "plan_time"))
@@ -255,10 +306,23 @@ class Ledger:
         runs_by_key = defaultdict(list)
         for run in runs:
             runs_by_key[(run.schedule_id, run.plan_time)].append(run)
-        return cls(schedules, runs, leases, dict(executions), dict(runs_by_key))
+        return cls(schedules, runs, leases, dict(executions), read_notes(notes), dict(runs_by_key))
 
     def reentry(self, run: Run) -> bool:
         return self.schedules[run.schedule_id].allow_stale_reentry
+
+    def atomic(self, run: Run) -> bool:
+        return registry.is_atomic(self.schedules[run.schedule_id].job)
+
+    def may_run_again(self, run: Run) -> bool:
+        """Whether an attempt whose job was called may be followed by another."""
+        return self.reentry(run) or self.atomic(run)
+
+    def called(self, run: Run, attempt: int) -> bool:
+        return (run.pk, attempt) in self.notes
+
+    def _name(self, run: Run) -> str:
+        return f"run {run.pk} ({self.schedules[run.schedule_id]} @ {run.plan_time:%H:%M:%S})"
 
     # -- the promises -----------------------------------------------------------------------
 
@@ -322,12 +386,16 @@ class Ledger:
         return problems
 
     def at_most_once_violations(self) -> list[str]:
-        """allow_stale_reentry=False: no plan time's job body ran twice."""
+        """allow_stale_reentry=False (and not atomic): no plan time's job was called twice,
+        by the jobs' own notes."""
+        calls: dict[int, list[Note]] = defaultdict(list)
+        for (run_id, _), notes in self.notes.items():
+            calls[run_id] += notes
         return [
-            f"{self.schedules[key[0]]} @ {key[1]:%H:%M:%S} ran {len(found)} times: "
-            f"{[(e.attempt, e.pid) for e in found]}"
-            for key, found in self.executions.items()
-            if not self.schedules[key[0]].allow_stale_reentry and len(found) > 1
+            f"{self._name(run)} was called {len(calls[run.pk])} times: "
+            f"{[(note.attempt, note.pid) for note in calls[run.pk]]}"
+            for run in self.runs
+            if not self.may_run_again(run) and len(calls[run.pk]) > 1
         ]
 
     def at_least_once_violations(self, allowed_failures: set[str] = frozenset()) -> list[str]:
@@ -365,47 +433,119 @@ class Ledger:
                 problems.append(f"execution of an attempt never claimed: run {runs[0].pk}")
         return problems
 
-    def at_most_once_failure_violations(
-        self, dead: dict[int, datetime] | None, allowed_failures: set[str] = frozenset()
-    ) -> list[str]:
-        """allow_stale_reentry=False: a run fails only because its process died or stopped
-        (``lease_expired``, ``interrupted``) or its job raised one of ``allowed_failures``.
-        With ``dead`` ({pid: killed at}), a lease expired only if its holder was killed, and
-        a killed holder wrote nothing after its death; every run whose holder died while its
-        job ran ended ``failed`` with ``lease_expired``, and every run whose holder died
-        before its job started ran again (never failed for it)."""
+    def call_violations(self, job_failures: set[str] = frozenset()) -> list[str]:
+        """Every call the jobs noted was of an attempt the ledger claimed and says started
+        (not for an atomic job, which is never marked), by the process that held it, once;
+        and how its run ended accounts for it: that attempt succeeded, or failed as its job
+        raised one of ``job_failures``, or its process died or stopped under it
+        (``lease_expired``, ``interrupted``); or, where the schedule allows (reentry, or an
+        atomic job), the run was run again. So a call is never lost, nor hidden by a later
+        attempt of an at-most-once schedule."""
+        runs = {run.pk: run for run in self.runs}
+        leases = {(lease.run_id, lease.attempt): lease for lease in self.leases}
+        problems = []
+        for (run_id, attempt), notes in self.notes.items():
+            run, lease = runs.get(run_id), leases.get((run_id, attempt))
+            if run is None or lease is None:
+                problems.append(
+                    f"run {run_id} attempt {attempt} was called (pid {notes[0].pid}), "
+                    "but the ledger never claimed it"
+                )
+                continue
+            name = f"{self._name(run)} attempt {attempt}"
+            if len(notes) > 1:
+                problems.append(f"{name} was called {len(notes)} times under one lease")
+            if {note.pid for note in notes} != {holder_pid(lease.holder)}:
+                problems.append(
+                    f"{name} was called by {[note.pid for note in notes]}, "
+                    f"its lease held by {lease.holder}"
+                )
+            if lease.started_at is None and not self.atomic(run):
+                problems.append(f"{name} was called, yet its lease says it never started")
+            if not self._accounts_for_a_call(run, lease, job_failures):
+                problems.append(
+                    f"{name} was called, yet its lease ended {lease.outcome!r} and its run "
+                    f"{run.status} {run.error_code!r} at attempt {run.attempt}"
+                )
+        return problems
+
+    def _accounts_for_a_call(self, run: Run, lease: Lease, job_failures: set[str]) -> bool:
+        last = run.attempt == lease.attempt
+        if lease.outcome == "succeeded":
+            return last and run.status == "succeeded"
+        if lease.outcome == "failed":
+            return last and run.status == "failed" and run.error_code in job_failures
+        if lease.outcome == "retry":
+            return not last
+        if lease.outcome in {"expired", "released", "interrupted"}:
+            if not last:
+                return self.may_run_again(run)
+            stopped = run.status == "failed" and run.error_code in {"lease_expired", "interrupted"}
+            return stopped and not self.may_run_again(run)
+        return False  # skipped, cancelled, timeout, or still held: not a call's end
+
+    def success_violations(self) -> list[str]:
+        """A run that succeeded was called at its last attempt (by the job's note), and that
+        attempt left exactly one Execution row: no plan time has two successful effects."""
         problems = []
         for run in self.runs:
-            if self.reentry(run) or run.status != "failed":
+            if run.status != "succeeded":
                 continue
-            if run.error_code not in {"lease_expired", "interrupted", *allowed_failures}:
-                problems.append(f"run {run.pk} failed with {run.error_code!r}")
-        if dead is None:
-            return problems
+            if not self.called(run, run.attempt):
+                problems.append(
+                    f"{self._name(run)} succeeded, yet attempt {run.attempt} was never called"
+                )
+            rows = [e.attempt for e in self.executions.get((run.schedule_id, run.plan_time), [])]
+            if rows.count(run.attempt) != 1:
+                problems.append(
+                    f"{self._name(run)} succeeded at attempt {run.attempt} with "
+                    f"{rows.count(run.attempt)} Execution rows of it (rows of attempts {rows})"
+                )
+        return problems
+
+    def lease_violations(
+        self,
+        dead: dict[int, datetime],
+        outages: list[tuple[datetime, datetime]] = (),
+        allowed_failures: set[str] = frozenset(),
+    ) -> list[str]:
+        """A run fails only because its process died or stopped (``lease_expired``,
+        ``interrupted``) or its job raised one of ``allowed_failures``. A lease expired only
+        if its holder was killed (``dead``: {pid: killed at}) or the database was away
+        (``outages``: [(down, up)]) when it was due to be extended; a killed holder released
+        nothing after its death; and a run whose lease expired while the ledger said its job
+        had not started (no ``started_at``) ran again, whatever its schedule's policy. (What
+        became of a run whose job was called is ``call_violations``' business: by the
+        notes.)"""
+        problems = [
+            f"{self._name(run)} failed with {run.error_code!r}"
+            for run in self.runs
+            if run.status == "failed"
+            and run.error_code not in {"lease_expired", "interrupted", *allowed_failures}
+        ]
         runs = {run.pk: run for run in self.runs}
         for lease in self.leases:
             pid = holder_pid(lease.holder)
             run = runs[lease.run_id]
             if lease.outcome == "expired":
-                if pid not in dead:
+                # Extended last before the database came back, due after it went away.
+                away = any(
+                    lease.heartbeat_at <= up + OUTAGE_SLACK and lease.expires_at >= down
+                    for down, up in outages
+                )
+                if pid not in dead and not away:
                     problems.append(
-                        f"lease {lease.pk} of run {run.pk} expired though its holder {pid} "
-                        "was never killed (a live process lost its lease)"
+                        f"lease {lease.pk} of {self._name(run)} expired though its holder "
+                        f"{pid} was never killed, nor the database away (a live process lost "
+                        "its lease)"
                     )
-                elif lease.started_at is None:
-                    failed_for_it = run.attempt == lease.attempt and run.status == "failed"
-                    if failed_for_it and run.error_code == "lease_expired":
-                        problems.append(
-                            f"run {run.pk} failed lease_expired though its job never started "
-                            f"(killed holder {pid}): it should have run again"
-                        )
-                elif not self.reentry(run) and (run.status, run.error_code) != (
+                elif lease.started_at is None and (run.attempt, run.status) == (
+                    lease.attempt,
                     "failed",
-                    "lease_expired",
                 ):
                     problems.append(
-                        f"run {run.pk} lost its killed holder {pid} while its job ran but "
-                        f"ended {run.status} {run.error_code!r}, not failed lease_expired"
+                        f"{self._name(run)} failed {run.error_code!r} though its lease says "
+                        f"its job never started (holder {pid}): it should have run again"
                     )
             elif pid in dead and lease.released_at and lease.released_at > dead[pid]:
                 problems.append(
@@ -441,48 +581,79 @@ class Ledger:
                 last_release[pid] = max(last_release.get(pid, lease.released_at), lease.released_at)
         return sorted((at - dead[pid]).total_seconds() for pid, at in last_release.items())
 
-    def failed_but_never_called(self, started_file: Path) -> dict[int, list[str]]:
-        """Runs failed ``lease_expired`` whose job was never called, by the pid that held the
-        lease of that attempt: ``tests.jobs.note_start`` wrote a line to ``started_file``
-        for every call, before anything else."""
-        called = set(started_file.read_text().splitlines()) if started_file.exists() else set()
+    def failed_uncalled(self) -> dict[int, list[str]]:
+        """Runs failed because their process died or stopped (``lease_expired``,
+        ``interrupted``) though their last attempt's job was never called (no note), by the
+        pid that held that attempt's lease: the ledger marked them started, and the call
+        that was to follow never came."""
         holders = {(lease.run_id, lease.attempt): holder_pid(lease.holder) for lease in self.leases}
         found: dict[int, list[str]] = defaultdict(list)
         for run in self.runs:
-            name = self.schedules[run.schedule_id].name
-            if (run.status, run.error_code) == ("failed", "lease_expired") and (
-                f"{name} {run.plan_time.isoformat()} {run.attempt}" not in called
-            ):
-                found[holders[(run.pk, run.attempt)]].append(
-                    f"run {run.pk} ({name} @ {run.plan_time:%H:%M:%S})"
-                )
+            stopped = run.status == "failed" and run.error_code in {"lease_expired", "interrupted"}
+            if stopped and not self.called(run, run.attempt):
+                found[holders[(run.pk, run.attempt)]].append(self._name(run))
         return dict(found)
 
-    def skips_not_held_by_a_killed_run(self) -> list[str]:
-        """Runs that did not succeed, other than fires skipped for overlap while a run of
-        the same schedule that a kill interrupted was held: from its first lease's
-        acquisition until its last lease's release (swept, then run again). With an atomic
-        job and at-least-once reentry, that is the only way a fire may go unrun."""
-        held: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)
-        by_run: dict[int, list[Lease]] = defaultdict(list)
-        for lease in self.leases:
-            by_run[lease.run_id].append(lease)
-        schedule_of = {run.pk: run.schedule_id for run in self.runs}
-        for run_id, leases in by_run.items():
-            if any(lease.outcome == "expired" for lease in leases):
-                ends = [lease.released_at or lease.expires_at for lease in leases]
-                span = (min(lease.acquired_at for lease in leases), max(ends))
-                held[schedule_of[run_id]].append(span)
-        return [
-            f"run {run.pk} ({self.schedules[run.schedule_id]} @ {run.plan_time:%H:%M:%S}):"
-            f" {run.status} {run.error_code}"
-            for run in self.runs
-            if run.status != "succeeded"
-            and not (
-                (run.status, run.error_code) == ("skipped", "overlap")
-                and any(a <= run.plan_time <= b for a, b in held[run.schedule_id])
+    def failed_outside(self, windows: list[tuple[datetime, datetime]]) -> list[str]:
+        """Failed runs whose last attempt's job was not called within one of ``windows``,
+        by its note (nor at all)."""
+        problems = []
+        for run in self.runs:
+            if run.status != "failed":
+                continue
+            notes = self.notes.get((run.pk, run.attempt), [])
+            if not any(start <= note.at <= end for note in notes for start, end in windows):
+                called = f"called at {notes[0].at:%H:%M:%S.%f}" if notes else "never called"
+                problems.append(f"{self._name(run)} failed {run.error_code!r}, {called}")
+        return problems
+
+    def thin_plan_time_violations(
+        self, windows: list[tuple[datetime, datetime]], share: float
+    ) -> list[str]:
+        """Plan times within one of ``windows`` at which fewer than ``share`` of the runs
+        succeeded."""
+        runs_at: dict[datetime, list[Run]] = defaultdict(list)
+        for run in self.runs:
+            if any(start <= run.plan_time <= end for start, end in windows):
+                runs_at[run.plan_time].append(run)
+        problems = []
+        for at, runs in sorted(runs_at.items()):
+            succeeded = sum(run.status == "succeeded" for run in runs)
+            if succeeded < share * len(runs):
+                statuses = Counter(f"{run.status} {run.error_code}".strip() for run in runs)
+                problems.append(f"@ {at:%H:%M:%S}: {succeeded} of {len(runs)} ({dict(statuses)})")
+        return problems
+
+    def skip_violations(self, lag: timedelta = PLANNING_LAG) -> list[str]:
+        """Runs skipped other than for overlap behind their schedule's previous run, one
+        planned before them and still active when they were planned (it ended no more than
+        ``lag`` before: a planner reads its clock, then what is active)."""
+        problems = []
+        unskipped: dict[int, list[Run]] = defaultdict(list)  # by schedule, by plan time
+        for run in self.runs:
+            if run.status != "skipped":
+                unskipped[run.schedule_id].append(run)
+        for run in self.runs:
+            if run.status != "skipped":
+                continue
+            before = [
+                other for other in unskipped[run.schedule_id] if other.plan_time < run.plan_time
+            ]
+            blocker = before[-1] if before else None
+            if (
+                run.error_code == "overlap"
+                and blocker is not None
+                and blocker.created_at <= run.created_at
+                and (blocker.finished_at is None or blocker.finished_at + lag >= run.created_at)
+            ):
+                continue
+            ended = f"{blocker.finished_at:%H:%M:%S.%f}" if blocker and blocker.finished_at else "-"
+            problems.append(
+                f"{self._name(run)} planned at {run.created_at:%H:%M:%S.%f}: skipped "
+                f"{run.error_code!r}; the run before it, "
+                f"{self._name(blocker) if blocker else 'none'}, ended at {ended}"
             )
-        ]
+        return problems
 
     def succeeded_share(self) -> float:
         return sum(run.status == "succeeded" for run in self.runs) / max(len(self.runs), 1)

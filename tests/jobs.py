@@ -36,8 +36,11 @@ def explode(message: str = "boom"):
 
 
 @job(takes_context=True)
-def record(context, seconds: float = 0.0):
-    """Writes an Execution row for its run, after sleeping ``seconds``."""
+def record(context, seconds: float = 0.0, notes: str = ""):
+    """Writes an Execution row for its run, after sleeping ``seconds``; with ``notes``, a
+    file, first notes its call there (``note``)."""
+    if notes:
+        note(context, notes)
     if seconds:
         time.sleep(seconds)
     Execution.objects.create(
@@ -61,20 +64,25 @@ def report_context(context):
     }
 
 
-@job(takes_context=True)
-def note_start(context, started_file: str, seconds: float = 0.0):
-    """Appends "<schedule> <plan time> <attempt>" to ``started_file`` as it is called (one
-    write, which outlives a SIGKILL of its process: a record of the calls that needs no
-    database commit), then writes its Execution row and waits ``seconds``."""
-    line = f"{context.run.schedule.name} {context.plan_time.isoformat()} {context.attempt}\n"
-    fd = os.open(started_file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def note(context, notes: str) -> None:
+    """Appends a line for this call to the file ``notes``, durably, before the job does
+    anything else: "<run> <attempt> <pid> <epoch seconds> <schedule> <plan time>".
+
+    The crash tests' record of what was called, kept outside the ledger: one write (lines
+    of processes appending at once never interleave), on disk before it returns, so it
+    outlives a SIGKILL of its process and a restart of the database alike.
+    """
+    run = context.run
+    line = (
+        f"{run.pk} {context.attempt} {os.getpid()} {time.time():.6f}"
+        f" {run.schedule.name} {context.plan_time.isoformat()}\n"
+    )
+    fd = os.open(notes, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
+        os.fsync(fd)
     finally:
         os.close(fd)
-    _execution(context)
-    if seconds:
-        time.sleep(seconds)
 
 
 @job(takes_context=True)
@@ -275,10 +283,18 @@ def _execution(context, schedule: str = "") -> Execution:
 
 @job(takes_context=True, atomic=True)
 def atomic_record(
-    context, seconds: float = 0.0, first_waits: float = 0.0, fail_first: bool = False
+    context,
+    seconds: float = 0.0,
+    first_waits: float = 0.0,
+    fail_first: bool = False,
+    notes: str = "",
 ):
     """Atomic: writes an Execution row, then waits ``seconds``; its first attempt then waits
-    ``first_waits`` more and, with ``fail_first``, raises."""
+    ``first_waits`` more and, with ``fail_first``, raises. With ``notes``, a file, first
+    notes its call there (``note``: a note is no database write, so it stays whatever
+    becomes of the transaction)."""
+    if notes:
+        note(context, notes)
     _execution(context)
     if seconds:
         time.sleep(seconds)
