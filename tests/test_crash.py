@@ -192,7 +192,7 @@ def test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted
     """Issue workload: 3 schedulers, 100 at-most-once schedules every second (leases of
     6 s), SIGKILL and restart every 2-5 s for 45 s. A run whose job had not started runs
     again; the dead process's runs are recovered when its session lock goes, not when its
-    leases expire; so nearly every fire succeeds.
+    leases expire; so nearly every fire not skipped behind its active run succeeds.
 
     A run is marked started a moment before its job is called, and with jobs of 50 ms or
     more none is marked ahead of the threads (docs/semantics.md, "Start"): so a kill can

@@ -72,7 +72,9 @@ pg_start() {
     for attempt in 1 2 3; do
         port=$(_pg_free_port) || { pg_stop; return 1; }
         # Local TCP only, socket in our temp dir; for tests durability off for speed
-        # (PG_DURABLE=1 keeps the defaults, for benchmarks that must match production).
+        # (PG_DURABLE=1 keeps the defaults, for benchmarks that must match production), and
+        # each transaction's commit time kept: the crash tests judge what a planner saw
+        # committed by it, never by a time the code under test wrote.
         cat >"$PG_DIR/data/postgresql.auto.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $port
@@ -81,7 +83,7 @@ max_connections = 200
 EOF
         if [[ ${PG_DURABLE:-0} != 1 ]]; then
             printf '%s\n' "fsync = off" "synchronous_commit = off" "full_page_writes = off" \
-                >>"$PG_DIR/data/postgresql.auto.conf"
+                "track_commit_timestamp = on" >>"$PG_DIR/data/postgresql.auto.conf"
         fi
         if _pg_as_owner "$bindir/pg_ctl" -D "$PG_DIR/data" -l "$PG_DIR/server.log" \
             -w -t 60 start >/dev/null; then
