@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic import checks, job
+from django_periodic.db import postgresql as pg
 from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.operations import pruner, retention
@@ -286,12 +287,12 @@ def test_a_second_prune_finds_the_first_under_way_and_does_nothing(postgres, now
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [retention.LOCK_KEY])
+            cursor.execute(pg.LOCK_SQL, [pg.LOCK_NAMESPACE, pg.PRUNING])
         pruned = prune_all(now, retention.Rules(keep_runs_for=DAY))
         assert pruned.busy and pruned.runs == 0
         assert Run.objects.count() == 1
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [retention.LOCK_KEY])
+            cursor.execute(pg.UNLOCK_SQL, [pg.LOCK_NAMESPACE, pg.PRUNING])
     finally:
         other.close()
     assert prune_all(now, retention.Rules(keep_runs_for=DAY)).runs == 1

@@ -8,9 +8,7 @@ so a woken scheduler always sees the rows that caused it. The listening side is
 
 from django.db import connections
 
-from django_periodic.db import features
-
-CHANNEL = "django_periodic"
+from django_periodic.db import features, postgresql
 
 
 def notify(using: str = "default") -> None:
@@ -18,4 +16,4 @@ def notify(using: str = "default") -> None:
     if not features(using).has_sessions:
         return
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+        postgresql.notify(cursor)
