@@ -43,6 +43,16 @@ def _docstrings(tree: ast.AST) -> set[int]:
     return found
 
 
+def _engine_affix(node: ast.AST) -> bool:
+    """Whether ``node`` tests an ENGINE's suffix or prefix (``ENGINE.endswith(...)``)."""
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in {"endswith", "startswith"}
+        and "ENGINE" in ast.unparse(node)
+    )
+
+
 def decisions_by_name(source: str) -> list[str]:
     """What in ``source`` names a database to decide by it, one line each."""
     tree = ast.parse(source)
@@ -66,10 +76,8 @@ def decisions_by_name(source: str) -> list[str]:
                 "django_periodic.db"
             ):
                 found.append(f"{line}: from {node.module} import")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            # An ENGINE's suffix or prefix: config["ENGINE"].endswith(...)
-            if node.func.attr in {"endswith", "startswith"} and "ENGINE" in ast.unparse(node):
-                found.append(f"{line}: {ast.unparse(node)}")
+        elif _engine_affix(node):
+            found.append(f"{line}: {ast.unparse(node)}")
     return found
 
 
