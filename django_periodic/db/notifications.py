@@ -3,7 +3,7 @@
 Only PostgreSQL has them; elsewhere ``notify`` does nothing and schedulers poll at
 ``POLL_INTERVAL``. A notification sent inside a transaction is delivered at its commit,
 so a woken scheduler always sees the rows that caused it. The listening side is
-``engine/loop/wakeups.py``.
+``engine/loop/wakeups.py``; the statements, ``db/postgresql.py``.
 """
 
 from django.db import connections

@@ -1,7 +1,8 @@
 """Knowing within a second that a scheduler process died: a session lock per process.
 
 On PostgreSQL each ``run_scheduler`` process holds a session-level advisory lock, keyed by
-its ``SchedulerProcess`` id, on its wake-up listener's connection, and notes that it does
+its ``SchedulerProcess`` id (``db/postgresql.py`` holds the key scheme and the statements),
+on its wake-up listener's connection, and notes that it does
 (``SchedulerProcess.locked_at``). The lock lives exactly as long as that session: when
 the process is killed (SIGKILL, the OOM killer, a crash), PostgreSQL ends the session and
 releases the lock. The look ahead of any other scheduler (``planning/look_ahead.py``), which comes
