@@ -7,12 +7,12 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.core.exceptions import ValidationError
-from django.db import DEFAULT_DB_ALIAS, DatabaseError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, router
 
 from django_periodic import taskbackends
 from django_periodic.conf import SETTING_NAME, InvalidSetting, Refusal, parse
 from django_periodic.contrib import opentelemetry, sentry
-from django_periodic.db import pooling
+from django_periodic.db import features_of, pooling
 from django_periodic.engine.planning import code_schedules
 from django_periodic.models import Calendar, Schedule
 from django_periodic.timing import business_days
@@ -33,9 +33,9 @@ def check_sqlite_transactions(
 def sqlite_warnings(databases: dict[str, dict[str, Any]]) -> list[Warning]:
     warnings = []
     for alias, config in databases.items():
-        is_sqlite = config.get("ENGINE", "").endswith("sqlite3")
+        immediate = features_of(config).needs_immediate_transactions
         mode = config.get("OPTIONS", {}).get("transaction_mode", "")
-        if is_sqlite and str(mode).upper() != "IMMEDIATE":
+        if immediate and str(mode).upper() != "IMMEDIATE":
             warnings.append(
                 Warning(
                     f"Database {alias!r} is SQLite without transaction_mode 'IMMEDIATE'.",
@@ -45,6 +45,39 @@ def sqlite_warnings(databases: dict[str, dict[str, Any]]) -> list[Warning]:
                 )
             )
     return warnings
+
+
+@register(Tags.compatibility)
+def check_supported_databases(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[Error]:
+    """The app's tables must be on PostgreSQL or SQLite: the ledger's statements are tested
+    on these two only (docs/deployment.md, "Databases")."""
+    return unsupported_errors(
+        {
+            alias: config
+            for alias, config in settings.DATABASES.items()
+            if router.allow_migrate_model(alias, Schedule)
+        }
+    )
+
+
+def unsupported_errors(databases: dict[str, dict[str, Any]]) -> list[Error]:
+    """An error for each of ``databases`` (the aliases the app's tables may be migrated to)
+    that is neither PostgreSQL nor SQLite."""
+    return [
+        Error(
+            f"Database {alias!r} ({config.get('ENGINE', 'no ENGINE')}) is neither PostgreSQL "
+            "nor SQLite: django_periodic supports only these two, the only databases its "
+            "ledger's statements are tested on.",
+            hint="Use PostgreSQL (or SQLite for development and small single-host installs); "
+            "if the app's tables are not on this database, say so with a database router "
+            "(allow_migrate).",
+            id="django_periodic.E013",
+        )
+        for alias, config in databases.items()
+        if not features_of(config).supported
+    ]
 
 
 @register(Tags.compatibility)
@@ -199,7 +232,7 @@ def wakeup_database_errors(alias: str, databases: dict[str, dict[str, Any]]) -> 
     config = databases.get(alias)
     if config is None:
         error = f"names no alias of DATABASES ({', '.join(sorted(databases))})."
-    elif not config.get("ENGINE", "").endswith("postgresql"):
+    elif not features_of(config).has_sessions:
         error = "must be a PostgreSQL database: only PostgreSQL has LISTEN/NOTIFY."
     elif pooling.marked_pooled(config):
         error = (

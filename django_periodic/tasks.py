@@ -3,38 +3,30 @@ enqueues it).
 
 The task claims the run's lease first, so a task delivered twice runs its job once, then
 does what ``run_scheduler`` does for the runs its own workers hold: a watcher thread
-heartbeats the lease, passes a cancel request on and enforces the timeout, and the
+heartbeats the lease, passes a cancel request on and enforces the timeout
+(``engine/loop/watching.py``, the rule the scheduler's loop watches its runs by), and the
 outcome is recorded under the lease's token. Importing this module needs Django's tasks
 framework (``taskbackends.framework()``): only the hand-off imports it, when a run is
 routed to a backend.
 """
 
-import heapq
-import itertools
 import logging
 import os
 import socket
-import threading
-import time
 from collections.abc import Callable
 from dataclasses import fields
-from datetime import datetime
 from typing import Any
 
 from django.core.signals import setting_changed
-from django.db import connections
 from django.dispatch import receiver
 
 from django_periodic import taskbackends
-from django_periodic.conf import get_settings
-from django_periodic.db import clock
 from django_periodic.engine import tracing
-from django_periodic.engine.loop import executor, worker_connections
+from django_periodic.engine.loop import executor, watching, worker_connections
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.records import AttemptOutcome
-from django_periodic.engine.runs import claims, leases
+from django_periodic.engine.runs import claims
 from django_periodic.engine.runs.claim_types import Claim
-from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")
 
@@ -131,109 +123,9 @@ def _run_watched(claim: Claim, origin: tracing.Carrier | None) -> AttemptOutcome
     """Call the job while the watcher heartbeats its lease and enforces cancel requests and
     its timeout; None if it was settled meanwhile (timed out, or its lease lost)."""
     stop = StopRequest()
-    watch = _watcher().watch(claim, stop)
+    watch = watching.task_watcher().watch(claim, stop)
     try:
         outcome = executor.run_job(claim, stop, origin)
     finally:
         watch.finish()
     return None if watch.timed_out else outcome
-
-
-class _Watch:
-    """One run the watcher looks after until its job ends (``finish()``)."""
-
-    def __init__(self, claim: Claim, stop: StopRequest) -> None:
-        self.claim = claim
-        self.stop = stop
-        self.timed_out = False
-        self.done = False
-        # Held while the watcher checks this run: finish() waits for a check under way.
-        self.checking = threading.Lock()
-
-    def finish(self) -> None:
-        with self.checking:
-            self.done = True
-
-    def check(self) -> float | None:
-        """One heartbeat and watch; seconds to the next, or None when there is nothing left
-        to watch (the job ended, its lease was lost, or it timed out)."""
-        with self.checking:
-            if self.done:
-                return None
-            now = clock.now(self.claim.using)
-            if not leases.extend(self.claim, now):
-                self.stop.set(StopRequest.LEASE_LOST)
-                return None
-            asked = Run.objects.using(self.claim.using).filter(
-                pk=self.claim.run.pk, cancel_requested_at__isnull=False
-            )
-            self.timed_out = executor.watch(self.claim, self.stop, now, asked.exists())
-            return None if self.timed_out else self.seconds_to_next_check(now)
-
-    def seconds_to_next_check(self, now: datetime) -> float:
-        """To the next heartbeat, or to the timeout (or the end of its grace) if sooner."""
-        checks = [now + get_settings().HEARTBEAT_INTERVAL, executor.next_watch_at(self.claim, now)]
-        return max((min(at for at in checks if at is not None) - now).total_seconds(), 0.0)
-
-
-class _Watcher:
-    """What ``run_scheduler`` does for the runs its workers hold, for the runs this
-    process's tasks execute: one thread, started with the first, waits for the earliest
-    check due. A job that ends before its first heartbeat costs no query and no thread."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[float, int, _Watch]] = []
-        self._order = itertools.count()
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="periodic-watcher", daemon=True)
-        self._thread.start()
-
-    def watch(self, claim: Claim, stop: StopRequest) -> _Watch:
-        watch = _Watch(claim, stop)
-        claimed_at = claim.db_time(time.monotonic()) or clock.now(claim.using)
-        self._schedule(watch, watch.seconds_to_next_check(claimed_at))
-        return watch
-
-    def _schedule(self, watch: _Watch, seconds: float) -> None:
-        due = time.monotonic() + seconds
-        with self._changed:
-            heapq.heappush(self._heap, (due, next(self._order), watch))
-            self._changed.notify()
-
-    def _run(self) -> None:
-        while True:
-            watch = self._next_due()
-            if watch.done:
-                continue
-            try:
-                seconds = watch.check()
-            except Exception:  # the database is away: try again at the next heartbeat
-                logger.exception("Could not heartbeat run %s.", watch.claim.run.pk)
-                seconds = get_settings().HEARTBEAT_INTERVAL.total_seconds()
-            finally:
-                # A check every heartbeat interval at most: a fresh connection each time
-                # costs little, and none is held (or found broken) in between.
-                connections.close_all()
-            if seconds is not None:
-                self._schedule(watch, seconds)
-
-    def _next_due(self) -> _Watch:
-        with self._changed:
-            while True:
-                wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                if wait is not None and wait <= 0:
-                    return heapq.heappop(self._heap)[2]
-                self._changed.wait(wait)
-
-
-_shared: _Watcher | None = None
-_shared_lock = threading.Lock()
-
-
-def _watcher() -> _Watcher:
-    """This process's watcher, started with the first run its tasks execute."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = _Watcher()
-        return _shared

@@ -4,7 +4,12 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_periodic.checks import check_settings, sqlite_warnings
+from django_periodic.checks import (
+    check_settings,
+    check_supported_databases,
+    sqlite_warnings,
+    unsupported_errors,
+)
 from django_periodic.conf import get_settings
 
 
@@ -128,3 +133,41 @@ def test_min_interval_defaults_to_a_second(settings):
     assert timedelta(seconds=1) == get_settings().MIN_INTERVAL
     settings.DJANGO_PERIODIC = {"MIN_INTERVAL": 0.25}
     assert timedelta(milliseconds=250) == get_settings().MIN_INTERVAL
+
+
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "django.db.backends.dummy",  # loads, but is neither PostgreSQL nor SQLite
+        "django.db.backends.mysql",  # not installed here: another database all the same
+        "django.db.backends.oracle",
+        "no.such.backend",
+    ],
+)
+def test_a_database_other_than_postgresql_or_sqlite_is_an_error(engine):
+    errors = unsupported_errors({"legacy": {"ENGINE": engine}})
+    assert [e.id for e in errors] == ["django_periodic.E013"]
+    assert "'legacy'" in errors[0].msg
+    assert "PostgreSQL" in errors[0].msg and "SQLite" in errors[0].msg
+
+
+def test_postgresql_and_sqlite_are_supported():
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}
+    postgresql = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    assert unsupported_errors({"default": sqlite, "pg": postgresql}) == []
+
+
+class _ElsewhereRouter:
+    """Keeps the app's tables off the alias "legacy"."""
+
+    def allow_migrate(self, db, app_label, **hints):
+        return False if db == "legacy" and app_label == "django_periodic" else None
+
+
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+def test_only_the_databases_the_app_may_be_migrated_to_are_checked(settings):
+    legacy = {"ENGINE": "django.db.backends.dummy"}
+    settings.DATABASES = {**settings.DATABASES, "legacy": legacy}
+    assert [e.id for e in check_supported_databases()] == ["django_periodic.E013"]
+    settings.DATABASE_ROUTERS = [f"{__name__}._ElsewhereRouter"]
+    assert check_supported_databases() == []

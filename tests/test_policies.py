@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.db.models import Count
 
-from django_periodic.db import clock, notifications
+from django_periodic.db import clock, postgresql
 from django_periodic.engine.runs import leases
 from django_periodic.models import Run, Schedule
 from tests.factories import ScheduleFactory
@@ -186,6 +186,6 @@ def listening() -> bool:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
             " WHERE datname = current_database() AND query = %s",
-            [f"LISTEN {notifications.CHANNEL}"],
+            [f"LISTEN {postgresql.CHANNEL}"],
         )
         return cursor.fetchone()[0] == 1

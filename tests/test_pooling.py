@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from django_periodic.checks import pooling_warnings, wakeup_database_errors
-from django_periodic.db import notifications, pooling, prepared
+from django_periodic.db import notifications, pooling, postgresql, prepared
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.runs import presence
 from django_periodic.models import Run, SchedulerProcess
@@ -131,7 +131,7 @@ def test_a_lock_taken_on_another_database_is_released_and_not_noted(postgres, pr
         cursor.execute(
             "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = %s"
             " AND objid = %s AND pid = pg_backend_pid()",
-            [presence.LOCK_NAMESPACE, stranger.pk],
+            [postgresql.LOCK_NAMESPACE, stranger.pk],
         )
         assert cursor.fetchone()[0] == 0
 

@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic import checks, job
+from django_periodic.db import postgresql as pg
 from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.operations import pruner, retention
@@ -286,15 +287,32 @@ def test_a_second_prune_finds_the_first_under_way_and_does_nothing(postgres, now
     other = connections.create_connection("default")
     try:
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [retention.LOCK_KEY])
+            cursor.execute(pg.LOCK_SQL, [pg.LOCK_NAMESPACE, pg.PRUNING])
         pruned = prune_all(now, retention.Rules(keep_runs_for=DAY))
         assert pruned.busy and pruned.runs == 0
         assert Run.objects.count() == 1
         with other.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [retention.LOCK_KEY])
+            cursor.execute(pg.UNLOCK_SQL, [pg.LOCK_NAMESPACE, pg.PRUNING])
     finally:
         other.close()
     assert prune_all(now, retention.Rules(keep_runs_for=DAY)).runs == 1
+
+
+def test_the_pruning_lock_is_in_the_one_key_scheme_and_never_a_process_presence(postgres):
+    # A process's presence keeps the key that earlier releases hold, (0x4450, id mod 2**31),
+    # so old and new processes see each other's locks in a rolling deploy; pruning's key is
+    # negative, which no process's reaches (LOST_SQL compares objid to mod(id, 2**31)).
+    assert (pg.LOCK_NAMESPACE, pg.process_key(7), pg.process_key(2**31 + 7)) == (0x4450, 7, 7)
+    with pg.one_at_a_time(connection, pg.PRUNING, wait=False) as got:
+        assert got
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT classid::int, objid::bigint, objsubid FROM pg_locks"
+                " WHERE locktype = 'advisory' AND pid = pg_backend_pid()"
+            )
+            ((classid, objid, objsubid),) = cursor.fetchall()
+    assert (classid, objsubid) == (pg.LOCK_NAMESPACE, pg.TWO_KEYS)
+    assert objid >= 2**31  # never mod(id, 2**31) of a process
 
 
 @pytest.mark.django_db(transaction=True)

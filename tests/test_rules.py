@@ -25,6 +25,7 @@ from django_periodic.choices import (
     ScheduleKind,
 )
 from django_periodic.db import clock
+from django_periodic.db.postgresql import HELD_SQL
 from django_periodic.engine import records
 from django_periodic.engine.backends import portable, postgresql
 from django_periodic.engine.backends.postgresql import claims as pg_claims
@@ -43,7 +44,7 @@ from django_periodic.models import (
     Schedule,
     kind_of,
 )
-from django_periodic.models.processes import HELD_SQL, held_through
+from django_periodic.models.processes import held_through
 from django_periodic.models.run import (
     COPIED_FROM_SCHEDULE,
     finished_when_recorded,

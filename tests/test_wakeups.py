@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic.db import clock, notifications
+from django_periodic.db import clock, notifications, postgresql
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.models import Run
@@ -33,7 +33,7 @@ def notify_elsewhere(payload: str) -> None:
     try:
         wrapper.ensure_connection()
         wrapper.connection.autocommit = True
-        wrapper.connection.execute("SELECT pg_notify(%s, %s)", [notifications.CHANNEL, payload])
+        wrapper.connection.execute("SELECT pg_notify(%s, %s)", [postgresql.CHANNEL, payload])
     finally:
         wrapper.close()
 
@@ -72,7 +72,7 @@ def raw_listen(postgres, transactional_db):
     wrapper.ensure_connection()
     raw = wrapper.connection
     raw.autocommit = True
-    raw.execute(f"LISTEN {notifications.CHANNEL}")
+    raw.execute(f"LISTEN {postgresql.CHANNEL}")
     yield raw
     wrapper.close()
     wait_for_children_to_disconnect()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from django.db import connections
 from django.utils import timezone
 
-from django_periodic.db import features
+from django_periodic.db import features, postgresql
 
 
 def wall_now() -> datetime:
@@ -27,8 +27,7 @@ def now(using: str = "default") -> datetime:
     connection = connections[using]
     value: datetime
     with connection.cursor() as cursor:
-        # statement_timestamp(), unlike now(), advances inside a long transaction.
-        cursor.execute("SELECT statement_timestamp()")
+        cursor.execute(postgresql.CLOCK_SQL)
         (value,) = cursor.fetchone()
     _matches[using].monotonic_of(value, time.monotonic())  # one more bound, for free
     return value.astimezone(UTC)

@@ -3,14 +3,12 @@
 Only PostgreSQL has them; elsewhere ``notify`` does nothing and schedulers poll at
 ``POLL_INTERVAL``. A notification sent inside a transaction is delivered at its commit,
 so a woken scheduler always sees the rows that caused it. The listening side is
-``engine/loop/wakeups.py``.
+``engine/loop/wakeups.py``; the statements, ``db/postgresql.py``.
 """
 
 from django.db import connections
 
-from django_periodic.db import features
-
-CHANNEL = "django_periodic"
+from django_periodic.db import features, postgresql
 
 
 def notify(using: str = "default") -> None:
@@ -18,4 +16,4 @@ def notify(using: str = "default") -> None:
     if not features(using).has_sessions:
         return
     with connections[using].cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+        postgresql.notify(cursor)

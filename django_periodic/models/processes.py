@@ -90,10 +90,10 @@ class SchedulerProcess(models.Model):
 
 # A lease still held: not released yet (by its outcome, the sweeper or a shutdown).
 # ``LeaseQuerySet.held()`` filters by it; lookups from a run or a process go through
-# ``held_through()``, and statements that read leases as ``l`` through ``HELD_SQL``.
+# ``held_through()``, and statements that read leases as ``l`` through
+# ``db.postgresql.HELD_SQL``.
 HELD_LOOKUPS = {"released_at__isnull": True}
 HELD = Q(**HELD_LOOKUPS)
-HELD_SQL = "l.released_at IS NULL"
 
 
 def held_through(relation: str) -> Q:
@@ -112,15 +112,12 @@ class LeaseQuerySet(models.QuerySet["Lease"]):
         return self.held().filter(expires_at__lt=now)
 
     def release(self, now: datetime, outcome: str) -> int:
-        """Release these leases with ``outcome``; how many. See ``RELEASE_SQL``."""
+        """Release these leases with ``outcome``; how many (``db.postgresql.RELEASE_SQL``
+        says it in SQL). A released lease no longer names its process (``holder`` still
+        does): a process's row then goes (at its stop, or forgotten by the sweeper) without
+        rewriting the history of every run it ever executed, and the index on ``process``
+        holds only held leases."""
         return self.update(released_at=now, outcome=outcome, process=None)
-
-
-# What releasing a lease writes, for statements that release in SQL (LeaseQuerySet.release
-# is the ORM's). A released lease no longer names its process (``holder`` still does): a
-# process's row then goes (at its stop, or forgotten by the sweeper) without rewriting the
-# history of every run it ever executed, and the index on ``process`` holds only held leases.
-RELEASE_SQL = "released_at = {now}, outcome = {outcome}, process_id = NULL"
 
 
 class Lease(models.Model):

@@ -14,7 +14,6 @@ A schedule's versions (docs/versions.md) are kept by count: its newest ``KEEP_VE
 ``prune_runs`` applies them from cron; both delete through ``prune()``.
 """
 
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from django.db.models import (
 )
 
 from django_periodic.conf import get_settings
-from django_periodic.db import features, pooling
+from django_periodic.db import features, pooling, postgresql
 from django_periodic.models import (
     RETENTION_FIELDS,
     Lease,
@@ -47,8 +46,6 @@ from django_periodic.models import (
 
 # Schedules whose cutoffs one statement computes.
 SCHEDULE_BATCH = 100
-# The PostgreSQL advisory lock that one pruning process holds at a time.
-LOCK_KEY = zlib.crc32(b"django_periodic.operations.retention")
 
 
 @dataclass(frozen=True)
@@ -280,23 +277,11 @@ def _one_at_a_time(using: str, wait: bool) -> Iterator[bool]:
     the process dies); yield whether this process got it. SQLite writes one at a time.
     Through a transaction pooler no session lasts to hold it: prunes may overlap, which
     deletes nothing twice (finished runs never change)."""
-    connection = connections[using]
     if not features(using).has_sessions or pooling.transaction_pooled(using):
         yield True
         return
-    with connection.cursor() as cursor:
-        if wait:
-            cursor.execute("SELECT pg_advisory_lock(%s)", [LOCK_KEY])
-            got = True
-        else:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [LOCK_KEY])
-            got = cursor.fetchone()[0]
-    try:
+    with postgresql.one_at_a_time(connections[using], postgresql.PRUNING, wait) as got:
         yield got
-    finally:
-        if got:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [LOCK_KEY])
 
 
 def delete_in_batches(prunable: RunQuerySet, batch_size: int, using: str) -> Iterator[Pruned]:

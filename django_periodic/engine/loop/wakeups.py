@@ -14,8 +14,7 @@ from typing import Any
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from django_periodic.db import features, pooling
-from django_periodic.db.notifications import CHANNEL
+from django_periodic.db import features, pooling, postgresql
 from django_periodic.error_texts import shown
 
 logger = logging.getLogger("django_periodic")
@@ -105,11 +104,7 @@ class Listener:
 
     @staticmethod
     def supported(alias: str | None) -> bool:
-        if alias is None or not features(alias).has_sessions:
-            return False
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
-        return is_psycopg3  # psycopg2 has no blocking wait for notifications with a timeout
+        return alias is not None and features(alias).can_listen()
 
     @property
     def listening(self) -> bool:
@@ -163,7 +158,7 @@ class Listener:
         sender = connections.create_connection(self.using)
         try:
             with sender.cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+                postgresql.notify(cursor)
         finally:
             sender.close()
         deadline = time.monotonic() + PROBE_TIMEOUT
@@ -194,12 +189,12 @@ class Listener:
         wrapper.ensure_connection()
         raw = wrapper.connection
         raw.autocommit = True
-        raw.execute(f"LISTEN {CHANNEL}")
+        raw.execute(postgresql.LISTEN_SQL)
         self._probe(raw)
         # Only a connection that is a session of its own, on our database, may hold the lock.
         if self._take_lock is not None:
             self._hold_lock(raw, self._take_lock)
-            raw.execute(f"LISTEN {CHANNEL}")  # again, a no-op, so pg_stat_activity shows it
+            raw.execute(postgresql.LISTEN_SQL)  # again, a no-op, so pg_stat_activity shows it
         self._listening.set()
         self._failures = 0
         self.wake.set()  # whatever was notified while we were not listening

@@ -15,8 +15,6 @@ except after a database error, when Django's own ``is_usable()`` decides.
 """
 
 import contextlib
-import select
-from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -68,29 +66,5 @@ def is_clean(connection: BaseDatabaseWrapper) -> bool:
         if not connection.is_usable():
             return False
         connection.errors_occurred = False
-    return not _in_transaction(features(connection.alias).in_transaction, connection.connection)
-
-
-def _in_transaction(driver: str | None, raw: Any) -> bool:
-    """Whether the driver's connection is inside a transaction, or no longer usable."""
-    if driver == "postgresql":
-        return _postgresql_busy(raw)
-    if driver == "sqlite":
-        return bool(raw.in_transaction)
-    return False  # other backends: what Django's own checks above can tell
-
-
-# libpq's PQTRANS_IDLE, as psycopg 3 and psycopg2 report it: no transaction open.
-_PQTRANS_IDLE = 0
-
-
-def _postgresql_busy(raw: Any) -> bool:
-    if raw.closed or getattr(raw, "broken", False):
-        return True
-    if raw.info.transaction_status != _PQTRANS_IDLE:
-        return True
-    # An idle connection has nothing to read. Something readable is the server saying it
-    # is going away (or has gone: end of file), which the driver learns only on the next
-    # query; one select() call, no round trip.
-    readable, _, _ = select.select([raw.fileno()], [], [], 0)
-    return bool(readable)
+    # Whether the driver's connection is inside a transaction, or no longer usable.
+    return not features(connection.alias).in_transaction(connection.connection)

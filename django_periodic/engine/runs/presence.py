@@ -1,7 +1,8 @@
 """Knowing within a second that a scheduler process died: a session lock per process.
 
 On PostgreSQL each ``run_scheduler`` process holds a session-level advisory lock, keyed by
-its ``SchedulerProcess`` id, on its wake-up listener's connection, and notes that it does
+its ``SchedulerProcess`` id (``db/postgresql.py`` holds the key scheme and the statements),
+on its wake-up listener's connection, and notes that it does
 (``SchedulerProcess.locked_at``). The lock lives exactly as long as that session: when
 the process is killed (SIGKILL, the OOM killer, a crash), PostgreSQL ends the session and
 releases the lock. The look ahead of any other scheduler (``planning/look_ahead.py``), which comes
@@ -19,16 +20,12 @@ since it last reconnected: after a restart, leases expire as they always did.
 from datetime import timedelta
 from typing import Any
 
+from django_periodic.db import postgresql
 from django_periodic.models import SchedulerProcess
 
 # How often a process looks for dead holders while a lease is held anywhere: the time
 # from a kill to the recovery of the victim's runs.
 PROBE_INTERVAL = timedelta(seconds=1)
-# The first key of every lock taken here (two-key advisory locks), so that they never
-# collide with an application's own: "DP" in ASCII.
-LOCK_NAMESPACE = 0x4450
-# The advisory-lock form PostgreSQL reports for two int4 keys (pg_locks.objsubid).
-_TWO_KEYS = 2
 
 
 def take(raw_connection: Any, process: SchedulerProcess) -> bool:
@@ -36,45 +33,21 @@ def take(raw_connection: Any, process: SchedulerProcess) -> bool:
     process's row; False if another session holds it, or if the connection does not reach
     the database that holds the row (a ``WAKEUP_DATABASE`` of another database): then
     this process holds no lock."""
-    key = [LOCK_NAMESPACE, _key(process.pk)]
-    cursor = raw_connection.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
-    row = cursor.fetchone()
-    if not (row and row[0]):
+    key = postgresql.process_key(process.pk)
+    if not postgresql.try_lock(raw_connection, key):
         return False
     table = SchedulerProcess._meta.db_table
     noted = raw_connection.execute(
-        f'UPDATE "{table}" SET locked_at = statement_timestamp() '
-        "WHERE id = %s AND host = %s AND pid = %s",
+        postgresql.NOTE_LOCKED_SQL.format(process=f'"{table}"'),
         [process.pk, process.host, process.pid],
     )
     if noted.rowcount == 1:
         return True
-    raw_connection.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+    postgresql.unlock(raw_connection, key)
     return False
 
 
-def _key(process_id: int) -> int:
-    # The second key is an int4: ids past 2**31 wrap (a collision needs 2**31 processes).
-    return process_id % 2**31
-
-
-# The processes that held a lock and hold it no more: dead. Only a process that may judge
-# asks (see the module's docstring).
-LOST_SQL = """
-SELECT p.id FROM {process} p
-WHERE p.locked_at IS NOT NULL AND NOT EXISTS (
-    SELECT 1 FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = {two_keys}
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-      AND l.classid = {namespace} AND l.objid = mod(p.id, 2147483648)::oid
-)
-"""
-
-
 def lost_sql(quote: Any) -> str:
-    """``LOST_SQL`` for a connection's quoting of table names."""
-    return LOST_SQL.format(
-        process=quote(SchedulerProcess._meta.db_table),
-        two_keys=_TWO_KEYS,
-        namespace=LOCK_NAMESPACE,
-    )
+    """The processes that held their lock and hold it no more (``postgresql.LOST_SQL``),
+    for a connection's quoting of table names."""
+    return postgresql.lost_sql(quote(SchedulerProcess._meta.db_table))

@@ -6,13 +6,13 @@ from typing import Any
 
 from django.db import connections
 
+from django_periodic.db.postgresql import HELD_SQL
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import fleet
 from django_periodic.engine.planning import look_ahead as look_ahead_
 from django_periodic.engine.runs import presence
 from django_periodic.models import Lease
-from django_periodic.models.processes import HELD_SQL
 from django_periodic.timing.bounds import EARLIEST, LATEST
 
 # Each MIN reads the first entry of a partial index (see Run.Meta.indexes), once (the CTE

@@ -11,11 +11,11 @@ from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
 from django_periodic.db import arrays, prepared
+from django_periodic.db.postgresql import HELD_SQL, RELEASE_SQL
 from django_periodic.engine.records import AttemptOutcome
 from django_periodic.engine.runs import outcomes as outcomes_
 from django_periodic.engine.runs import presence
 from django_periodic.models import Lease, LeaseQuerySet, Run
-from django_periodic.models.processes import HELD_SQL, RELEASE_SQL
 
 
 def of_schedules(using: str, schedule_ids: list[int]) -> Q | RawSQL:
