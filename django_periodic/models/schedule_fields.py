@@ -125,7 +125,7 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
     Overlap = choices.Overlap
     Misfire = choices.Misfire
 
-    name = models.CharField(max_length=200)  # unique: see Meta.constraints
+    name = models.CharField(max_length=200)  # unique: see Schedule.Meta.constraints
     job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
     args = models.JSONField(default=list, db_default=[], blank=True)
     kwargs = models.JSONField(default=dict, db_default={}, blank=True)
