@@ -146,7 +146,7 @@ class ErrorCode(models.TextChoices):
     START_DEADLINE = "start_deadline", _("skipped: no worker could start it in time")
     PAUSED = "paused", _("skipped: its schedule was paused")
     CLOSED = "closed", _("skipped: a calendar closed its day")
-    # Schedule.skip_fire(): an operator skipped this one fire (models/changes/overrides.py).
+    # Schedule.skip_fire(): an operator skipped this one fire (models/overrides.py).
     OVERRIDDEN = "overridden", _("skipped: an override skipped this fire")
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")

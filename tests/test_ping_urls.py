@@ -20,7 +20,7 @@ from django.urls import reverse
 from django_periodic import registry
 from django_periodic.engine.planning.code_schedules import sync_code_schedules
 from django_periodic.models import Schedule, ScheduleVersion, restore_version
-from django_periodic.models.changes.versioning import update_versioned
+from django_periodic.models.versions import update_versioned
 from tests.factories import ScheduleFactory, schedule_form_data
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ PACKAGE = Path(django_periodic.__file__).parent
 NOT_COUNTED = {"migrations"}
 MODULES = [p for p in PACKAGE.rglob("*.py") if not NOT_COUNTED & set(p.parts)]
 MOST_MODULES_IN_A_FOLDER = 15
-MOST_LINES_IN_A_MODULE = 400
+MOST_LINES_IN_A_MODULE = 500
 MOST_TOP_LEVEL_MODULES = 16
 # The modules of the pure core (tests/test_layers.py), which must not touch the database.
 PURE_CORE = ("choices", "conf", "error_texts", "escaping", "policies", "registry", "scopes")
@@ -35,8 +35,10 @@ def test_no_folder_holds_more_than_15_modules():
     assert crowded == {}
 
 
-def test_no_module_is_over_400_lines():
-    long = {relative(p): n for p in MODULES if (n := len(p.read_text().splitlines())) > 400}
+def test_no_module_is_over_500_lines():
+    # Grouped by concept, not by size: a cohesive module may reach 500 lines.
+    lines = {relative(p): len(p.read_text().splitlines()) for p in MODULES}
+    long = {path: n for path, n in lines.items() if n > MOST_LINES_IN_A_MODULE}
     assert long == {}
 
 

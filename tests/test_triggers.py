@@ -280,6 +280,23 @@ def test_frequent_jobs_follow_real_time():
     assert hourly.next_after(utc(2026, 10, 25, 0, 10)) == utc(2026, 10, 25, 1)
 
 
+def test_fire_times_stop_at_until_included():
+    # The one walk over a trigger's fires: at most n, strictly after `after`, up to `until`.
+    hourly = CronTrigger("0 * * * *", "UTC")
+    start = utc(2026, 1, 1)
+    assert fire_times(hourly, 10, start, utc(2026, 1, 1, 3)) == [
+        utc(2026, 1, 1, 1),
+        utc(2026, 1, 1, 2),
+        utc(2026, 1, 1, 3),
+    ]
+    assert fire_times(hourly, 2, start, utc(2026, 1, 1, 3)) == [
+        utc(2026, 1, 1, 1),
+        utc(2026, 1, 1, 2),
+    ]
+    assert fire_times(hourly, 10, start, utc(2026, 1, 1, 0, 59)) == []
+    assert fire_times(hourly, 3, start) == fire_times(hourly, 3, start, None)
+
+
 @pytest.mark.parametrize("tz", [BERLIN, NEW_YORK, LORD_HOWE, CHATHAM, "UTC"])
 @pytest.mark.parametrize("expression", ["30 2 * * *", "0 2 * * *", "@daily", "15 1 * * *"])
 def test_daily_job_fires_once_per_local_date_all_year(tz, expression):

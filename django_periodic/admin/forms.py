@@ -33,8 +33,8 @@ from django_periodic.models import (
     Schedule,
     closures_from,
 )
+from django_periodic.models import versions as versioning
 from django_periodic.models.calendars import expect_calendars
-from django_periodic.models.changes import versioning
 from django_periodic.timing import triggers
 
 if TYPE_CHECKING:

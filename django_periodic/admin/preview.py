@@ -13,7 +13,7 @@ from django.utils.translation import ngettext
 
 from django_periodic.admin import display, dst_preview
 from django_periodic.admin.changes import overrides
-from django_periodic.models import Schedule, open_trigger_of
+from django_periodic.models import Schedule, next_fire_times_of, open_trigger_of
 from django_periodic.timing import business_days, open_fires, triggers
 from django_periodic.timing.business_days import Closures
 
@@ -164,8 +164,8 @@ def preview(
         return result
     try:
         zone = triggers.parse_timezone(schedule.timezone)
+        times = next_fire_times_of(schedule, closures, FIRE_TIMES, now)
         trigger = open_trigger_of(schedule, closures)
-        times = triggers.fire_times(trigger, FIRE_TIMES, now)
         closed = _closed_fires(trigger, now, times[-1] if times else None)
         result.dst = dst_preview.dst_changes(schedule.trigger, now)
         result.description = describe(schedule)

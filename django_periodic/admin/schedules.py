@@ -57,7 +57,7 @@ from django_periodic.models import (
     closures_from,
     closures_of,
 )
-from django_periodic.models.changes import versioning
+from django_periodic.models import versions as versioning
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts, _FieldsetSpec

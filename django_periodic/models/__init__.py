@@ -6,13 +6,27 @@ name below is importable from ``django_periodic.models``.
 """
 
 from django_periodic.models.calendars import Calendar, closures_from, closures_of
-from django_periodic.models.changes.overrides import FireOverride
-from django_periodic.models.changes.restoring import restore_version
-from django_periodic.models.changes.versioning import changed_by
-from django_periodic.models.changes.versions import ScheduleVersion
 from django_periodic.models.explaining.accounts import FireAccount, FireStatus
 from django_periodic.models.explaining.pages import ExplainPage
-from django_periodic.models.field_groups import (
+from django_periodic.models.overrides import FireOverride
+from django_periodic.models.processes import (
+    Lease,
+    LeaseQuerySet,
+    SchedulerProcess,
+    SchedulerProcessQuerySet,
+)
+from django_periodic.models.restoring import restore_version
+from django_periodic.models.run import (
+    AWAITING_RELEASE,
+    BACKFILLED,
+    CLAIMABLE_STATUSES,
+    RELEASE,
+    SNAPSHOT_FIELDS,
+    Run,
+    RunQuerySet,
+)
+from django_periodic.models.schedule import Schedule, ScheduleQuerySet
+from django_periodic.models.schedule_fields import (
     ALERT_FIELDS,
     ATTENTION_FIELDS,
     CALENDAR_FIELDS,
@@ -27,24 +41,8 @@ from django_periodic.models.field_groups import (
     SECRET_FIELDS,
     TRIGGER_FIELDS,
     VERSIONED_FIELDS,
+    default_timezone,
 )
-from django_periodic.models.processes import (
-    Lease,
-    LeaseQuerySet,
-    SchedulerProcess,
-    SchedulerProcessQuerySet,
-)
-from django_periodic.models.run import (
-    AWAITING_RELEASE,
-    BACKFILLED,
-    CLAIMABLE_STATUSES,
-    RELEASE,
-    SNAPSHOT_FIELDS,
-    Run,
-    RunQuerySet,
-)
-from django_periodic.models.schedule import Schedule, default_timezone
-from django_periodic.models.schedule_queries import ScheduleQuerySet
 from django_periodic.models.trigger_rows import (
     ANCHORED_AT_CREATION,
     KIND_FIELDS,
@@ -52,11 +50,13 @@ from django_periodic.models.trigger_rows import (
     TriggerRow,
     first_fire_time_of,
     kind_of,
+    next_fire_times_of,
     open_trigger_of,
     planning_trigger_of,
     trigger_field_errors,
     trigger_of,
 )
+from django_periodic.models.versions import ScheduleVersion, changed_by
 
 __all__ = [
     "ALERT_FIELDS",
@@ -102,6 +102,7 @@ __all__ = [
     "default_timezone",
     "first_fire_time_of",
     "kind_of",
+    "next_fire_times_of",
     "open_trigger_of",
     "planning_trigger_of",
     "restore_version",

@@ -80,7 +80,7 @@ def note(reason: str, alert_after: timedelta | None, alert_failures: int | None)
 
 
 class Alerting(models.Model):
-    """How ``Schedule`` is watched: its alerts (``field_groups.ALERT_FIELDS``), judged by the
+    """How ``Schedule`` is watched: its alerts (``schedule_fields.ALERT_FIELDS``), judged by the
     scheduler, and its ping monitor (``PING_FIELDS``), told from outside when its runs start
     and end (operations/pings.py)."""
 
@@ -94,7 +94,7 @@ class Alerting(models.Model):
         blank=True,
         help_text=_("Needs attention after this many failed runs in a row; empty: never."),
     )
-    # A secret (field_groups.SECRET_FIELDS): a healthchecks.io ping URL embeds its check's key.
+    # A secret (schedule_fields.SECRET_FIELDS): a healthchecks.io ping URL embeds its check's key.
     ping_url = models.CharField(
         max_length=PING_URL_MAX_LENGTH,
         blank=True,

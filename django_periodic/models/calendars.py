@@ -12,7 +12,7 @@ reach (``next_fire_error``), on the field that changed, rather than fail that sc
 """
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import models, transaction
@@ -21,13 +21,11 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic.choices import OnClosedDay
 from django_periodic.db import clock
+from django_periodic.models.schedule_fields import ScheduleFields
 from django_periodic.models.trigger_rows import TriggerRow, first_fire_time_of, trigger_of
 from django_periodic.timing import business_days
 from django_periodic.timing.business_days import CalendarRules, Closures
 from django_periodic.timing.triggers import InvalidTrigger
-
-if TYPE_CHECKING:
-    from django_periodic.models.schedule import Schedule
 
 # The fields that say what a calendar closes: an error about what it closes goes on the
 # first of them that changed.
@@ -203,7 +201,7 @@ def next_fire_error(schedule: TriggerRow, closures: Closures | None, now: dateti
     return None
 
 
-def closures_of(schedule: "Schedule") -> Closures | None:
+def closures_of(schedule: ScheduleFields) -> Closures | None:
     """A saved schedule's calendars as rules (None: it has none); a query unless its
     calendars were prefetched. Raises InvalidTrigger for a calendar that cannot be used."""
     if schedule.pk is None:
@@ -211,13 +209,13 @@ def closures_of(schedule: "Schedule") -> Closures | None:
     return closures_from(schedule.calendars.all())
 
 
-def expect_calendars(schedule: "Schedule", calendars: "Any") -> None:
+def expect_calendars(schedule: ScheduleFields, calendars: "Any") -> None:
     """Validate ``schedule`` (``full_clean()``) with these calendars: a form's, which are
     set only once the schedule is saved."""
     schedule.__dict__["_expected_calendars"] = list(calendars)
 
 
-def checked_closures(schedule: "Schedule") -> Closures | None:
+def checked_closures(schedule: ScheduleFields) -> Closures | None:
     """The calendars a schedule is validated with, as rules: those ``expect_calendars()``
     named, else its saved ones. Raises InvalidTrigger for one that cannot be used."""
     expected = schedule.__dict__.get("_expected_calendars")

@@ -8,21 +8,19 @@ none is caught up (engine/planning/decisions.py). Pausing and resuming are refus
 """
 
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 
 from django_periodic.db import clock
+from django_periodic.models import versions as versioning
 from django_periodic.models.calendars import closures_of, next_fire_error
-from django_periodic.models.changes import versioning
-from django_periodic.models.field_groups import PAUSE_FIELDS
+from django_periodic.models.schedule_fields import PAUSE_FIELDS, ScheduleFields
+from django_periodic.models.schedule_fields import (
+    PAUSE_REASON_MAX_LENGTH as PAUSE_REASON_MAX_LENGTH,
+)
 from django_periodic.timing import bounds, triggers
 
-if TYPE_CHECKING:
-    from django_periodic.models.schedule import Schedule
-
-PAUSE_REASON_MAX_LENGTH = 500
 _MICROSECOND = timedelta(microseconds=1)
 # A pause that holds until someone resumes it (pause_after_failures, docs/policies.md):
 # a day before LATEST, within the paused_until CHECK, with a fire after it within reach.
@@ -82,7 +80,7 @@ def until_error(until: datetime | None, now: datetime) -> str | None:
     return bounds.SCHEDULE["paused_until"].error("paused_until", until)
 
 
-def check(schedule: "Schedule", now: datetime) -> None:
+def check(schedule: ScheduleFields, now: datetime) -> None:
     """Raise ValidationError for a new pause that cannot hold: one that ends by ``now``,
     ends out of range, or has no reason. Only the pause is checked: a schedule whose other
     fields are bad (its job gone, say) may be paused all the same."""
@@ -99,21 +97,21 @@ def check(schedule: "Schedule", now: datetime) -> None:
         raise ValidationError(errors)
 
 
-def check_resume(schedule: "Schedule", now: datetime) -> None:
+def check_resume(schedule: ScheduleFields, now: datetime) -> None:
     """Raise ValidationError (on ``calendars``) when a resumed schedule would have no next
     fire within reach under its calendars: it goes on from its first fire after ``now``."""
     if message := _calendar_error(schedule, now):
         raise ValidationError({"calendars": message})
 
 
-def _after_pause_error(schedule: "Schedule") -> str | None:
+def _after_pause_error(schedule: ScheduleFields) -> str | None:
     """Why the first fire at or after the pause's end, where the planner moves the cursor,
     cannot be found under its calendars, or None."""
     assert schedule.paused_until is not None  # until_error() refuses a pause without an end
     return _calendar_error(schedule, schedule.paused_until - _MICROSECOND)
 
 
-def _calendar_error(schedule: "Schedule", after: datetime) -> str | None:
+def _calendar_error(schedule: ScheduleFields, after: datetime) -> str | None:
     try:
         closures = closures_of(schedule)
     except triggers.InvalidTrigger:
@@ -121,22 +119,32 @@ def _calendar_error(schedule: "Schedule", after: datetime) -> str | None:
     return next_fire_error(schedule, closures, after)
 
 
-def pause(schedule: "Schedule", until: datetime, reason: str, *, by: str = "") -> None:
-    """Pause until ``until``: its fires before then are not run (one skipped run, code
-    ``paused``, says so), and then it goes on from its next fire, without catching up.
-    ``by`` names who paused it. Raises ValidationError for a pause that ends in the
-    past or out of range, or without a reason."""
-    schedule.paused_until, schedule.pause_reason, schedule.paused_by = until, reason, by
-    check(schedule, clock.now(schedule._state.db or "default"))
-    with versioning.changed_by(by or versioning.author().by, reason):  # its version's
-        schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+class Pausing(ScheduleFields):
+    """Pausing and resuming a schedule (docs/pause.md): ``pause()``, ``resume()``,
+    ``is_paused()``."""
 
+    class Meta:
+        abstract = True
 
-def resume(schedule: "Schedule", *, by: str = "", reason: str = "") -> None:
-    """End a pause now: the schedule goes on from its first fire after now. Raises
-    ValidationError when its calendars would leave it no fire within reach. ``by`` and
-    ``reason`` are its version's (docs/versions.md)."""
-    check_resume(schedule, clock.now(schedule._state.db or "default"))
-    schedule.paused_until, schedule.pause_reason, schedule.paused_by = None, "", ""
-    with versioning.changed_by(by or versioning.author().by, reason or "Resumed."):
-        schedule.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+    def is_paused(self, now: datetime) -> bool:
+        """Whether a pause holds its fires at ``now``."""
+        return holds(self.paused_until, now)
+
+    def pause(self, until: datetime, reason: str, *, by: str = "") -> None:
+        """Pause until ``until``: its fires before then are not run (one skipped run, code
+        ``paused``, says so), and then it goes on from its next fire, without catching up.
+        ``by`` names who paused it. Raises ValidationError for a pause that ends in the
+        past or out of range, or without a reason."""
+        self.paused_until, self.pause_reason, self.paused_by = until, reason, by
+        check(self, clock.now(self._state.db or "default"))
+        with versioning.changed_by(by or versioning.author().by, reason):  # its version's
+            self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])
+
+    def resume(self, *, by: str = "", reason: str = "") -> None:
+        """End a pause now: the schedule goes on from its first fire after now. Raises
+        ValidationError when its calendars would leave it no fire within reach. ``by`` and
+        ``reason`` are its version's (docs/versions.md)."""
+        check_resume(self, clock.now(self._state.db or "default"))
+        self.paused_until, self.pause_reason, self.paused_by = None, "", ""
+        with versioning.changed_by(by or versioning.author().by, reason or "Resumed."):
+            self.save(update_fields=[*PAUSE_FIELDS, "updated_at"])

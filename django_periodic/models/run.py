@@ -13,7 +13,7 @@ from django_periodic import choices, db, policies
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
 from django_periodic.db import clock
-from django_periodic.models.schedule import Schedule
+from django_periodic.models.schedule_fields import ScheduleFields
 
 # The statuses of runs a worker may claim (when due): choices.py holds every status set.
 CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
@@ -191,7 +191,7 @@ class Run(models.Model):
 
     # Indexed by periodic_run_history (schedule, -plan_time); a second index costs every insert.
     schedule = models.ForeignKey(
-        Schedule, on_delete=models.CASCADE, related_name="runs", db_index=False
+        "django_periodic.Schedule", on_delete=models.CASCADE, related_name="runs", db_index=False
     )
     plan_time = models.DateTimeField(help_text=_("The nominal fire time (UTC)."))
     release_at = models.DateTimeField(
@@ -357,10 +357,10 @@ class Run(models.Model):
         return {field: getattr(self, field) for field in SNAPSHOT_FIELDS}
 
     @classmethod
-    def for_schedule(cls, schedule: Schedule, plan_time: datetime, **fields: Any) -> "Run":
+    def for_schedule(cls, schedule: ScheduleFields, plan_time: datetime, **fields: Any) -> "Run":
         """An unsaved run of ``schedule`` with what it takes from it
         (``taken_from_schedule``: a snapshot of what it will call, ...); ``fields`` set the
         rest, or override them."""
-        return cls(
-            schedule=schedule, plan_time=plan_time, **{**taken_from_schedule(schedule), **fields}
-        )
+        fields = {**taken_from_schedule(schedule), **fields}
+        # ``schedule`` is a Schedule, the model the key names (``ScheduleFields`` is its base).
+        return cls(schedule=schedule, plan_time=plan_time, **fields)  # type: ignore[misc]

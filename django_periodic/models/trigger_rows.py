@@ -110,6 +110,19 @@ def open_trigger_of(row: TriggerRow, closures: business_days.Closures | None) ->
     return open_fires.OpenTrigger(trigger, closures, row.on_closed_day)
 
 
+def next_fire_times_of(
+    row: TriggerRow,
+    closures: business_days.Closures | None,
+    n: int,
+    after: datetime,
+    until: datetime | None = None,
+) -> list[datetime]:
+    """The next ``n`` fires that run (``open_trigger_of``) strictly after ``after``, up to
+    ``until`` included: ``Schedule.next_fire_times()``, the admin's preview and the fire
+    diff read them here."""
+    return triggers.fire_times(open_trigger_of(row, closures), n, after, until)
+
+
 def planning_trigger_of(
     row: TriggerRow, closures: business_days.Closures | None
 ) -> triggers.Trigger:

@@ -9,7 +9,6 @@ together (``calendars.next_fire_error``).
 import ipaddress
 import urllib.parse
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
@@ -21,26 +20,25 @@ from django.http.request import validate_host
 
 from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
+from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
-from django_periodic.models import lifecycle
 from django_periodic.models.calendars import checked_closures, next_fire_error
-from django_periodic.models.field_groups import TRIGGER_FIELDS
+from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
 from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors, trigger_of
 from django_periodic.timing import bounds, recurrences, triggers
 
-if TYPE_CHECKING:
-    from django_periodic.models.schedule import Schedule
 
-
-def schedule_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def schedule_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
-    found += _range_errors(schedule) + lifecycle.errors(schedule) + _ping_errors(schedule)
+    found += _range_errors(schedule) + _lifecycle_errors(schedule) + _ping_errors(schedule)
     return found + _calendar_errors(schedule, found)
 
 
-def _calendar_errors(schedule: "Schedule", found: list[tuple[str, str]]) -> list[tuple[str, str]]:
+def _calendar_errors(
+    schedule: ScheduleFields, found: list[tuple[str, str]]
+) -> list[tuple[str, str]]:
     """Its calendars usable, and under them a next fire within reach; judged only for a
     trigger that is valid in itself."""
     if any(field in (*TRIGGER_FIELDS, "on_closed_day") for field, _ in found):
@@ -53,7 +51,7 @@ def _calendar_errors(schedule: "Schedule", found: list[tuple[str, str]]) -> list
     return [("calendars", message)] if message else []
 
 
-def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _trigger_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None)]
     if len(kinds) != 1:
         which = " and ".join(kinds) if kinds else "none"
@@ -83,7 +81,7 @@ def _trigger_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     return errors
 
 
-def _rrule_reach_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _rrule_reach_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """An RRULE's next fire after now found within one search, as the planner will ask:
     its first fires may be near its start and the rest too rare to search."""
     try:
@@ -93,7 +91,7 @@ def _rrule_reach_errors(schedule: "Schedule") -> list[tuple[str, str]]:
     return []
 
 
-def _range_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _range_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Fields out of their range (bounds.SCHEDULE); the trigger's are checked with it."""
     errors = []
     for name, valid in bounds.SCHEDULE.items():
@@ -114,7 +112,7 @@ def _range_errors(schedule: "Schedule") -> list[tuple[str, str]]:
 
 
 def _jitter_errors(
-    schedule: "Schedule", range_errors: list[tuple[str, str]]
+    schedule: ScheduleFields, range_errors: list[tuple[str, str]]
 ) -> list[tuple[str, str]]:
     interval, jitter = schedule.interval, schedule.jitter
     if any(field == "jitter" for field, _ in range_errors) or not (interval and jitter):
@@ -126,7 +124,14 @@ def _jitter_errors(
     ]
 
 
-def _ping_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _lifecycle_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
+    """The lifecycle fields that make no sense for this schedule (``Schedule.clean()``)."""
+    if schedule.max_runs is not None and schedule.trigger_kind == ScheduleKind.ONCE:
+        return [("max_runs", "A one-shot (run_at) fires once: max_runs does not apply.")]
+    return []
+
+
+def _ping_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     refused = schedule.ping_url and ping_url_refusal(schedule.ping_url)
     return [("ping_url", refused)] if refused else []
 
@@ -193,12 +198,12 @@ def _ping_host_refusal(host: str) -> str | None:
     return f"ping_url's host is not one the PING_HOSTS setting allows ({', '.join(allowed)})."
 
 
-def _route_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _route_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     error = schedule.tasks_backend and taskbackends.alias_error(schedule.tasks_backend)
     return [("tasks_backend", error)] if error else []
 
 
-def _job_errors(schedule: "Schedule") -> list[tuple[str, str]]:
+def _job_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     errors = []
     if schedule.scopes:
         try:

@@ -19,7 +19,6 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.db.models import Q
 
@@ -27,8 +26,6 @@ from django_periodic import choices, policies
 from django_periodic.choices import ErrorCode, OnClosedDay, OverrideAction, RunStatus
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_of
-from django_periodic.models.changes.overrides import FireOverride
-from django_periodic.models.changes.versions import ScheduleVersion
 from django_periodic.models.explaining.accounts import (
     RUN_FIELDS,
     FireAccount,
@@ -44,13 +41,12 @@ from django_periodic.models.explaining.pages import (
     check_window,
     ledger_runs,
 )
-from django_periodic.models.field_groups import TRIGGER_FIELDS
+from django_periodic.models.overrides import FireOverride
 from django_periodic.models.pausing import pause_end
+from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
 from django_periodic.models.trigger_rows import trigger_of
+from django_periodic.models.versions import ScheduleVersion
 from django_periodic.timing import bounds, business_days, open_fires, triggers
-
-if TYPE_CHECKING:
-    from django_periodic.models.schedule import Schedule
 
 # The changes that make a schedule's earlier fires another trigger's (its versions).
 _TRIGGER_CHANGES = [*TRIGGER_FIELDS, "on_closed_day"]
@@ -62,52 +58,58 @@ _SECOND = timedelta(seconds=1)
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def explain(
-    schedule: "Schedule", since: datetime, until: datetime, scope: str | None = None
-) -> list[FireAccount]:
-    """One account for every fire of the schedule's trigger in ``[since, until)``, in order:
-    what became of it (``FireStatus``), its code, the details in words and its run.
+class Explaining(ScheduleFields):
+    """What became of a schedule's fires (docs/explain.md): ``explain()``,
+    ``explain_page()``."""
 
-    ``scope`` names one scope key of a fanned-out schedule: the accounts of its runs alone.
-    None: each fire's account sums up all its scopes' runs (their statuses counted in
-    ``scopes``; ``mixed`` when they differ). Raises ValueError for a window that is not one
-    (``check_window()``) or that holds more than ``MAX_FIRES`` fires (read it with
-    ``explain_page()``), and InvalidTrigger for a schedule whose trigger cannot be built.
-    See docs/explain.md.
-    """
-    check_window(since, until)
-    part = Part.find(schedule, since, until, None, scope, MAX_FIRES)
-    if part.next_after is not None:
-        raise ValueError(
-            f"The window holds more than {MAX_FIRES:,} fires: narrow it, or read it a page "
-            "at a time (explain_page())."
-        )
-    return _Facts.load(schedule, part, scope).accounts(part)
+    class Meta:
+        abstract = True
 
+    def explain(
+        self, since: datetime, until: datetime, scope: str | None = None
+    ) -> list[FireAccount]:
+        """One account for every fire of the schedule's trigger in ``[since, until)``, in order:
+        what became of it (``FireStatus``), its code, the details in words and its run.
 
-def explain_page(
-    schedule: "Schedule",
-    since: datetime,
-    until: datetime,
-    scope: str | None = None,
-    after: datetime | None = None,
-) -> ExplainPage:
-    """The accounts of the window's first ``PAGE_SIZE`` fires after ``after`` (None: from
-    ``since``), as ``explain()`` gives them, with where the next page continues. A page
-    costs the same however long its window. Raises as ``explain()`` does, but never for a
-    window's length. See docs/explain.md.
-    """
-    check_window(since, until, after)
-    part = Part.find(schedule, since, until, after, scope, PAGE_SIZE)
-    accounts = _Facts.load(schedule, part, scope).accounts(part)
-    return ExplainPage(since, until, after, tuple(accounts), part.next_after)
+        ``scope`` names one scope key of a fanned-out schedule: the accounts of its runs alone.
+        None: each fire's account sums up all its scopes' runs (their statuses counted in
+        ``scopes``; ``mixed`` when they differ). Raises ValueError for a window that is not one
+        (``check_window()``) or that holds more than ``MAX_FIRES`` fires (read it with
+        ``explain_page()``), and InvalidTrigger for a schedule whose trigger cannot be built.
+        See docs/explain.md.
+        """
+        check_window(since, until)
+        part = Part.find(self, since, until, None, scope, MAX_FIRES)
+        if part.next_after is not None:
+            raise ValueError(
+                f"The window holds more than {MAX_FIRES:,} fires: narrow it, or read it a page "
+                "at a time (explain_page())."
+            )
+        return _Facts.load(self, part, scope).accounts(part)
+
+    def explain_page(
+        self,
+        since: datetime,
+        until: datetime,
+        scope: str | None = None,
+        after: datetime | None = None,
+    ) -> ExplainPage:
+        """The accounts of the window's first ``PAGE_SIZE`` fires after ``after`` (None: from
+        ``since``), as ``explain()`` gives them, with where the next page continues. A page
+        costs the same however long its window. Raises as ``explain()`` does, but never for a
+        window's length. See docs/explain.md.
+        """
+        check_window(since, until, after)
+        part = Part.find(self, since, until, after, scope, PAGE_SIZE)
+        accounts = _Facts.load(self, part, scope).accounts(part)
+        return ExplainPage(since, until, after, tuple(accounts), part.next_after)
 
 
 @dataclass
 class _Facts:
     """What the database says of a schedule's fires in a part of a window, read once."""
 
-    schedule: "Schedule"
+    schedule: ScheduleFields
     now: datetime
     runs: dict[datetime, list[RunRow]]
     overrides: dict[datetime, FireOverride]
@@ -123,7 +125,7 @@ class _Facts:
     last_planned: datetime | None = None  # with max_runs reached: its last run's plan time
 
     @classmethod
-    def load(cls, schedule: "Schedule", part: Part, scope: str | None) -> "_Facts":
+    def load(cls, schedule: ScheduleFields, part: Part, scope: str | None) -> "_Facts":
         using = schedule._state.db or "default"
         runs = ledger_runs(schedule, scope)
         facts = cls(schedule, clock.now(using), defaultdict(list), {}, [])
@@ -145,11 +147,11 @@ class _Facts:
         for row in spanning.order_by("-plan_time").values_list(*RUN_FIELDS)[:1]:
             facts._add_span(RunRow(*row))
         overrides = FireOverride.objects.using(using).filter(
-            schedule=schedule, plan_time__gte=part.start, plan_time__lt=part.stop
+            schedule_id=schedule.pk, plan_time__gte=part.start, plan_time__lt=part.stop
         )
         facts.overrides = {override.plan_time: override for override in overrides}
         facts._read_versions(using)
-        if schedule.max_runs is not None and schedule.fire_count >= schedule.max_runs:
+        if schedule.has_ended:  # its max_runs fires planned (models/lifecycle.py)
             latest = schedule.runs.using(using).filter(trigger__in=choices.LEDGER_TRIGGERS)
             facts.last_planned = (
                 latest.order_by("-plan_time").values_list("plan_time", flat=True).first()
@@ -190,7 +192,7 @@ class _Facts:
     def _read_versions(self, using: str) -> None:
         """When its trigger last changed, and the spans it was disabled, by its versions."""
         versions = ScheduleVersion.objects.using(using).filter(
-            schedule=self.schedule, changes__has_any_keys=[*_TRIGGER_CHANGES, "enabled"]
+            schedule_id=self.schedule.pk, changes__has_any_keys=[*_TRIGGER_CHANGES, "enabled"]
         )
         off: datetime | None = None
         for created_at, changes in versions.order_by("created_at", "id").values_list(
@@ -281,8 +283,7 @@ class _Facts:
         return FireAccount(plan_time, FireStatus.NO_RECORD, detail=detail)
 
     def _ended(self, plan_time: datetime) -> bool:
-        schedule = self.schedule
-        if schedule.max_runs is None or schedule.fire_count < schedule.max_runs:
+        if not self.schedule.has_ended:  # max_runs not reached (models/lifecycle.py)
             return False
         return self.last_planned is None or plan_time > self.last_planned
 
@@ -326,7 +327,7 @@ def _override_note(override: FireOverride | None) -> str:
     return f"Skipped{who}: {override.reason}."
 
 
-def _pause_of(schedule: "Schedule") -> str:
+def _pause_of(schedule: ScheduleFields) -> str:
     who = f" by {schedule.paused_by}" if schedule.paused_by else ""
     assert schedule.paused_until is not None
     return f"Paused until {_show(schedule.paused_until)}{who}: {schedule.pause_reason}"

@@ -7,19 +7,17 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django_periodic.choices import OverrideAction
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_from, closures_of
-from django_periodic.models.changes.overrides import FireOverride
-from django_periodic.models.field_groups import TRIGGER_FIELDS
-from django_periodic.models.trigger_rows import open_trigger_of, trigger_of
+from django_periodic.models.lifecycle import runs_left
+from django_periodic.models.overrides import FireOverride
+from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
+from django_periodic.models.trigger_rows import next_fire_times_of, trigger_of
 from django_periodic.timing import business_days, dst, triggers
 from django_periodic.timing import fire_diff as diffs
-
-if TYPE_CHECKING:
-    from django_periodic.models.schedule import Schedule
 
 # The changes a diff can be asked for: what decides when a schedule fires.
 DIFFABLE = frozenset({*TRIGGER_FIELDS, "rrule", "on_closed_day", "calendars", "overrides"})
@@ -29,62 +27,68 @@ MAX_FIRES = 100_000
 _MICROSECOND = timedelta(microseconds=1)
 
 
-def fire_diff(
-    schedule: "Schedule", days: int = 30, *, max_fires: int = MAX_FIRES, **changes: Any
-) -> diffs.FireDiff:
-    """Which fires of the next ``days`` days (from the database's clock) are added, removed
-    or moved if ``changes`` were saved: trigger fields, ``timezone``, ``dst_gap`` /
-    ``dst_repeat``, ``start_at`` / ``end_at``, ``on_closed_day``, ``calendars`` (a list of
-    ``Calendar``) and ``overrides`` (a list of ``FireOverride``, saved or not, instead of
-    its own). Nothing is saved. The window ends sooner, at the ``max_fires``-th fire of
-    either side, when it would hold more (the diff's ``until`` says where). Raises
-    ValueError for another field or a bad ``days``, and InvalidTrigger for a trigger that
-    cannot be built. See docs/explain.md.
-    """
-    unknown = sorted(set(changes) - DIFFABLE)
-    if unknown:
-        raise ValueError(f"Not a change fire_diff() can preview: {', '.join(unknown)}.")
-    if not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
-        raise ValueError(f"days must be a whole number from 1 to {MAX_DAYS}.")
-    using = schedule._state.db or "default"
-    since = clock.now(using)
-    until = since + timedelta(days=days)
-    if not isinstance(max_fires, int) or not 1 <= max_fires <= MAX_FIRES:
-        raise ValueError(f"max_fires must be a whole number from 1 to {MAX_FIRES:,}.")
-    own = _overrides(schedule, using)
-    old = _Side.of(schedule, _closures(schedule), own, since, until, max_fires)
-    until = old.cut(until, max_fires)
-    changed = copy.copy(schedule)
-    for name, value in changes.items():
-        if name not in ("calendars", "overrides"):
-            setattr(changed, name, value)
-    closures = closures_from(changes["calendars"]) if "calendars" in changes else old.closures
-    overrides = changes.get("overrides", old.overrides)
-    new = _Side.of(changed, closures, list(overrides), since, until, max_fires)
-    until = old.cut(new.cut(until, max_fires), max_fires)
-    flags = {**old.flags(new), **new.flags(None)}
-    zones = (triggers.parse_timezone(schedule.timezone), triggers.parse_timezone(changed.timezone))
-    return diffs.diff(old.fires, new.fires, zones, flags, since=since, until=until)
+class Diffing(ScheduleFields):
+    """What a change would do to a schedule's next fires (docs/explain.md): ``fire_diff()``."""
+
+    class Meta:
+        abstract = True
+
+    def fire_diff(
+        self, days: int = 30, *, max_fires: int = MAX_FIRES, **changes: Any
+    ) -> diffs.FireDiff:
+        """Which fires of the next ``days`` days (from the database's clock) are added, removed
+        or moved if ``changes`` were saved: trigger fields, ``timezone``, ``dst_gap`` /
+        ``dst_repeat``, ``start_at`` / ``end_at``, ``on_closed_day``, ``calendars`` (a list of
+        ``Calendar``) and ``overrides`` (a list of ``FireOverride``, saved or not, instead of
+        its own). Nothing is saved. The window ends sooner, at the ``max_fires``-th fire of
+        either side, when it would hold more (the diff's ``until`` says where). Raises
+        ValueError for another field or a bad ``days``, and InvalidTrigger for a trigger that
+        cannot be built. See docs/explain.md.
+        """
+        unknown = sorted(set(changes) - DIFFABLE)
+        if unknown:
+            raise ValueError(f"Not a change fire_diff() can preview: {', '.join(unknown)}.")
+        if not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+            raise ValueError(f"days must be a whole number from 1 to {MAX_DAYS}.")
+        using = self._state.db or "default"
+        since = clock.now(using)
+        until = since + timedelta(days=days)
+        if not isinstance(max_fires, int) or not 1 <= max_fires <= MAX_FIRES:
+            raise ValueError(f"max_fires must be a whole number from 1 to {MAX_FIRES:,}.")
+        own = _overrides(self, using)
+        old = _Side.of(self, _closures(self), own, since, until, max_fires)
+        until = old.cut(until, max_fires)
+        changed = copy.copy(self)
+        for name, value in changes.items():
+            if name not in ("calendars", "overrides"):
+                setattr(changed, name, value)
+        closures = closures_from(changes["calendars"]) if "calendars" in changes else old.closures
+        overrides = changes.get("overrides", old.overrides)
+        new = _Side.of(changed, closures, list(overrides), since, until, max_fires)
+        until = old.cut(new.cut(until, max_fires), max_fires)
+        flags = {**old.flags(new), **new.flags(None)}
+        zones = (triggers.parse_timezone(self.timezone), triggers.parse_timezone(changed.timezone))
+        return diffs.diff(old.fires, new.fires, zones, flags, since=since, until=until)
 
 
-def _closures(schedule: "Schedule") -> business_days.Closures | None:
+def _closures(schedule: ScheduleFields) -> business_days.Closures | None:
     try:
         return closures_of(schedule)
     except triggers.InvalidTrigger:
         return None  # as first_fire_time(): a calendar that cannot be used is left out
 
 
-def _overrides(schedule: "Schedule", using: str) -> list[FireOverride]:
+def _overrides(schedule: ScheduleFields, using: str) -> list[FireOverride]:
     if schedule.pk is None:
         return []
-    return list(FireOverride.objects.using(using).filter(schedule=schedule))
+    return list(FireOverride.objects.using(using).filter(schedule_id=schedule.pk))
 
 
 @dataclass
 class _Side:
     """A schedule's fires in the window, as it is or as changed, and what they are."""
 
-    schedule: "Schedule"
+    schedule: ScheduleFields
     closures: business_days.Closures | None
     overrides: list[FireOverride]
     fires: list[datetime]
@@ -92,7 +96,7 @@ class _Side:
     @classmethod
     def of(
         cls,
-        schedule: "Schedule",
+        schedule: ScheduleFields,
         closures: business_days.Closures | None,
         overrides: list[FireOverride],
         since: datetime,
@@ -100,10 +104,9 @@ class _Side:
         most: int,
     ) -> "_Side":
         side = cls(schedule, closures, overrides, [])
-        trigger = open_trigger_of(schedule, closures)
         skipped = {override.plan_time for override in overrides}
         # One more than kept shows that the window holds more (cut() ends it sooner).
-        computed = _fires(trigger, since, until, most + len(skipped) + 1)
+        computed = next_fire_times_of(schedule, closures, most + len(skipped) + 1, since, until)
         fires = [fire for fire in computed if fire not in skipped]
         fires += [
             override.move_to
@@ -162,20 +165,7 @@ class _Side:
                 yield fire, flag
 
 
-def _fires(
-    trigger: triggers.Trigger, since: datetime, until: datetime, most: int
-) -> list[datetime]:
-    """The trigger's fires in ``(since, until]``, the first ``most`` of them."""
-    fires: list[datetime] = []
-    fire = trigger.next_after(since)
-    while fire is not None and fire <= until and len(fires) < most:
-        fires.append(fire)
-        fire = trigger.next_after(fire)
-    return fires
-
-
-def _limited(schedule: "Schedule", fires: list[datetime]) -> list[datetime]:
+def _limited(schedule: ScheduleFields, fires: list[datetime]) -> list[datetime]:
     """Its fires up to its ``max_runs``, of which ``fire_count`` have been planned."""
-    if schedule.max_runs is None:
-        return fires
-    return sorted(fires)[: max(schedule.max_runs - schedule.fire_count, 0)]
+    left = runs_left(schedule.max_runs, schedule.fire_count)
+    return fires if left is None else sorted(fires)[:left]

@@ -5,16 +5,13 @@ plan times alone, each counted up to one past the most it may hold (docs/explain
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django_periodic import choices
 from django_periodic.models.explaining.accounts import FireAccount
+from django_periodic.models.run import RunQuerySet
+from django_periodic.models.schedule_fields import ScheduleFields
 from django_periodic.models.trigger_rows import trigger_of
 from django_periodic.timing import bounds, triggers
-
-if TYPE_CHECKING:
-    from django_periodic.models.run import RunQuerySet
-    from django_periodic.models.schedule import Schedule
 
 # The fires of one page (``explain_page()``, the admin's Explain page): a page to read,
 # computed while its reader waits. The default window, the last 24 hours, of a schedule
@@ -73,7 +70,7 @@ class Part:
     @classmethod
     def find(
         cls,
-        schedule: "Schedule",
+        schedule: ScheduleFields,
         since: datetime,
         until: datetime,
         after: datetime | None,
@@ -94,20 +91,16 @@ class Part:
         return cls(start, stop, [fire for fire in fires if fire < stop], times[most - 1])
 
 
-def _fires(schedule: "Schedule", start: datetime, until: datetime, most: int) -> list[datetime]:
+def _fires(schedule: ScheduleFields, start: datetime, until: datetime, most: int) -> list[datetime]:
     """The first ``most`` nominal fires of the schedule in ``[start, until)``."""
     bounded = trigger_of(schedule)
     assert isinstance(bounded, triggers.BoundedTrigger)  # what trigger_of builds
     trigger = triggers.BoundedTrigger(bounded.trigger)  # within time's bounds only
-    fires: list[datetime] = []
-    fire = trigger.next_after(start - _MICROSECOND)
-    while fire is not None and fire < until and len(fires) < most:
-        fires.append(fire)
-        fire = trigger.next_after(fire)
-    return fires
+    # [start, until): times are whole microseconds.
+    return triggers.fire_times(trigger, most, start - _MICROSECOND, until - _MICROSECOND)
 
 
-def ledger_runs(schedule: "Schedule", scope: str | None) -> "RunQuerySet":
+def ledger_runs(schedule: ScheduleFields, scope: str | None) -> RunQuerySet:
     """The runs of its fires (not manual ones), of one scope if named."""
     runs: RunQuerySet = schedule.runs.using(schedule._state.db or "default")
     runs = runs.filter(trigger__in=choices.LEDGER_TRIGGERS)

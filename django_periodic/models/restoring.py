@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
-from django_periodic.models.changes import versioning
-from django_periodic.models.changes.versions import ScheduleVersion
-from django_periodic.models.field_groups import SECRET_FIELDS
+from django_periodic.models import versions as versioning
+from django_periodic.models.schedule_fields import SECRET_FIELDS
+from django_periodic.models.versions import ScheduleVersion
 
 if TYPE_CHECKING:
     from django_periodic.models.schedule import Schedule

@@ -1,0 +1,367 @@
+"""A schedule's row: its fields, and what reads from them alone (its trigger, its kind).
+
+``ScheduleFields`` is the abstract base of ``Schedule`` and of the mixins that give it its
+behaviour (pausing, overrides, explain, the runs it records on request): each of them, and
+each rule that reads a schedule, names this class, so that none imports ``Schedule`` back.
+The concrete model, its queryset, its constraints and what its save does are in
+models/schedule.py.
+
+Its fields by role (``TRIGGER_FIELDS``, ``CURSOR_FIELDS``, ...): the admin's form and
+fieldsets, ``@job`` and the sync of code-defined schedules, saving (cursor, revision) and
+validation all read them from here.
+"""
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import models
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from django_periodic import choices
+from django_periodic.choices import AttentionReason, ScheduleKind
+from django_periodic.db import clock
+from django_periodic.models import alerting
+from django_periodic.models.lifecycle import Lifecycle
+from django_periodic.models.trigger_rows import kind_of, trigger_of
+from django_periodic.timing import bounds, triggers
+
+JOB_FIELDS = ("args", "kwargs", "scopes")
+TRIGGER_FIELDS = (
+    "cron",
+    "timezone",
+    "dst_gap",
+    "dst_repeat",
+    "interval",
+    "run_at",
+    "rrule",
+    "start_at",
+    "end_at",
+)
+POLICY_FIELDS = (
+    "overlap",
+    "max_queued",
+    "max_concurrent",
+    "misfire",
+    "misfire_grace",
+    "jitter",
+    "max_attempts",
+    "retry_backoff",
+    "timeout",
+    "lease_timeout",
+    "allow_stale_reentry",
+    "tasks_backend",
+)
+# How long a schedule's finished runs are kept (retention.py); empty: the global settings.
+RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
+# When a schedule needs attention (alerting.py); empty: never for that reason.
+ALERT_FIELDS = ("alert_after", "alert_failures")
+# Who is told from outside when its runs start and end (operations/pings.py, docs/pings.md).
+PING_FIELDS = ("ping_url",)
+# Fields that hold secrets (a ping URL embeds its check's key): never shown to a user who
+# may not change the schedule, never logged, recorded by versions as a fingerprint only
+# (models/versions.py), and left as they are when a version is restored.
+SECRET_FIELDS = ("ping_url",)
+# When it ends, fires on creation, or pauses itself (docs/policies.md, "Lifecycle").
+LIFECYCLE_FIELDS = ("max_runs", "fire_on_create", "pause_after_failures")
+# What @job(...) may define besides its name: every field above.
+SCHEDULE_OPTIONS = frozenset(
+    JOB_FIELDS
+    + TRIGGER_FIELDS
+    + POLICY_FIELDS
+    + RETENTION_FIELDS
+    + ALERT_FIELDS
+    + PING_FIELDS
+    + LIFECYCLE_FIELDS
+)
+# The days it does not fire on (models/calendars.py), and what becomes of such a fire. Not
+# options of @job: calendars are rows, edited in the admin.
+CALENDAR_FIELDS = ("calendars", "on_closed_day")
+# Fields whose change moves a schedule's cursor (next_fire_at) when saved (a change of its
+# calendars moves it where they are saved: Calendar.save(), the admin's save_related()); a
+# change of max_runs ends it, or resumes one that had ended.
+CURSOR_FIELDS = (*TRIGGER_FIELDS, "on_closed_day", "enabled", "paused_until", "max_runs")
+# Fields whose change makes a new revision of a schedule (Schedule.revision): what its
+# runs call, and when.
+REVISION_FIELDS = ("job", *JOB_FIELDS, *TRIGGER_FIELDS)
+# A schedule's pause (Schedule.pause()): until when, why, by whom.
+PAUSE_FIELDS = ("paused_until", "pause_reason", "paused_by")
+# Whether it needs attention, as the scheduler last found (engine/planning/attention.py): written
+# by the scheduler alone, never by a full save() (Schedule.save), so that an edit saved
+# from a stale form cannot undo a transition and have it announced twice.
+ATTENTION_FIELDS = ("attention_reason", "attention_since")
+# What a version of a schedule records (models/versions.py): every field a user
+# sets, through the admin, save(), @job, pause() or the importer. Never the scheduler's own
+# (the cursor, attention, counters), whose writes make no version.
+VERSIONED_FIELDS = (
+    "name",
+    "job",
+    *JOB_FIELDS,
+    "enabled",
+    *TRIGGER_FIELDS,
+    *CALENDAR_FIELDS,
+    *POLICY_FIELDS,
+    *RETENTION_FIELDS,
+    *ALERT_FIELDS,
+    *PING_FIELDS,
+    *LIFECYCLE_FIELDS,
+    *PAUSE_FIELDS,
+)
+
+PAUSE_REASON_MAX_LENGTH = 500
+
+
+def default_timezone() -> str:
+    from django.conf import settings
+
+    return settings.TIME_ZONE or "UTC"
+
+
+class ScheduleFields(Lifecycle, alerting.Alerting):
+    """The fields of ``Schedule``; exactly one trigger: cron, interval, run_at or rrule."""
+
+    Kind = ScheduleKind
+
+    Overlap = choices.Overlap
+    Misfire = choices.Misfire
+
+    name = models.CharField(max_length=200)  # unique: see Schedule.Meta.constraints
+    job = models.CharField(max_length=200, help_text=_("Name of a registered @job."))
+    args = models.JSONField(default=list, db_default=[], blank=True)
+    kwargs = models.JSONField(default=dict, db_default={}, blank=True)
+    scopes = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("A registered scope provider: each fire runs once per scope key it returns."),
+    )
+
+    cron = models.CharField(
+        max_length=200,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("5-field cron or @daily."),
+    )
+    timezone = models.CharField(max_length=64, default=default_timezone)
+    dst_gap = models.CharField(
+        max_length=16,
+        choices=choices.DstGap,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Cron: a fire a spring-forward change skips; empty: as cron(8) does."),
+    )
+    dst_repeat = models.CharField(
+        max_length=16,
+        choices=choices.DstRepeat,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("Cron: a fire a fall-back change repeats; empty: as cron(8) does."),
+    )
+    rrule = models.TextField(
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "RFC 5545 recurrence: an RRULE line, with optional EXDATE and RDATE lines, in its "
+            "time zone, anchored at start_at."
+        ),
+    )
+    interval = models.DurationField(null=True, blank=True)
+    run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
+    start_at = models.DateTimeField(null=True, blank=True)
+    end_at = models.DateTimeField(null=True, blank=True)
+
+    calendars = models.ManyToManyField(
+        "django_periodic.Calendar",
+        blank=True,
+        related_name="schedules",
+        help_text=_("Its fires on the days these close, or in their blackouts, do not run."),
+    )
+    on_closed_day = models.CharField(
+        max_length=20,
+        choices=choices.OnClosedDay,
+        default=choices.OnClosedDay.SKIP,
+        db_default=choices.OnClosedDay.SKIP,
+        help_text=_("A fire on a closed day: skipped, or run on the next or previous open day."),
+    )
+
+    enabled = models.BooleanField(default=True, db_default=True)
+    # A pause (pause()): its fires before paused_until are not run. Set by the admin's
+    # "Pause…" and pause(), not by the schedule's form.
+    paused_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Its fires before then are not run; empty: not paused."),
+    )
+    pause_reason = models.CharField(
+        max_length=PAUSE_REASON_MAX_LENGTH, blank=True, default="", db_default="", editable=False
+    )
+    paused_by = models.CharField(
+        max_length=150, blank=True, default="", db_default="", editable=False
+    )
+    overlap = models.CharField(
+        max_length=16, choices=Overlap, default=Overlap.SKIP, db_default=Overlap.SKIP
+    )
+    max_queued = models.PositiveIntegerField(
+        default=1,
+        db_default=1,
+        help_text=_("With overlap “queue”: fires that may wait; more are skipped."),
+    )
+    max_concurrent = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
+    )
+    misfire = models.CharField(
+        max_length=16, choices=Misfire, default=Misfire.LATEST, db_default=Misfire.LATEST
+    )
+    misfire_grace = models.DurationField(
+        default=timedelta(minutes=1), db_default=timedelta(minutes=1)
+    )
+    jitter = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Stagger: each run starts up to this long after its plan time, at an offset "
+            "fixed by the schedule, scope and plan time; empty: at its plan time."
+        ),
+    )
+    max_attempts = models.PositiveIntegerField(default=1, db_default=1)
+    retry_backoff = models.DurationField(
+        default=timedelta(seconds=10),
+        db_default=timedelta(seconds=10),
+        help_text=_("Delay before the first retry; doubles after."),
+    )
+    timeout = models.DurationField(null=True, blank=True)
+    lease_timeout = models.DurationField(
+        default=timedelta(seconds=30), db_default=timedelta(seconds=30)
+    )
+    allow_stale_reentry = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_("Run again when the process running it died (at-least-once)."),
+    )
+    tasks_backend = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_(
+            "A TASKS backend alias whose workers execute its runs; empty: the "
+            "DJANGO_PERIODIC TASKS_BACKEND setting (none: run_scheduler's own workers)."
+        ),
+    )
+
+    keep_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("Keep at least its last N finished runs; empty: the KEEP_RUNS setting."),
+    )
+    keep_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_("Keep finished runs planned this recently; empty: the KEEP_RUNS_FOR setting."),
+    )
+    keep_failed_runs_for = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "Keep failed runs planned this recently; empty: the KEEP_FAILED_RUNS_FOR setting."
+        ),
+    )
+
+    # alert_after, alert_failures and ping_url: models/alerting.py (Alerting).
+    # Whether it needs attention, as the scheduler last found
+    # (engine/planning/attention.py); only the scheduler writes them.
+    attention_reason = models.CharField(
+        max_length=32,
+        choices=AttentionReason,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("Why it needs attention; empty: it does not."),
+    )
+    attention_since = models.DateTimeField(null=True, blank=True, editable=False)
+
+    revision = models.PositiveIntegerField(
+        default=1,
+        db_default=1,
+        editable=False,
+        help_text=_("Bumped when its trigger, job or arguments change; each run records it."),
+    )
+    # The cursor; NULL: no next fire. A row stored without save() gets UNPLANNED from the
+    # database, and is planned from its trigger (is_unplanned).
+    next_fire_at = models.DateTimeField(
+        null=True, blank=True, editable=False, db_default=bounds.UNPLANNED
+    )
+    last_error = models.TextField(blank=True, default="", db_default="", editable=False)
+    planning_failures = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text=_("Consecutive ticks that could not plan it."),
+    )
+    job_unknown_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "Since when no live process has had its job (a rolling deploy under way, or a "
+            "job removed); past UNKNOWN_JOB_GRACE the planners disable it."
+        ),
+    )
+    defined_in = models.CharField(
+        max_length=300,
+        blank=True,
+        default="",
+        db_default="",
+        editable=False,
+        help_text=_("Code location of a @job schedule."),
+    )
+    created_at = models.DateTimeField(default=clock.wall_now, db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(auto_now=True, db_default=Now())
+
+    if TYPE_CHECKING:
+        # The reverse relations of the concrete model, which the mixins read:
+        # ``RunQuerySet`` and ``FireOverride`` rows (models/run.py, models/overrides.py).
+        runs: Any
+        overrides: Any
+
+    class Meta:
+        abstract = True
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def trigger_kind(self) -> str:
+        """The ``Schedule.Kind`` of the trigger ("" if none is set)."""
+        return kind_of(self)
+
+    @property
+    def is_unplanned(self) -> bool:
+        """Stored without save() (``bulk_create()``, raw SQL, a fixture): its cursor is the
+        database's default, ``bounds.UNPLANNED``, until the planner plans it from its trigger."""
+        return self.next_fire_at == bounds.UNPLANNED
+
+    @property
+    def is_code_defined(self) -> bool:
+        return bool(self.defined_in)
+
+    @property
+    def trigger(self) -> triggers.Trigger:
+        """The schedule's fire times as a pure trigger; raises InvalidTrigger for a bad row."""
+        return trigger_of(self)
+
+    @property
+    def attention_note(self) -> str:
+        """Why it needs attention, in words ("" if it does not)."""
+        if not self.attention_reason:
+            return ""
+        return alerting.note(self.attention_reason, self.alert_after, self.alert_failures)
