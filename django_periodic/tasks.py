@@ -31,9 +31,8 @@ from django_periodic.db import clock
 from django_periodic.engine import tracing
 from django_periodic.engine.loop import executor, worker_connections
 from django_periodic.engine.loop.context import StopRequest
-from django_periodic.engine.records import AttemptOutcome
+from django_periodic.engine.records import AttemptOutcome, Claim
 from django_periodic.engine.runs import claims, leases
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run
 
 logger = logging.getLogger("django_periodic")

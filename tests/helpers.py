@@ -9,8 +9,8 @@ from django.db import transaction
 from django.urls import reverse
 
 from django_periodic.engine.planning import planner
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import retention
 from django_periodic.timing import dst, triggers

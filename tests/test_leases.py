@@ -7,8 +7,8 @@ from django.db import connection, connections, transaction
 
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import claims as pg_claims
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, leases, outcomes, retries
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory

@@ -25,14 +25,13 @@ from django_periodic.choices import (
     ScheduleKind,
 )
 from django_periodic.db import clock
-from django_periodic.engine import records
-from django_periodic.engine.backends import portable, postgresql
+from django_periodic.engine import fleet, overlap, records
+from django_periodic.engine.backends.postgresql import PostgreSQLLedger, rules
 from django_periodic.engine.backends.postgresql import claims as pg_claims
-from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import backfill, overlap, planner
-from django_periodic.engine.planning.planned import Decision, Due, Fire
-from django_periodic.engine.runs import claims, outcomes, retries
-from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.backends.sqlite import SQLiteLedger
+from django_periodic.engine.planning import backfill, planner, recording
+from django_periodic.engine.records import Claim, Decision, Due, Fire
+from django_periodic.engine.runs import outcomes, retries
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -180,17 +179,20 @@ def taken(row: dict) -> dict:
 def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(
     postgres, now, settings, tasks_backend
 ):
-    """The PostgreSQL backend's ``INSERT_SQL`` and the portable one's ORM record alike: runs
+    """The PostgreSQL backend's ``INSERT_SQL`` and the SQLite one's ORM record alike: runs
     awaiting their release (``AWAITING_RELEASE_VALUES``), not exclusive, with what they
     take from their schedule (``taken_from_schedule``)."""
     settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
     start, spacing = now - timedelta(hours=1), timedelta(seconds=2)
     for settings in schedule_settings():
         twins = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC", **settings)
-        inserts = (postgresql.insert_backfill, portable.insert_backfill)
+        inserts = (
+            PostgreSQLLedger("default").insert_backfill,
+            SQLiteLedger("default").insert_backfill,
+        )
         for schedule, insert in zip(twins, inserts, strict=True):
             in_range = backfill._in_range(schedule, start, now, now)
-            insert(schedule, in_range, now, spacing, "default")
+            insert(schedule, in_range, now, spacing)
         rows = run_rows(Run.objects.filter(schedule=twins[0]))
         assert len(rows) == 6
         assert rows == run_rows(Run.objects.filter(schedule=twins[1]))
@@ -233,7 +235,7 @@ def loaded(schedule: Schedule) -> Due:
     rows = rows.annotate(
         anchor=F("created_at"), has_calendars=Value(False), has_overrides=Value(False)
     )
-    fields = (*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED)
+    fields = (*planner.DECISION_FIELDS, *SQLiteLedger.SNAPSHOT_COLUMNS_LOADED)
     return Due(*rows.values_list(*fields).get())
 
 
@@ -252,7 +254,7 @@ def fires_of_each_status(now) -> tuple[Fire, ...]:
 def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
     postgres, now, settings, tasks_backend
 ):
-    """The PostgreSQL backend's ``PLAN_SQL`` and the portable one's ORM record a decision's
+    """The PostgreSQL backend's ``PLAN_SQL`` and the SQLite one's ORM record a decision's
     fires alike, for twin schedules: with what a run takes from its schedule
     (``taken_from_schedule``), a skipped fire finished as it is recorded
     (``finished_when_recorded``), the others not."""
@@ -264,8 +266,9 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
         cursor = sql.next_fire_at + timedelta(hours=1)
         by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
         by_orm.append(Decision(orm, cursor, fires_of_each_status(now)))
-    assert postgresql.record_fires(by_sql, now, "default", None) == by_sql
-    assert portable.record_fires(by_orm, now, "default", None) == by_orm
+    for backend, decisions in ((PostgreSQLLedger, by_sql), (SQLiteLedger, by_orm)):
+        to_record = [recording.recorded(d, now) for d in decisions]
+        assert backend("default").record_fires(to_record, now, None) == decisions
     for sql, orm in zip(by_sql, by_orm, strict=True):
         rows = run_rows(Run.objects.filter(schedule_id=sql.schedule.pk))
         assert rows == run_rows(Run.objects.filter(schedule_id=orm.schedule.pk))
@@ -279,7 +282,7 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
 
 
 def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():
-    loaded = {*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED}
+    loaded = {*planner.DECISION_FIELDS, *SQLiteLedger.SNAPSHOT_COLUMNS_LOADED}
     assert set(COPIED_FROM_SCHEDULE.values()) <= loaded
     assert {"tasks_backend", "overlap"} <= loaded  # taken_from_schedule reads them too
 
@@ -298,8 +301,8 @@ def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
                    tasks_backend="default", exclusive=False,
                    enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
     LeaseFactory(expires_at=now + timedelta(seconds=30))
-    by_sql = postgresql.look_ahead("default", judge=False)
-    by_orm = portable.look_ahead("default", judge=False)
+    by_sql = PostgreSQLLedger("default").look_ahead(fleet.local_jobs(), judge=False)
+    by_orm = SQLiteLedger("default").look_ahead(fleet.local_jobs(), judge=False)
     assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
     assert by_sql.next_pending == now  # not the plan time of the run released later
     assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
@@ -382,8 +385,8 @@ def test_the_claim_statement_refuses_the_leases_can_lease_refuses(postgres, now)
             params = {"now": now, "lease_timeout": lease_timeout, "latest": bounds.LATEST}
             cursor.execute(sql, params)
             (unleasable,) = cursor.fetchone()
-            assert unleasable == (not claims.can_lease(lease_timeout, now)), lease_timeout
-    assert claims.can_lease(timeouts[1], now) and not claims.can_lease(timeouts[2], now)
+            assert unleasable == (not records.can_lease(lease_timeout, now)), lease_timeout
+    assert records.can_lease(timeouts[1], now) and not records.can_lease(timeouts[2], now)
 
 
 @pytest.mark.django_db
@@ -515,7 +518,7 @@ def attempt_endings(now) -> list:
 
 @pytest.mark.django_db
 def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postgres, now):
-    """The PostgreSQL backend's ``OUTCOMES_SQL`` and the portable one's ORM write the same
+    """The PostgreSQL backend's ``OUTCOMES_SQL`` and the SQLite one's ORM write the same
     run and lease, for twin runs ended alike at the same time."""
     claims_made = itertools.count()
 
@@ -538,8 +541,10 @@ def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postg
             outcome = end(claimed(schedule, max_attempts))  # its retry delay drawn once
             by_sql.append(outcome)
             by_orm.append(replace(outcome, claim=claimed(schedule, max_attempts)))
-    assert postgresql.record_outcomes(by_sql, now, "default") == {o.claim.run.pk for o in by_sql}
-    assert portable.record_outcomes(by_orm, now, "default") == {o.claim.run.pk for o in by_orm}
+    by_sql_written = PostgreSQLLedger("default").record_outcomes(by_sql, now)
+    assert by_sql_written == {o.claim.run.pk for o in by_sql}
+    by_orm_written = SQLiteLedger("default").record_outcomes(by_orm, now)
+    assert by_orm_written == {o.claim.run.pk for o in by_orm}
     unwritten = {"id", "plan_time", "created_at"}
     fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unwritten]
     for sql, orm in zip(by_sql, by_orm, strict=True):

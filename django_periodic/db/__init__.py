@@ -3,11 +3,14 @@ chooses ``connection.ops`` and ``connection.features``: the only place that asks
 database an alias is.
 
 ``features(using)`` says what the database can do (its own clock, notifications, session
-locks, prepared statements); ``ledger(using)`` is the ledger backend that writes and reads
-the runs there: ``engine/backends/postgresql`` (our own SQL) or ``engine/backends/portable``
-(the ORM, on any database Django supports). The backend is loaded by its path, as Django
-loads a database backend, so that the models' thin methods (``run_now()``, ``backfill()``,
-``cancel()``) reach it without the models importing the engine, which imports them.
+locks, prepared statements) and which ledger backend writes and reads the runs there
+(``engine/backends``: PostgreSQL's own SQL, or the ORM's, SQLite's).
+
+``ledger(using)`` is the one seam from the models to the engine: the operations the models'
+thin methods (``run_now()``, ``backfill()``, ``cancel()``, overrides) ask of it
+(``RunOperations``), implemented by ``engine/operations.py``, loaded once by its path, as
+Django loads a database backend, so that the models need not import the engine, which
+imports them.
 """
 
 from dataclasses import dataclass
@@ -28,7 +31,7 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 class Features:
     """What one kind of database can do, as far as the package cares."""
 
-    #: Dotted path of the ledger backend module (see ``engine/backends``).
+    #: Dotted path of the ledger backend class (see ``engine/backends``).
     ledger: str
     #: Whether the database has a clock of its own to read: else this machine's is used.
     has_clock: bool = False
@@ -42,14 +45,16 @@ class Features:
 
 
 POSTGRESQL = Features(
-    ledger="django_periodic.engine.backends.postgresql",
+    ledger="django_periodic.engine.backends.postgresql.PostgreSQLLedger",
     has_clock=True,
     has_sessions=True,
     has_psycopg=True,
     in_transaction="postgresql",
 )
-SQLITE = Features(ledger="django_periodic.engine.backends.portable", in_transaction="sqlite")
-OTHER = Features(ledger="django_periodic.engine.backends.portable")
+SQLITE = Features(
+    ledger="django_periodic.engine.backends.sqlite.SQLiteLedger", in_transaction="sqlite"
+)
+OTHER = Features(ledger="django_periodic.engine.backends.sqlite.SQLiteLedger")
 
 
 def features(using: str) -> Features:
@@ -85,6 +90,16 @@ class RunOperations(Protocol):
     ) -> list[Any]: ...
 
 
+# The engine's module that implements RunOperations.
+OPERATIONS = "django_periodic.engine.operations"
+
+
 def ledger(using: str) -> RunOperations:
-    """The ledger backend of ``using`` (a module of ``engine/backends``)."""
-    return cast(RunOperations, import_module(features(using).ledger))
+    """The engine's operations the models' thin methods call (``OPERATIONS``), the same on
+    every database: each calls the ledger backend of its rows' alias."""
+    return _operations()
+
+
+@cache
+def _operations() -> RunOperations:
+    return cast(RunOperations, import_module(OPERATIONS))

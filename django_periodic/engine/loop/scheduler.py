@@ -1,5 +1,9 @@
 """The scheduler loop: plan, sweep, heartbeat, claim, then sleep until there is work.
 
+Before it works or sleeps, the loop reads what comes next in one query (``look_ahead``):
+an idle scheduler reads this and goes back to sleep; nothing is planned, claimed or swept
+unless the horizon says something is due, so idling costs one statement per wake-up.
+
 Decisions live in planner.py and leases.py, the heartbeat, sweep and probe for dead
 holders in housekeeping.py, the watch over runs in flight in watching.py, the stop in
 shutdown.py; this module only orders them in time, owns the worker threads and the
@@ -21,17 +25,29 @@ from django.db import transaction
 
 from django_periodic.conf import get_settings
 from django_periodic.db import clock, notifications, pooling
-from django_periodic.engine import records, tracing
+from django_periodic.engine import fleet, records, tracing
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.shutdown import shut_down
 from django_periodic.engine.loop.stop_signals import StopSignals
-from django_periodic.engine.planning import code_schedules, fleet, look_ahead, planner
+from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.engine.runs import claims, handoff, presence
 from django_periodic.models import Run, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
+
+
+def look_ahead(using: str = "default", *, judge: bool = False) -> records.Horizon:
+    """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere.
+
+    With ``judge``, it also tells whether a lease is held by a process that died
+    (``presence.py``): only a process that may judge asks. Runs our workers execute count
+    only if this process has their job (``fleet.local_jobs``).
+    """
+    return ledger(using).look_ahead(fleet.local_jobs(), judge)
+
 
 # Runs claimed ahead per statement: small enough that other processes, woken by the
 # planner's NOTIFY, claim their share of a burst at the same time.
@@ -173,7 +189,7 @@ class Scheduler:
         holding = self.housekeeper.holding()
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
-            ahead = look_ahead.look_ahead(self.using, judge=self.housekeeper.probing())
+            ahead = look_ahead(self.using, judge=self.housekeeper.probing())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             if not holding:

@@ -14,8 +14,8 @@ from django_periodic.conf import PeriodicSettings
 from django_periodic.db import CONNECTION_ERRORS
 from django_periodic.engine.loop import executor, wakeups
 from django_periodic.engine.loop import workers as workers_
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import leases, outcomes
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import SchedulerProcess
 
 logger = logging.getLogger("django_periodic")

@@ -12,7 +12,7 @@ schedule has no next fire until ``max_runs`` is raised or cleared (``Schedule.sa
 from dataclasses import replace
 
 from django_periodic.choices import RunStatus
-from django_periodic.engine.planning.planned import Decision, Fire
+from django_periodic.engine.records import Decision, Fire
 from django_periodic.models.lifecycle import runs_left
 
 

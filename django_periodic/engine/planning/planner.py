@@ -32,16 +32,16 @@ from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django_periodic import policies, scopes, signals
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements, timestamps
-from django_periodic.engine import batches, records
+from django_periodic.engine import batches, fleet, overlap, records
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import fleet, overlap, overrides, recording
+from django_periodic.engine.planning import overrides, recording
 from django_periodic.engine.planning.decisions import (
     Memo,
     decide_all,
     decide_fanned_out,
     first_planned,
 )
-from django_periodic.engine.planning.planned import Decision, Due
+from django_periodic.engine.records import Decision, Due
 from django_periodic.error_texts import error_text
 from django_periodic.models import (
     ANCHORED_AT_CREATION,

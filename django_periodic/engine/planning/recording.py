@@ -16,11 +16,10 @@ from django.db.models import Q
 
 from django_periodic import policies
 from django_periodic.conf import get_settings
-from django_periodic.engine import batches
+from django_periodic.engine import batches, overlap
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import ending, overlap
-from django_periodic.engine.planning.planned import Decision, Due, Fire
-from django_periodic.engine.records import PlannedRow
+from django_periodic.engine.planning import ending
+from django_periodic.engine.records import Decision, Due, Fire, PlannedRow, Recorded
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import Run, Schedule
@@ -66,10 +65,24 @@ def _record_atomically(
 def _record(
     decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
-    """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
+    """End the retries the new fires supersede, then advance the cursors and insert the runs;
+    return the decisions applied."""
     if not decisions:
         return []
-    return ledger(using).record_fires(decisions, now, using, inserted)
+    # A retry this batch supersedes ends first: it holds the active slot the new run takes.
+    supersede_retries(decisions, now, using)
+    return ledger(using).record_fires([recorded(d, now) for d in decisions], now, inserted)
+
+
+def recorded(decision: Decision, now: datetime) -> Recorded:
+    """A decision with what its statement writes: the fires ``fire_count`` counts, each run's
+    release and start deadline."""
+    schedule = decision.schedule
+    rows = []
+    for fire in decision.fires:
+        released = release(schedule, fire)
+        rows.append((fire, released, start_deadline(schedule, fire, released, now)))
+    return Recorded(decision, ending.counted(decision.fires), tuple(rows))
 
 
 def supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:

@@ -21,23 +21,21 @@ from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 
-from django_periodic import signals
 from django_periodic.choices import CLAIMABLE_STATUSES, ErrorCode
 from django_periodic.db import clock, prepared, timestamps
-from django_periodic.engine.runs.claim_types import (
+from django_periodic.engine.records import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
     Claim,
     ClaimRequest,
     ClaimResult,
-    announce_ended,
 )
 from django_periodic.models import Lease, Run, Schedule
 from django_periodic.models.run import NOT_STARTED_VALUES
 from django_periodic.timing import bounds
 
 # The first claimable runs by release, locked; those past their start deadline are
-# skipped, those whose lease cannot be taken (claims.can_lease) fail, the rest run under a
+# skipped, those whose lease cannot be taken (records.can_lease) fail, the rest run under a
 # new lease each (started at their release, if claimed ahead of it). The outer SELECT has
 # one row even when nothing was claimed, so that the schedules of the runs skipped or
 # failed come back.
@@ -128,7 +126,7 @@ CLAIMABLE_AHEAD = (
     f"r.status = 'pending' AND {RELEASE} > (SELECT now FROM t)"
     f" AND {RELEASE} <= (SELECT now FROM t) + %(ahead)s"
 )
-# A lease that cannot be taken: not claims.can_lease (tests/test_rules.py checks).
+# A lease that cannot be taken: not records.can_lease (tests/test_rules.py checks).
 UNLEASABLE = "NOT s.lease_timeout < %(latest)s::timestamptz - t.now"
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
@@ -194,9 +192,12 @@ def _claim(
     if now is None and db_claimed_at is not None:  # it read statement_timestamp()
         claimed_at = clock.monotonic_of(db_claimed_at, answered_at, using)
     late, late_runs, refused, refused_runs = rows[0][:4]
-    result = ClaimResult(late=late or [], refused=refused or [])
-    announce_ended(late_runs or [], signals.run_skipped, using)
-    announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
+    result = ClaimResult(
+        late=late or [],
+        refused=refused or [],
+        late_runs=late_runs or [],
+        refused_runs=refused_runs or [],
+    )
     run_count = len(_fields(Run))
     schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
     connection = connections[using]  # looked up once: a thread-local look-up is not free
