@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.db import transaction
 from django.urls import reverse
 
+from django_periodic.engine import records
 from django_periodic.engine.planning import planner
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims
@@ -35,7 +36,7 @@ def set_cursor(schedule: Schedule, at: datetime | None) -> None:
     Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)
 
 
-def fire(schedule: Schedule, at: datetime) -> planner.PlanResult:
+def fire(schedule: Schedule, at: datetime) -> records.PlanResult:
     """Make ``schedule`` due at ``at`` and plan it."""
     set_cursor(schedule, at)
     return planner.plan_due(at)

@@ -130,6 +130,29 @@ class Decision:
     error: str = ""
 
 
+@dataclass
+class PlanResult:
+    """What planning one batch (or a tick of several) did: schedules planned, fires, failures."""
+
+    schedules: int = 0
+    fired: int = 0
+    late: int = 0  # of the fired, those past their misfire grace (fired by policy)
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)  # schedules that could not be planned
+    disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
+
+    def __add__(self, other: PlanResult) -> PlanResult:
+        """Two batches' results as one (for a tick of several batches)."""
+        return PlanResult(
+            self.schedules + other.schedules,
+            self.fired + other.fired,
+            self.late + other.late,
+            self.skipped + other.skipped,
+            self.failed + other.failed,
+            self.disabled + other.disabled,
+        )
+
+
 # A fire as recorded: the fire, its run's release and its start deadline.
 FireRow = tuple[Fire, datetime | None, datetime | None]
 

@@ -170,7 +170,7 @@ class Scheduler:
             logger.info("Scheduler %s starting; recovery first.", self.process)
         code_schedules.sync_code_schedules(self.using)
         swept = self.housekeeper.sweep(now)
-        planned = self._plan(now) if self.plan else planner.PlanResult()
+        planned = self._plan(now) if self.plan else records.PlanResult()
         logger.info(
             "Recovery done: %d runs of dead processes re-entered, %d failed (lease expired); "
             "%d runs fired (%d late, by misfire policy), %d plan times skipped; "
@@ -215,12 +215,12 @@ class Scheduler:
         if ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
             handoff.dispatch(self.using)
 
-    def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> planner.PlanResult:
+    def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> records.PlanResult:
         """Plan fires that are due, and those coming within the lead not looked at yet."""
         if not self.plan or not ahead.fire_due(self.lead):
-            return planner.PlanResult()
+            return records.PlanResult()
         if self._left_a_fire(ahead) and now < self._replan_at and not ahead.fire_due():
-            return planner.PlanResult()  # left for later: a run was in flight
+            return records.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
         self._planned_to = now + self.lead
         # A fire this pass left (a run in flight may end within the lead) is looked at again
@@ -300,7 +300,7 @@ class Scheduler:
         if self.pool.worth_claiming():
             self._claim_free()
 
-    def _plan(self, now: datetime) -> planner.PlanResult:
+    def _plan(self, now: datetime) -> records.PlanResult:
         """One planning pass: every batch of due schedules, traced if tracing is on."""
         tracer = tracing.tracer
         if tracer is None:
@@ -310,9 +310,9 @@ class Scheduler:
         tracer.planned(started_ns, total)
         return total
 
-    def _plan_batches(self, now: datetime) -> planner.PlanResult:
+    def _plan_batches(self, now: datetime) -> records.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
-        total = planner.PlanResult()
+        total = records.PlanResult()
         while True:
             result = planner.plan_due(now, using=self.using, batch_size=batch_size, ahead=self.lead)
             total += result
