@@ -348,12 +348,13 @@ def test_the_start_deadline_filter_selects_the_runs_past_their_start_deadline(no
 def test_the_claim_statement_skips_the_runs_the_queryset_calls_too_late(postgres, now):
     every_start_combination(now)
     table = connection.ops.quote_name(Run._meta.db_table)
+    late, params = pg_claims._too_late("default")
     sql = (
         f"WITH t AS (SELECT %(now)s::timestamptz AS now) SELECT r.id FROM {table} r"
-        f" CROSS JOIN t WHERE {pg_claims.LATE}"
+        f" CROSS JOIN t WHERE {late}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"now": now})
+        cursor.execute(sql, {"now": now, **params})
         selected = {pk for (pk,) in cursor.fetchall()}
     assert selected == set(Run.objects.too_late_to_start(now).values_list("pk", flat=True))
     assert selected

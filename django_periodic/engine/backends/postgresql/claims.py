@@ -20,9 +20,11 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
+from django.db.models.expressions import RawSQL
 
 from django_periodic.choices import CLAIMABLE_STATUSES, ErrorCode
 from django_periodic.db import clock, prepared, timestamps
+from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.records import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
@@ -31,7 +33,6 @@ from django_periodic.engine.records import (
     ClaimResult,
 )
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.models.run import NOT_STARTED_VALUES
 from django_periodic.timing import bounds
 
 # The first claimable runs by release, locked; those past their start deadline are
@@ -105,18 +106,15 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 RELEASE = "COALESCE(r.release_at, r.plan_time)"
 
 
-def _literal(value: str | int) -> str:
-    """A status (a string without quotes) or a number as an SQL literal."""
-    return f"'{value}'" if isinstance(value, str) else str(int(value))
+@cache
+def _too_late(using: str) -> tuple[str, dict[str, Any]]:
+    """Runs too late to start at the claim's clock (``t.now``): the ORM's rule
+    (``RunQuerySet.too_late_to_start``) as SQL, with its parameters."""
+    at_the_claim: Any = RawSQL("t.now", [])
+    late = Run.objects.using(using).too_late_to_start(at_the_claim)
+    return rules.condition(late, "late", alias="r")
 
 
-# Runs too late to start (RunQuerySet.too_late_to_start): not started, past the deadline.
-LATE = " AND ".join(
-    [
-        *(f"r.{name} = {_literal(value)}" for name, value in NOT_STARTED_VALUES.items()),
-        "r.start_deadline < t.now",
-    ]
-)
 _CLAIMABLE_STATUSES = ", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)
 CLAIMABLE_NOW = (
     f"r.status IN ({_CLAIMABLE_STATUSES}) AND {RELEASE} <= (SELECT now FROM t)"
@@ -140,7 +138,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     return CLAIM_SQL.format(
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE} AND {OF_JOBS}",
         release=RELEASE,
-        late=LATE,
+        late=_too_late(using)[0],
         unleasable=UNLEASABLE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
@@ -180,6 +178,7 @@ def _claim(
         "run_id": wanted.run_id,
         "jobs": list(wanted.jobs),
         "started": wanted.starts_at_once,
+        **_too_late(using)[1],
     }
     by_id = wanted.run_id is not None
     # A claim's runs mostly share their plan time, and their schedules a few cursors.
