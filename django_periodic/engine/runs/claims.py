@@ -16,7 +16,7 @@ time to find the one at fault.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -50,7 +50,7 @@ def claim(
     ``run_scheduler``'s own workers execute are claimed (none handed to a tasks backend).
     """
     wanted = ClaimRequest(holder=str(process), jobs=fleet.local_jobs(), process_id=process.pk)
-    return _claim_repeating(wanted, now, limit, using, ahead).claims
+    return _claim_repeating(Asked(wanted, now, ahead, using), limit).claims
 
 
 def claim_run(
@@ -64,46 +64,51 @@ def claim_run(
     ``now`` None means the database's clock; ``django_periodic.testing.run_due`` passes the
     time it runs at."""
     wanted = ClaimRequest(holder, fleet.local_jobs(), run_id=run_id, starts_at_once=True)
-    claimed = _claim_repeating(wanted, now, 1, using, None).claims
+    claimed = _claim_repeating(Asked(wanted, now, None, using), 1).claims
     return claimed[0] if claimed else None
 
 
-def _claim_repeating(
-    wanted: ClaimRequest,
-    now: datetime | None,
-    limit: int,
-    using: str,
-    ahead: timedelta | None,
-) -> ClaimResult:
-    """Claim up to ``limit`` runs for ``wanted``; the result also names the schedules of the
-    runs skipped as too late, or failed as impossible to claim."""
+@dataclass(frozen=True)
+class Asked:
+    """What a claim asks, however many runs it takes: who asks and for which runs
+    (``wanted``), at which clock (``now``; None: the database's, at the statement), how far
+    ahead of it, on which database."""
+
+    wanted: ClaimRequest
+    now: datetime | None
+    ahead: timedelta | None
+    using: str
+
+    def alone(self, run_id: int) -> Asked:
+        """The same question, of one run."""
+        return replace(self, wanted=replace(self.wanted, run_id=run_id))
+
+
+def _claim_repeating(asked: Asked, limit: int) -> ClaimResult:
+    """Claim up to ``limit`` runs; the result also names the schedules of the runs skipped
+    as too late, or failed as impossible to claim."""
     if limit <= 0:
         return ClaimResult()
+    using = asked.using
     result = batches.else_one_by_one(
-        partial(_claim_at_once, wanted, now, limit, using, ahead),
-        partial(_claim_one_by_one, wanted, now, limit, using, ahead),
+        partial(_claim_at_once, asked, limit),
+        partial(_claim_one_by_one, asked, limit),
         "A claim failed; claiming its runs one at a time.",
     )
     if result.claims and signals.listened(signals.run_started):
         announcements.send_on_commit(map(_started, result.claims), using)
     ended = result.late + result.refused
     promoted = ended and overlap.promote_queued(using, ended)
-    if promoted and len(result.claims) < limit and wanted.run_id is None:
+    if promoted and len(result.claims) < limit and asked.wanted.run_id is None:
         # A run skipped or failed made way for a queued one: it may start now too.
-        more = _claim_repeating(wanted, now, limit - len(result.claims), using, ahead)
+        more = _claim_repeating(asked, limit - len(result.claims))
         result.claims += more.claims
     return result
 
 
-def _claim_at_once(
-    wanted: ClaimRequest,
-    now: datetime | None,
-    limit: int,
-    using: str,
-    ahead: timedelta | None,
-) -> ClaimResult:
-    result = ledger(using).claim(wanted, now, limit, ahead)
-    _announce(result, using)
+def _claim_at_once(asked: Asked, limit: int) -> ClaimResult:
+    result = ledger(asked.using).claim(asked.wanted, asked.now, limit, asked.ahead)
+    _announce(result, asked.using)
     return result
 
 
@@ -113,27 +118,19 @@ def _announce(result: ClaimResult, using: str) -> None:
     overlap.announce_ended(result.refused_runs, signals.run_finished, using, duration=None)
 
 
-def _claim_alone(
-    wanted: ClaimRequest, now: datetime | None, using: str, ahead: timedelta | None
-) -> ClaimResult:
-    with transaction.atomic(using=using):
-        return _claim_at_once(wanted, now, 1, using, ahead)
+def _claim_alone(asked: Asked) -> ClaimResult:
+    with transaction.atomic(using=asked.using):
+        return _claim_at_once(asked, 1)
 
 
-def _claim_one_by_one(
-    wanted: ClaimRequest,
-    now: datetime | None,
-    limit: int,
-    using: str,
-    ahead: timedelta | None,
-) -> ClaimResult:
+def _claim_one_by_one(asked: Asked, limit: int) -> ClaimResult:
     """Claim the runs a failed claim would have taken, each alone; one that fails even
     alone ends ``failed`` (``cannot_claim``), with the error, and the others are claimed."""
     result = ClaimResult()
-    runs = ledger(using).claimable(wanted, now or clock.now(using), ahead)
+    using = asked.using
+    runs = ledger(using).claimable(asked.wanted, asked.now or clock.now(using), asked.ahead)
     for run_id in runs.values_list("pk", flat=True)[:limit]:
-        alone = replace(wanted, run_id=run_id)
-        claimed = batches.refusal(partial(_claim_alone, alone, now, using, ahead))
+        claimed = batches.refusal(partial(_claim_alone, asked.alone(run_id)))
         if isinstance(claimed, Exception):
             logger.error("Run %s cannot be claimed.", run_id, exc_info=claimed)
             message = f"Cannot claim: {type(claimed).__name__}: {error_text(claimed)}"
