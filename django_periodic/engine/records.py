@@ -69,7 +69,7 @@ class Due:
     has_calendars: bool = False
     jitter: timedelta | None = None  # its runs' stagger (timing/stagger.py)
     job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
-    max_runs: int | None = None  # its lifecycle (ending.py)
+    max_runs: int | None = None  # its lifecycle (recording.capped)
     fire_count: int = 0
     has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
     rrule: str = ""  # an RRULE's text (Schedule.rrule)
