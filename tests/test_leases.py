@@ -386,6 +386,7 @@ def test_a_claim_reads_runs_in_plan_time_order_even_on_stale_statistics(postgres
     params = {"now": now, "ahead": ahead, "limit": 20, "latest": now, "started": False}
     params |= dict.fromkeys(["late_code", "late_message", "refused_code", "refused_message"], "")
     params |= {"holder": "test", "process": None, "run_id": None, "jobs": [schedule.job]}
+    params |= pg_claims._too_late("default")[1]  # the late rule's parameters
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         (((plan,),),) = [cursor.fetchall()]
