@@ -151,7 +151,7 @@ class ErrorCode(models.TextChoices):
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
     # No live process had its job before its start deadline (a rolling deploy that never
-    # finished, or a job removed from the code): see engine/planning/fleet.py.
+    # finished, or a job removed from the code): see engine/fleet.py.
     JOB_NOT_DEPLOYED = "job_not_deployed", _("skipped: no live process has its job")
     # Its lease cannot be taken: the database refused the claim, or its schedule's
     # lease_timeout would make the lease outlast every time a row may hold.

@@ -36,7 +36,7 @@ class PeriodicSettings:
     CATCHUP_LIMIT: int = 100
     STALE_REENTRY_LIMIT: int = 3
     PLANNING_FAILURE_LIMIT: int = 3
-    # Mixed releases (engine/planning/fleet.py): how long no live process may have a schedule's job
+    # Mixed releases (engine/fleet.py): how long no live process may have a schedule's job
     # before the planners disable the schedule (a rolling deploy that adds a job takes
     # less than this to start a process that has it).
     UNKNOWN_JOB_GRACE: timedelta = timedelta(minutes=10)

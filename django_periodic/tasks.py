@@ -24,9 +24,8 @@ from django_periodic import taskbackends
 from django_periodic.engine import tracing
 from django_periodic.engine.loop import executor, watching, worker_connections
 from django_periodic.engine.loop.context import StopRequest
-from django_periodic.engine.records import AttemptOutcome
+from django_periodic.engine.records import AttemptOutcome, Claim
 from django_periodic.engine.runs import claims
-from django_periodic.engine.runs.claim_types import Claim
 
 logger = logging.getLogger("django_periodic")
 

@@ -94,9 +94,9 @@ GUARDS[3]="tests/test_starts.py
 tests/test_crash.py::test_a_killed_schedulers_runs_are_recovered_at_once_and_not_failed_unstarted"
 break_3() {
     replace_once django_periodic/engine/runs/claims.py \
-        "    return _claim_repeating(wanted, now, limit, using, ahead).claims" \
-        "    claimed = _claim_repeating(wanted, now, limit, using, ahead).claims
-    ledger(using).mark_started([c.token for c in claimed], using)
+        "    return _claim_repeating(Asked(wanted, now, ahead, using), limit).claims" \
+        "    claimed = _claim_repeating(Asked(wanted, now, ahead, using), limit).claims
+    ledger(using).mark_started([c.token for c in claimed])
     return claimed"
 }
 
@@ -107,9 +107,9 @@ tests/test_leases.py::test_a_heartbeat_extends_only_the_leases_the_process_still
 tests/test_outcomes.py::test_a_run_whose_outcome_could_not_be_recorded_is_not_renewed_and_the_sweeper_settles_it"
 break_4() {
     replace_once django_periodic/engine/runs/leases.py \
-        "    held = ledger(using).held_to_extend(held, tokens, process.pk, using)
+        "    held = ledger(using).held_to_extend(held, tokens, process.pk)
     return held.update(heartbeat_at=now, expires_at=_extended(now))" \
-        "    held = ledger(using).held_to_extend(held, tokens, process.pk, using)
+        "    held = ledger(using).held_to_extend(held, tokens, process.pk)
     return held.update(heartbeat_at=now)"
 }
 
@@ -144,7 +144,7 @@ TITLE[6b]="a NOTIFY dropped: after run_now()"
 # A manual run (run_now(), the admin's button) is recorded without waking the schedulers.
 GUARDS[6b]="tests/test_policies.py::test_a_sleeping_scheduler_wakes_at_once_for_run_now"
 break_6b() {
-    replace_once django_periodic/engine/planning/overlap.py \
+    replace_once django_periodic/engine/overlap.py \
         "        if any(run.status == Run.Status.PENDING for run in created):
             notifications.notify(using)" \
         "        if any(run.status == Run.Status.PENDING for run in created):
@@ -156,7 +156,7 @@ TITLE[7]="an unknown job disabled at once"
 GUARDS[7]="tests/test_fleet.py::test_a_job_no_live_process_has_is_planned_then_disabled_after_the_grace
 tests/test_fleet.py::test_a_rolling_deploy_that_adds_a_job_runs_it_once_the_new_release_joins"
 break_7() {
-    replace_once django_periodic/engine/planning/fleet.py \
+    replace_once django_periodic/engine/fleet.py \
         "    disabled = [s for s in unknown if now - (s.job_unknown_since or now) >= grace]" \
         "    disabled = list(unknown)"
 }

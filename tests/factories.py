@@ -7,7 +7,7 @@ from django.core.exceptions import FieldDoesNotExist
 from factory.django import DjangoModelFactory
 
 from django_periodic.db import clock
-from django_periodic.engine.planning.planned import Due
+from django_periodic.engine.records import Due
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 
 

@@ -8,9 +8,10 @@ from django.core.management import call_command
 from django.db import transaction
 from django.urls import reverse
 
+from django_periodic.engine import records
 from django_periodic.engine.planning import planner
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import retention
 from django_periodic.timing import dst, triggers
@@ -35,7 +36,7 @@ def set_cursor(schedule: Schedule, at: datetime | None) -> None:
     Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=at)
 
 
-def fire(schedule: Schedule, at: datetime) -> planner.PlanResult:
+def fire(schedule: Schedule, at: datetime) -> records.PlanResult:
     """Make ``schedule`` due at ``at`` and plan it."""
     set_cursor(schedule, at)
     return planner.plan_due(at)

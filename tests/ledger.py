@@ -7,8 +7,8 @@ from typing import Any
 from django_periodic.engine import records
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import outcomes
-from django_periodic.engine.runs.claim_types import Claim
 
 
 def succeed(claim: Claim, now: datetime | None, result: Any) -> bool:

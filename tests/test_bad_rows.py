@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from django_periodic.db import clock
-from django_periodic.engine.planning import look_ahead, planner
+from django_periodic.engine import records
+from django_periodic.engine.loop.scheduler import look_ahead
+from django_periodic.engine.planning import planner
 from django_periodic.engine.runs import claims
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from django_periodic.timing import bounds
@@ -130,7 +132,7 @@ def test_a_run_whose_lease_would_outlast_time_fails_and_the_next_is_claimed(
 
 
 def test_the_claim_statement_says_what_can_lease_says(unchecked, process):
-    # CLAIM_SQL restates claims.can_lease; both must draw the line at the same microsecond.
+    # CLAIM_SQL restates records.can_lease; both must draw the line at the same microsecond.
     now = clock.now()
     edge = bounds.LATEST - now
     for lease_timeout in (edge - timedelta(microseconds=1), edge):
@@ -139,7 +141,7 @@ def test_the_claim_statement_says_what_can_lease_says(unchecked, process):
         run = RunFactory(schedule=schedule, plan_time=now - LONG_AGO)
         claimed = claims.claim(process, now, 1)
         run.refresh_from_db()
-        if claims.can_lease(lease_timeout, now):
+        if records.can_lease(lease_timeout, now):
             assert [claim.run.pk for claim in claimed] == [run.pk]
             assert Lease.objects.get(run=run).expires_at == bounds.LATEST - timedelta(
                 microseconds=1
@@ -194,7 +196,7 @@ def test_the_look_ahead_holds_times_python_cannot(unchecked, postgres):
     with connection.cursor() as cursor:
         table = connection.ops.quote_name(Lease._meta.db_table)
         cursor.execute(f"UPDATE {table} SET expires_at = '275817-08-07 00:00:00+00'")
-    ahead = look_ahead.look_ahead()
+    ahead = look_ahead()
     assert (ahead.next_fire, ahead.next_expiry) == (bounds.EARLIEST, bounds.LATEST)
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import decisions, planner
-from django_periodic.engine.planning.planned import Due
+from django_periodic.engine.records import Due
 from django_periodic.models import Calendar, Run, Schedule
 from django_periodic.policies import Occupancy
 from django_periodic.testing import fire_times

@@ -8,7 +8,8 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, connections, transaction
 
 from django_periodic import scopes
-from django_periodic.engine.planning import overlap, planner
+from django_periodic.engine import overlap
+from django_periodic.engine.planning import planner
 from django_periodic.engine.runs import retries
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due

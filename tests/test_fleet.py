@@ -8,7 +8,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic.db import clock
-from django_periodic.engine.planning import fleet, look_ahead, planner
+from django_periodic.engine import fleet
+from django_periodic.engine.loop.scheduler import look_ahead
+from django_periodic.engine.planning import planner
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
@@ -131,11 +133,11 @@ def test_a_run_only_another_release_can_start_is_no_work_in_the_look_ahead(now):
     RunFactory(schedule=ScheduleFactory(), plan_time=now, job_name=GONE)
     retry = RunFactory(schedule=ScheduleFactory(), plan_time=now, job_name=GONE)
     Run.objects.filter(pk=retry.pk).update(status="retrying", attempt=1, next_retry_at=now)
-    ahead = look_ahead.look_ahead()
+    ahead = look_ahead()
     assert (ahead.next_pending, ahead.next_retry) == (None, None)
     assert not ahead.claimable()
     RunFactory(schedule=ScheduleFactory(job="tests.jobs.noop"), plan_time=now)
-    assert look_ahead.look_ahead().next_pending == now
+    assert look_ahead().next_pending == now
 
 
 # -- runs no live process can start -----------------------------------------------------------

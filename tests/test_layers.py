@@ -5,9 +5,18 @@ From the bottom: the pure core (no models, no SQL), the database plumbing (``db/
 models, the engine, operations, and the interface over them all (admin, commands, views,
 the public top level). Every import goes down (or stays in its layer), inside functions
 too: the models' thin methods reach the engine through ``db.ledger()``, which loads the
-ledger backend by its path, as Django loads a database backend. Imports for type
-checking only (``if TYPE_CHECKING``) run nowhere and are not counted for the layers; for
-circles they are: a reader, and every import graph, sees them.
+engine's operations (``engine/operations.py``) by their path, as Django loads a database
+backend. Imports for type checking only (``if TYPE_CHECKING``) run nowhere and are not
+counted across the package's layers; for circles they are: a reader, and every import
+graph, sees them.
+
+Inside the engine, from the top: the loop (and the models' way in, ``operations``), then
+running and planning (``runs``, ``planning``), then the parts they share (``overlap``,
+``fleet``, ``batches``, ``tracing``), then the ledger's backends, and at the bottom the
+plain records they are all handed (``records``). There every import counts, inside
+functions and under ``TYPE_CHECKING`` too: no engine module imports one of a higher
+layer, and none imports in a circle. A backend is a leaf: it imports the models, ``db``,
+the pure core and the records, nothing else of the engine.
 """
 
 import ast
@@ -182,3 +191,69 @@ def test_the_docs_import_only_public_paths():
         for match in INTERNAL_IMPORT.finditer(page.read_text())
     ]
     assert found == []
+
+
+# The engine's layers (see the module's docstring), by the part under django_periodic.engine;
+# a module of the engine's top level not named here is a shared part.
+ENGINE_LAYERS = {"": 4, "loop": 4, "operations": 4, "runs": 3, "planning": 3}
+ENGINE_LAYERS |= {"backends": 1, "records": 0}
+SHARED_ENGINE_LAYER = 2
+ENGINE_PACKAGE = "django_periodic.engine"
+
+
+def engine_layer(module: str) -> int:
+    part = module.removeprefix(ENGINE_PACKAGE).lstrip(".").split(".")[0]
+    return ENGINE_LAYERS.get(part, SHARED_ENGINE_LAYER)
+
+
+def every_import(path: Path, known: set[str]) -> set[str]:
+    """The package's modules ``path`` imports anywhere: at module level, inside functions
+    and under ``if TYPE_CHECKING``."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        found |= _imported(node, known)
+    return found
+
+
+def engine_graph() -> dict[str, set[str]]:
+    """Each module of the engine and the package's modules it imports anywhere."""
+    paths = [p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts]
+    known = {module_name(p) for p in paths}
+    graph = {}
+    for path in paths:
+        name = module_name(path)
+        if name == ENGINE_PACKAGE or name.startswith(f"{ENGINE_PACKAGE}."):
+            graph[name] = every_import(path, known) - {name}
+    return graph
+
+
+def test_inside_the_engine_imports_go_down_its_layers():
+    up = sorted(
+        f"{module} imports {imported}"
+        for module, imported_modules in engine_graph().items()
+        for imported in imported_modules
+        if imported.startswith(f"{ENGINE_PACKAGE}.")
+        and engine_layer(imported) > engine_layer(module)
+    )
+    assert up == []
+
+
+def test_no_engine_module_imports_one_that_imports_it_back_type_checking_included():
+    graph = engine_graph()
+    inside = {module: imported & graph.keys() for module, imported in graph.items()}
+    try:
+        TopologicalSorter(inside).prepare()
+    except CycleError as exc:
+        raise AssertionError(f"Import cycle: {' -> '.join(exc.args[1])}") from None
+
+
+def test_a_backend_imports_only_the_models_db_the_pure_core_and_the_records():
+    outside = sorted(
+        f"{module} imports {imported}"
+        for module, imported_modules in engine_graph().items()
+        if module.startswith(f"{ENGINE_PACKAGE}.backends")
+        for imported in imported_modules
+        if layer(imported) > MODELS
+        and not imported.startswith((f"{ENGINE_PACKAGE}.backends", f"{ENGINE_PACKAGE}.records"))
+    )
+    assert outside == []

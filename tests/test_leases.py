@@ -7,8 +7,8 @@ from django.db import connection, connections, transaction
 
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import claims as pg_claims
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, leases, outcomes, retries
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, SchedulerProcess
 from tests import ledger
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
@@ -386,6 +386,7 @@ def test_a_claim_reads_runs_in_plan_time_order_even_on_stale_statistics(postgres
     params = {"now": now, "ahead": ahead, "limit": 20, "latest": now, "started": False}
     params |= dict.fromkeys(["late_code", "late_message", "refused_code", "refused_message"], "")
     params |= {"holder": "test", "process": None, "run_id": None, "jobs": [schedule.job]}
+    params |= pg_claims._too_late("default")[1]  # the late rule's parameters
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         (((plan,),),) = [cursor.fetchall()]

@@ -6,7 +6,8 @@ from datetime import timedelta
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from django_periodic.engine.planning import overlap, planner
+from django_periodic.engine import overlap
+from django_periodic.engine.planning import planner
 from django_periodic.engine.runs import claims, leases, retries
 from django_periodic.models import Run, Schedule
 from tests import ledger

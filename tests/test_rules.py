@@ -6,34 +6,28 @@ rows its SQL form selects, or writes, on every combination of the columns it rea
 
 import itertools
 import uuid
-from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import F, Value
 
 from django_periodic import registry
 from django_periodic.choices import (
     KIND_FIELDS,
     LEDGER_TRIGGERS,
     UNSET_TRIGGER,
-    ErrorCode,
-    Overlap,
     RunStatus,
     RunTrigger,
     ScheduleKind,
 )
 from django_periodic.db import clock
 from django_periodic.db.postgresql import HELD_SQL
-from django_periodic.engine import records
-from django_periodic.engine.backends import portable, postgresql
+from django_periodic.engine import overlap, records
 from django_periodic.engine.backends.postgresql import claims as pg_claims
 from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import backfill, overlap, planner
-from django_periodic.engine.planning.planned import Decision, Due, Fire
-from django_periodic.engine.runs import claims, outcomes, retries
-from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.planning import planner
+from django_periodic.engine.records import Claim
+from django_periodic.engine.runs import retries
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
     AWAITING_RELEASE,
@@ -46,11 +40,8 @@ from django_periodic.models import (
 )
 from django_periodic.models.processes import held_through
 from django_periodic.models.run import (
-    COPIED_FROM_SCHEDULE,
-    finished_when_recorded,
     past_start_deadline,
     past_start_deadline_filter,
-    taken_from_schedule,
 )
 from django_periodic.timing import bounds
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
@@ -150,56 +141,6 @@ def test_a_rule_compiled_for_a_statement_selects_what_its_query_selects(postgres
     assert selected == {run.pk for run in runs if run.awaits_release}
 
 
-def run_rows(runs) -> list[dict]:
-    """The runs' stored fields but their ids and schedule, in plan time and scope order."""
-    unshared = {"id", "schedule_id"}
-    fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unshared]
-    return list(runs.order_by("plan_time", "scope").values(*fields))
-
-
-def twin_schedules(**fields) -> tuple[Schedule, Schedule]:
-    """Two schedules alike but for their names: one for a statement, one for its ORM path."""
-    return tuple(ScheduleFactory(name=f"{twin}-{uuid.uuid4()}", **fields) for twin in "ab")
-
-
-def schedule_settings() -> list[dict]:
-    """Schedules' settings a new run reads: where it executes, its slot, its attempts."""
-    settings = itertools.product(("", "dummy"), (Overlap.SKIP, Overlap.CONCURRENT), (1, 3))
-    return [
-        {"tasks_backend": backend, "overlap": overlap_policy, "max_attempts": attempts}
-        for backend, overlap_policy, attempts in settings
-    ]
-
-
-def taken(row: dict) -> dict:
-    """The fields of a run's row that it takes from its schedule."""
-    return {name: row[name] for name in taken_from_schedule(Schedule())}
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("tasks_backend", ["", "default"])  # the TASKS_BACKEND setting
-def test_a_backfill_records_the_same_runs_through_the_statement_and_the_orm(
-    postgres, now, settings, tasks_backend
-):
-    """The PostgreSQL backend's ``INSERT_SQL`` and the portable one's ORM record alike: runs
-    awaiting their release (``AWAITING_RELEASE_VALUES``), not exclusive, with what they
-    take from their schedule (``taken_from_schedule``)."""
-    settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
-    start, spacing = now - timedelta(hours=1), timedelta(seconds=2)
-    for settings in schedule_settings():
-        twins = twin_schedules(cron="*/10 * * * *", interval=None, timezone="UTC", **settings)
-        inserts = (postgresql.insert_backfill, portable.insert_backfill)
-        for schedule, insert in zip(twins, inserts, strict=True):
-            in_range = backfill._in_range(schedule, start, now, now)
-            insert(schedule, in_range, now, spacing, "default")
-        rows = run_rows(Run.objects.filter(schedule=twins[0]))
-        assert len(rows) == 6
-        assert rows == run_rows(Run.objects.filter(schedule=twins[1]))
-        expected = {**taken_from_schedule(twins[0]), "exclusive": False}
-        assert all(taken(row) == expected for row in rows)
-    assert all(run.awaits_release for run in Run.objects.all())
-
-
 def test_the_ledger_conflict_target_is_the_ledger_constraint():
     (constraint,) = [
         c for c in Run._meta.constraints if c.name == "periodic_run_once_per_plan_time"
@@ -226,84 +167,6 @@ def test_a_planned_run_and_its_retry_carry_the_snapshot_of_their_schedule():
     Run.objects.filter(pk=run.pk).update(status=RunStatus.FAILED)
     run.refresh_from_db()
     assert retries.plan_retry(run, now).snapshot == run.snapshot
-
-
-def loaded(schedule: Schedule) -> Due:
-    """A schedule as the planner's ORM path loads it (with the snapshot's columns)."""
-    rows = Schedule.objects.filter(pk=schedule.pk)
-    rows = rows.annotate(
-        anchor=F("created_at"), has_calendars=Value(False), has_overrides=Value(False)
-    )
-    fields = (*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED)
-    return Due(*rows.values_list(*fields).get())
-
-
-def fires_of_each_status(now) -> tuple[Fire, ...]:
-    """A fire recorded in each status a decision gives: skipped, queued and pending (one
-    moved by an override: released at its new time, timing/overridden.py)."""
-    return (
-        Fire(now - 2 * SECOND, RunStatus.SKIPPED, ErrorCode.MISSED, "missed"),
-        Fire(now - SECOND, RunStatus.QUEUED),
-        Fire(now, RunStatus.PENDING, release_at=now + 3 * SECOND),
-    )
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("tasks_backend", ["", "default"])  # the TASKS_BACKEND setting
-def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
-    postgres, now, settings, tasks_backend
-):
-    """The PostgreSQL backend's ``PLAN_SQL`` and the portable one's ORM record a decision's
-    fires alike, for twin schedules: with what a run takes from its schedule
-    (``taken_from_schedule``), a skipped fire finished as it is recorded
-    (``finished_when_recorded``), the others not."""
-    settings.DJANGO_PERIODIC = {"TASKS_BACKEND": tasks_backend}
-    by_sql, by_orm = [], []
-    for settings in schedule_settings():
-        sql, orm = (loaded(schedule) for schedule in twin_schedules(**settings))
-        assert sql.next_fire_at is not None
-        cursor = sql.next_fire_at + timedelta(hours=1)
-        by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
-        by_orm.append(Decision(orm, cursor, fires_of_each_status(now)))
-    assert postgresql.record_fires(by_sql, now, "default", None) == by_sql
-    assert portable.record_fires(by_orm, now, "default", None) == by_orm
-    for sql, orm in zip(by_sql, by_orm, strict=True):
-        rows = run_rows(Run.objects.filter(schedule_id=sql.schedule.pk))
-        assert rows == run_rows(Run.objects.filter(schedule_id=orm.schedule.pk))
-        finished = [row["finished_at"] for row in rows]
-        assert finished == [finished_when_recorded(row["status"], now) for row in rows]
-        assert finished == [now, None, None]  # skipped, queued, pending
-        assert all(taken(row) == taken_from_schedule(sql.schedule) for row in rows)
-        moved = rows[-1]  # released at its new time, its start deadline counted from it
-        assert moved["release_at"] == now + 3 * SECOND
-        assert moved["start_deadline"] == now + 3 * SECOND + sql.schedule.misfire_grace
-
-
-def test_the_planners_orm_path_loads_every_schedule_field_a_run_copies():
-    loaded = {*planner.DECISION_FIELDS, *portable.SNAPSHOT_COLUMNS_LOADED}
-    assert set(COPIED_FROM_SCHEDULE.values()) <= loaded
-    assert {"tasks_backend", "overlap"} <= loaded  # taken_from_schedule reads them too
-
-
-@pytest.mark.django_db
-def test_the_horizon_statement_and_its_orm_path_agree(postgres, now):
-    schedule = ScheduleFactory()
-    set_cursor(schedule, now + timedelta(seconds=5))
-    for n, status in enumerate([RunStatus.PENDING, RunStatus.RETRYING, RunStatus.QUEUED]):
-        RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=n), status=status,
-                   next_retry_at=now + timedelta(seconds=7), exclusive=False)  # fmt: skip
-        # Planned before the others, released after them: the release counts.
-        RunFactory(schedule=schedule, plan_time=now - timedelta(seconds=n + 1), status=status,
-                   release_at=now + timedelta(seconds=3), exclusive=False)  # fmt: skip
-        RunFactory(schedule=schedule, plan_time=now + timedelta(seconds=10 + n), status=status,
-                   tasks_backend="default", exclusive=False,
-                   enqueued_at=now - timedelta(seconds=n) if n else None)  # fmt: skip
-    LeaseFactory(expires_at=now + timedelta(seconds=30))
-    by_sql = postgresql.look_ahead("default", judge=False)
-    by_orm = portable.look_ahead("default", judge=False)
-    assert by_sql.next_fire is not None and by_sql.next_enqueued is not None
-    assert by_sql.next_pending == now  # not the plan time of the run released later
-    assert {**vars(by_sql), "now": None} == {**vars(by_orm), "now": None}
 
 
 def every_start_combination(now) -> list[Run]:
@@ -346,12 +209,13 @@ def test_the_start_deadline_filter_selects_the_runs_past_their_start_deadline(no
 def test_the_claim_statement_skips_the_runs_the_queryset_calls_too_late(postgres, now):
     every_start_combination(now)
     table = connection.ops.quote_name(Run._meta.db_table)
+    late, params = pg_claims._too_late("default")
     sql = (
         f"WITH t AS (SELECT %(now)s::timestamptz AS now) SELECT r.id FROM {table} r"
-        f" CROSS JOIN t WHERE {pg_claims.LATE}"
+        f" CROSS JOIN t WHERE {late}"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"now": now})
+        cursor.execute(sql, {"now": now, **params})
         selected = {pk for (pk,) in cursor.fetchall()}
     assert selected == set(Run.objects.too_late_to_start(now).values_list("pk", flat=True))
     assert selected
@@ -383,8 +247,8 @@ def test_the_claim_statement_refuses_the_leases_can_lease_refuses(postgres, now)
             params = {"now": now, "lease_timeout": lease_timeout, "latest": bounds.LATEST}
             cursor.execute(sql, params)
             (unleasable,) = cursor.fetchone()
-            assert unleasable == (not claims.can_lease(lease_timeout, now)), lease_timeout
-    assert claims.can_lease(timeouts[1], now) and not claims.can_lease(timeouts[2], now)
+            assert unleasable == (not records.can_lease(lease_timeout, now)), lease_timeout
+    assert records.can_lease(timeouts[1], now) and not records.can_lease(timeouts[2], now)
 
 
 @pytest.mark.django_db
@@ -495,64 +359,6 @@ def test_a_lease_held_through_a_relation_is_one_the_queryset_calls_held(now):
     runs = set(Run.objects.filter(held_through("leases")).values_list("pk", flat=True))
     assert runs == set(Lease.objects.held().values_list("run_id", flat=True))
     assert len(runs) < len(leases)
-
-
-def attempt_endings(now) -> list:
-    """Every way an attempt ends (each outcome builder), one function of a claim each."""
-    failure = records.Failure("ValueError", "boom", "Traceback: ...")
-    return [
-        lambda claim: outcomes.succeeded(claim, {"n": 1}),
-        lambda claim: outcomes.succeeded(claim, None, started_at=now - SECOND),
-        lambda claim: outcomes.failed(claim, failure),
-        lambda claim: outcomes.failed(claim, replace(failure, retryable=False)),
-        outcomes.timed_out,
-        outcomes.cancelled,
-        outcomes.skipped_late,
-        outcomes.released,
-        outcomes.unstarted,
-        lambda claim: outcomes.not_storable(outcomes.succeeded(claim, 1), ValueError("no")),
-    ]
-
-
-@pytest.mark.django_db
-def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postgres, now):
-    """The PostgreSQL backend's ``OUTCOMES_SQL`` and the portable one's ORM write the same
-    run and lease, for twin runs ended alike at the same time."""
-    claims_made = itertools.count()
-
-    def claimed(schedule: Schedule, max_attempts: int) -> Claim:
-        run = RunFactory(
-            schedule=schedule,
-            plan_time=now - timedelta(minutes=1, microseconds=next(claims_made)),
-            status=RunStatus.RUNNING,
-            attempt=1,
-            max_attempts=max_attempts,
-            started_at=now - timedelta(seconds=5),
-            exclusive=False,
-        )
-        return Claim(run, LeaseFactory(run=run).token)
-
-    by_sql, by_orm = [], []
-    for reentry in (False, True):
-        schedule = ScheduleFactory(name=f"reentry-{reentry}", allow_stale_reentry=reentry)
-        for end, max_attempts in itertools.product(attempt_endings(now), (1, 3)):
-            outcome = end(claimed(schedule, max_attempts))  # its retry delay drawn once
-            by_sql.append(outcome)
-            by_orm.append(replace(outcome, claim=claimed(schedule, max_attempts)))
-    assert postgresql.record_outcomes(by_sql, now, "default") == {o.claim.run.pk for o in by_sql}
-    assert portable.record_outcomes(by_orm, now, "default") == {o.claim.run.pk for o in by_orm}
-    unwritten = {"id", "plan_time", "created_at"}
-    fields = [f.attname for f in Run._meta.concrete_fields if f.attname not in unwritten]
-    for sql, orm in zip(by_sql, by_orm, strict=True):
-        assert Run.objects.values(*fields).get(pk=sql.claim.run.pk) == Run.objects.values(
-            *fields
-        ).get(pk=orm.claim.run.pk), sql.status
-        lease = ("released_at", "outcome", "process_id")
-        assert Lease.objects.values(*lease).get(token=sql.claim.token) == Lease.objects.values(
-            *lease
-        ).get(token=orm.claim.token)
-    statuses = {o.status for o in by_sql}
-    assert statuses == set(RunStatus) - {RunStatus.QUEUED, RunStatus.RUNNING}
 
 
 @pytest.mark.django_db

@@ -10,8 +10,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_periodic.db import clock
 from django_periodic.engine.loop import eventloop
-from django_periodic.engine.loop.scheduler import REPLANS, Scheduler
-from django_periodic.engine.planning import look_ahead
+from django_periodic.engine.loop.scheduler import REPLANS, Scheduler, look_ahead
 from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory, SchedulerProcessFactory
@@ -400,7 +399,7 @@ def test_a_heartbeat_due_just_before_a_release_waits_for_it_once():
         housekeeper.release_guard = timedelta(minutes=2)  # "soon", whatever the test's pace
         now = clock.now()
         housekeeper.next_heartbeat = housekeeper.next_sweep = now - timedelta(seconds=1)
-        ahead = look_ahead.look_ahead("default")
+        ahead = look_ahead("default")
         beats = SchedulerProcess.objects.filter(pk=scheduler.process.pk)
         beat_before = beats.values_list("heartbeat_at", flat=True).get()
         housekeeper.keep_house(scheduler.process, now, ahead)  # its release comes soon

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from django_periodic.db import clock
-from django_periodic.engine.planning import look_ahead
+from django_periodic.engine.loop.scheduler import look_ahead
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import health
@@ -107,7 +107,7 @@ def test_a_run_is_claimed_at_its_release_not_at_its_plan_time(process):
     before = release - timedelta(microseconds=1)
     assert not Run.objects.claimable(before).exists()
     assert claimed_ids(process, before) == set()
-    looked = look_ahead.look_ahead()
+    looked = look_ahead()
     assert looked.next_pending == release
     assert set(Run.objects.claimable(release)) == {run}
     assert claimed_ids(process, release) == {run.pk}

@@ -10,8 +10,8 @@ from django_periodic.engine.loop import workers
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, leases, starts
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution

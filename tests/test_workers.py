@@ -12,8 +12,8 @@ from django_periodic.engine.loop.holding import STALE_DEADLINES, Deadlines, Hold
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, outcomes
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, Run
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution

@@ -24,9 +24,7 @@ from django_periodic.engine import tracing
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from django_periodic.engine.planning.planner import PlanResult
-    from django_periodic.engine.records import AttemptOutcome
-    from django_periodic.engine.runs.claim_types import Claim
+    from django_periodic.engine.records import AttemptOutcome, Claim, PlanResult
 
 MISSING = (
     "OpenTelemetry is not installed: install django-periodic[opentelemetry] "

@@ -3,13 +3,16 @@ chooses ``connection.ops`` and ``connection.features``: the only place that asks
 database an alias is.
 
 ``features(using)`` says what the database can do (its own clock, notifications, session
-locks, prepared statements); ``ledger(using)`` is the ledger backend that writes and reads
-the runs there: ``engine/backends/postgresql`` (our own SQL) or ``engine/backends/portable``
-(the ORM, for SQLite). Any other database is refused by the system checks (``supported``):
-the ledger's statements are tested on these two only. The backend is loaded by its path,
-as Django loads a database backend, so that the models' thin methods (``run_now()``,
-``backfill()``, ``cancel()``) reach it without the models importing the engine, which
-imports them. PostgreSQL's session statements are in ``postgresql.py``.
+locks, prepared statements) and which ledger backend writes and reads the runs there
+(``engine/backends``: PostgreSQL's own SQL, or the ORM's, SQLite's). Any other database
+is refused by the system checks (``supported``): the ledger's statements are tested on
+these two only. PostgreSQL's session statements are in ``postgresql.py``.
+
+``ledger(using)`` is the one seam from the models to the engine: the operations the models'
+thin methods (``run_now()``, ``backfill()``, ``cancel()``, overrides) ask of it
+(``RunOperations``), implemented by ``engine/operations.py``, loaded once by its path, as
+Django loads a database backend, so that the models need not import the engine, which
+imports them.
 """
 
 from collections.abc import Callable
@@ -42,7 +45,7 @@ def _sqlite_in_transaction(raw: Any) -> bool:
 class Features:
     """What one kind of database can do, as far as the package cares."""
 
-    #: Dotted path of the ledger backend module (see ``engine/backends``).
+    #: Dotted path of the ledger backend class (see ``engine/backends``).
     ledger: str
     #: The database's name, as messages say it.
     name: str
@@ -69,7 +72,7 @@ class Features:
 
 
 POSTGRESQL = Features(
-    ledger="django_periodic.engine.backends.postgresql",
+    ledger="django_periodic.engine.backends.postgresql.PostgreSQLLedger",
     name="PostgreSQL",
     has_clock=True,
     has_sessions=True,
@@ -77,14 +80,16 @@ POSTGRESQL = Features(
     in_transaction=postgresql.in_transaction,
 )
 SQLITE = Features(
-    ledger="django_periodic.engine.backends.portable",
+    ledger="django_periodic.engine.backends.sqlite.SQLiteLedger",
     name="SQLite",
     needs_immediate_transactions=True,
     in_transaction=_sqlite_in_transaction,
 )
 # Any other database: refused by the system checks (``supported``), its ledger the ORM's.
 OTHER = Features(
-    ledger="django_periodic.engine.backends.portable", name="another database", supported=False
+    ledger="django_periodic.engine.backends.sqlite.SQLiteLedger",
+    name="another database",
+    supported=False,
 )
 
 
@@ -137,6 +142,16 @@ class RunOperations(Protocol):
     ) -> list[Any]: ...
 
 
+# The engine's module that implements RunOperations.
+OPERATIONS = "django_periodic.engine.operations"
+
+
 def ledger(using: str) -> RunOperations:
-    """The ledger backend of ``using`` (a module of ``engine/backends``)."""
-    return cast(RunOperations, import_module(features(using).ledger))
+    """The engine's operations the models' thin methods call (``OPERATIONS``), the same on
+    every database: each calls the ledger backend of its rows' alias."""
+    return _operations()
+
+
+@cache
+def _operations() -> RunOperations:
+    return cast(RunOperations, import_module(OPERATIONS))

@@ -1,14 +1,260 @@
-"""The records the engine's steps and the ledger backends pass each other: how an attempt
-ended (``AttemptOutcome``, ``Failure``), what the look ahead found (``Horizon``), a
-backfill's range and the runs it inserted, a run the planner recorded. Plain data: the
-modules that make them own the rules."""
+"""The records the engine's steps and the ledger backends pass each other, plain data
+(the modules that make them own the rules), at the bottom of the engine: a backend
+imports these and nothing else of the engine.
+
+- planning: a due schedule's columns as loaded (``Due``), a run to record for one of its
+  fires (``Fire``), a schedule's decision (``Decision``), and a decision as the ledger
+  records it, with what the engine worked out for its statement (``Recorded``); a
+  backfill's range and the runs it inserted; a run the planner recorded;
+- claiming: each run claimed with the token of its lease (``Claim``), what a claim ended
+  without running (``ClaimResult``), who asks and for which runs (``ClaimRequest``);
+- an attempt's end (``AttemptOutcome``, ``Failure``) and what the look ahead found
+  (``Horizon``).
+"""
+
+from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+import time
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
+from uuid import UUID
 
-from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.models import Run, planning_trigger_of
+from django_periodic.models.run import past_start_deadline
+from django_periodic.timing import bounds, business_days, overridden, triggers
+
+
+@dataclass(frozen=True)
+class Fire:
+    """A run to record for a plan time (and scope): pending, queued or skipped (with why)."""
+
+    plan_time: datetime
+    status: str
+    error_code: str = ""
+    error_message: str = ""
+    scope: str = ""
+    release_at: datetime | None = None  # a moved fire's new time (timing/overridden.py)
+
+
+@dataclass(slots=True)
+class Due:
+    """The columns of a locked due schedule that planning reads (a ``policies.Policy``)."""
+
+    pk: int
+    name: str
+    job: str
+    cron: str
+    timezone: str
+    interval: timedelta | None
+    run_at: datetime | None
+    start_at: datetime | None
+    end_at: datetime | None
+    created_at: datetime | None  # only where it anchors an interval (else not loaded)
+    next_fire_at: datetime | None
+    overlap: str
+    max_queued: int
+    max_concurrent: int | None
+    misfire: str
+    misfire_grace: timedelta
+    planning_failures: int
+    scopes: str  # the scope provider of a fanned-out schedule, else ""
+    paused_until: datetime | None = None  # Schedule.pause()
+    pause_reason: str = ""
+    paused_by: str = ""
+    dst_gap: str = ""  # a cron's DST choices (Schedule.dst_gap, dst_repeat)
+    dst_repeat: str = ""
+    on_closed_day: str = ""  # under calendars (Schedule.on_closed_day)
+    has_calendars: bool = False
+    jitter: timedelta | None = None  # its runs' stagger (timing/stagger.py)
+    job_unknown_since: datetime | None = None  # no live process has had its job (fleet.py)
+    max_runs: int | None = None  # its lifecycle (recording.capped)
+    fire_count: int = 0
+    has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
+    rrule: str = ""  # an RRULE's text (Schedule.rrule)
+    # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
+    args: Any = None
+    kwargs: Any = None
+    max_attempts: int = 1
+    tasks_backend: str = ""
+    revision: int = 1
+    # Its calendars, loaded once per batch (planner), or why they cannot be used.
+    closures: business_days.Closures | None = None
+    calendar_error: str = ""
+    overrides: tuple[overridden.Override, ...] = ()  # loaded once per batch (planner)
+
+    def trigger_key(self) -> tuple[Any, ...]:
+        """What ``Schedule.trigger`` depends on: equal keys, equal triggers."""
+        # An interval without start_at is anchored at created_at: only then is it part of it.
+        anchored = not self.cron and self.interval is not None and self.start_at is None
+        anchor = self.created_at if anchored else None
+        return (
+            self.cron,
+            self.timezone,
+            self.dst_gap,
+            self.dst_repeat,
+            self.interval,
+            self.run_at,
+            self.rrule,
+            self.start_at,
+            self.end_at,
+            anchor,
+            self.on_closed_day if self.has_calendars else "",
+            self.closures,
+            self.calendar_error,
+            self.overrides,
+        )
+
+    def trigger(self) -> triggers.Trigger:
+        """What its cursor walks, built by the model's own rules (``models.trigger_of``),
+        under its calendars (``models.planning_trigger_of``) and its overrides."""
+        return overridden.overridden(planning_trigger_of(self, self.calendars()), self.overrides)
+
+    def calendars(self) -> business_days.Closures | None:
+        """Its calendars' rules; raises InvalidTrigger if they could not be loaded."""
+        if self.calendar_error:
+            raise triggers.InvalidTrigger(self.calendar_error)
+        return self.closures
+
+
+@dataclass(slots=True)
+class Decision:
+    """What one schedule does this tick: the runs to record and where its cursor moves."""
+
+    schedule: Due
+    cursor: datetime | None
+    fires: tuple[Fire, ...] = ()
+    # The scopes ("" unscoped) whose run waiting to retry a new fire supersedes.
+    supersedes: tuple[str, ...] = ()
+    error: str = ""
+
+
+@dataclass
+class PlanResult:
+    """What planning one batch (or a tick of several) did: schedules planned, fires, failures."""
+
+    schedules: int = 0
+    fired: int = 0
+    late: int = 0  # of the fired, those past their misfire grace (fired by policy)
+    skipped: int = 0
+    failed: list[str] = field(default_factory=list)  # schedules that could not be planned
+    disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
+
+    def __add__(self, other: PlanResult) -> PlanResult:
+        """Two batches' results as one (for a tick of several batches)."""
+        return PlanResult(
+            self.schedules + other.schedules,
+            self.fired + other.fired,
+            self.late + other.late,
+            self.skipped + other.skipped,
+            self.failed + other.failed,
+            self.disabled + other.disabled,
+        )
+
+
+# A fire as recorded: the fire, its run's release and its start deadline.
+FireRow = tuple[Fire, datetime | None, datetime | None]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A decision as the ledger records it, with what planning worked out for its statement
+    (``planning/recording.py``): how many fires ``fire_count`` counts, and each fire's
+    release and start deadline."""
+
+    decision: Decision
+    counted: int
+    fires: tuple[FireRow, ...]
+
+
+LATE_MESSAGE = "No worker could start it within its misfire grace."
+UNLEASABLE_MESSAGE = (
+    f"Cannot claim: its schedule's lease_timeout would make its lease expire after "
+    f"{bounds.LATEST:%Y-%m-%d}, past every time a row may hold."
+)
+
+
+def can_lease(lease_timeout: timedelta, now: datetime) -> bool:
+    """Whether a lease taken at ``now`` expires within the range of stored times
+    (``UNLEASABLE`` in the PostgreSQL claim says the opposite in SQL)."""
+    return lease_timeout < bounds.LATEST - now
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this process holds, and the token that proves it (which alone tells claims
+    apart: hashing a model instance costs more, and claims are kept in sets and dicts)."""
+
+    run: Run = field(compare=False)
+    token: UUID
+    using: str = field(default="default", compare=False)
+    # When this process made the claim (time.monotonic()), to date the job's real start.
+    claimed_at: float = field(default_factory=time.monotonic, compare=False)
+    # The database's clock at the claim; None: the run's started_at (claimed when due).
+    db_claimed_at: datetime | None = field(default=None, compare=False)
+
+    @property
+    def _db_claimed(self) -> datetime | None:
+        return self.db_claimed_at or self.run.started_at
+
+    def db_time(self, monotonic: float) -> datetime | None:
+        """The database's clock at ``monotonic`` (a later time.monotonic()) as this process
+        counts it: the claim's time plus the time since."""
+        claimed = self._db_claimed
+        if claimed is None:
+            return None
+        return claimed + timedelta(seconds=monotonic - self.claimed_at)
+
+    def too_late(self, at: datetime | None) -> bool:
+        """Whether a first start at ``at`` comes past the run's start deadline (it waited
+        for a thread, claimed ahead, while all were busy): it must be skipped instead."""
+        # Claimed, its first attempt is 1: until then it was not started (attempt 0).
+        if self.run.attempt != 1 or at is None:
+            return False
+        return past_start_deadline(self.run.start_deadline, at)
+
+    def starts_at(self) -> float:
+        """When the run may start (time.monotonic()): at once, or at its release if it was
+        claimed ahead of it."""
+        claimed, release = self._db_claimed, self.run.release_time
+        if claimed is None or release <= claimed:
+            return self.claimed_at
+        return self.claimed_at + (release - claimed).total_seconds()
+
+
+@dataclass
+class ClaimResult:
+    claims: list[Claim] = field(default_factory=list)
+    late: list[int] = field(default_factory=list)  # schedules of the runs skipped as late
+    refused: list[int] = field(default_factory=list)  # ...and of those failed cannot_claim
+    # The runs themselves, whose signals the engine sends (runs/claims.py).
+    late_runs: list[int] = field(default_factory=list)
+    refused_runs: list[int] = field(default_factory=list)
+
+    def __add__(self, other: ClaimResult) -> ClaimResult:
+        return ClaimResult(
+            self.claims + other.claims,
+            self.late + other.late,
+            self.refused + other.refused,
+            self.late_runs + other.late_runs,
+            self.refused_runs + other.refused_runs,
+        )
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """Who claims (the lease's holder and process), and which runs: those its workers
+    execute, or one run by id (a tasks backend's worker); of its ``jobs`` only, those its
+    code registers (a process of another release may have others: see fleet.py)."""
+
+    holder: str
+    jobs: tuple[str, ...]
+    process_id: int | None = None
+    run_id: int | None = None
+    # The claiming thread calls the job right after the claim (a tasks backend's worker):
+    # the claim marks the lease started too (starts.py marks the others).
+    starts_at_once: bool = False
 
 
 @dataclass(frozen=True)
@@ -19,6 +265,14 @@ class Failure:
     message: str
     traceback: str = ""
     retryable: bool = True
+
+
+# What an ended attempt writes on its run depends on its new status: a run skipped (claimed
+# ahead, too late to start) never started, and one given back (pending) has not ended, so
+# neither has a duration. The backends' outcome statements (the ORM's and OUTCOMES_SQL,
+# built from these) both read them; tests/test_rules.py checks that the two write the same.
+NEVER_STARTED = (Run.Status.SKIPPED,)
+NOT_ENDED = (Run.Status.PENDING,)
 
 
 @dataclass(frozen=True)
@@ -46,7 +300,7 @@ class AttemptOutcome:
         """The result as stored (``storable.storable_result``)."""
         return None if self.result_json is None else json.loads(self.result_json)
 
-    def started(self, at: datetime | None) -> "AttemptOutcome":
+    def started(self, at: datetime | None) -> AttemptOutcome:
         return replace(self, started_at=at)
 
 
@@ -103,6 +357,8 @@ class InRange:
     end: datetime
     times: list[datetime]
     scopes: list[str]
+    # The fields every run of the backfill has alike (``backfill.new_run_fields``).
+    run_fields: dict[str, Any] = field(default_factory=dict)
 
     @property
     def count(self) -> int:

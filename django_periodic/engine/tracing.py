@@ -12,9 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.planner import PlanResult
-    from django_periodic.engine.records import AttemptOutcome
-    from django_periodic.engine.runs.claim_types import Claim
+    from django_periodic.engine.records import AttemptOutcome, Claim, PlanResult
 
 # A trace context as text headers (W3C ``traceparent``, ``tracestate``), as carried by a
 # handed-off run's task.

@@ -31,7 +31,8 @@ AWAITING_RELEASE = Q(**AWAITING_RELEASE_VALUES)
 # A run too late to start: one not started yet (pending, no attempt made) whose start
 # deadline has passed, skipped instead of started. The values once, and the deadline's
 # comparison once: RunQuerySet.too_late_to_start, Run.too_late_to_start and a claimed run's
-# Claim.too_late read them; pg_claims.LATE says it in SQL (tests/test_rules.py checks).
+# Claim.too_late read them; the PostgreSQL claim's SQL is built from the queryset's
+# (backends/postgresql/claims.py, tests/test_rules.py checks).
 NOT_STARTED_VALUES: dict[str, str | int] = {"status": choices.RunStatus.PENDING, "attempt": 0}
 
 
@@ -153,7 +154,7 @@ class RunQuerySet(models.QuerySet["Run"]):
 
     def too_late_to_start(self, now: datetime) -> "RunQuerySet":
         """Runs not started yet whose start deadline passed before ``now``: to be skipped
-        (``Run.too_late_to_start``; ``pg_claims.LATE`` in SQL)."""
+        (``Run.too_late_to_start``; the PostgreSQL claim's SQL is built from this)."""
         return self.filter(past_start_deadline_filter(now), **NOT_STARTED_VALUES)
 
     def executed_here(self) -> "RunQuerySet":
@@ -162,7 +163,7 @@ class RunQuerySet(models.QuerySet["Run"]):
 
     def of_jobs(self, jobs: "Collection[str]") -> "RunQuerySet":
         """Runs of these jobs: a process claims only runs whose job its code registers
-        (engine/planning/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
+        (engine/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
         return self.filter(job_name__in=jobs)
 
     def handed_off(self) -> "RunQuerySet":

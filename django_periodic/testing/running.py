@@ -8,8 +8,8 @@ from django_periodic.db import clock
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.planning import planner
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, outcomes
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run
 
 HOLDER = "django_periodic.testing.run_due"

@@ -22,8 +22,8 @@ from django_periodic.db import CONNECTION_ERRORS, clock
 from django_periodic.engine import records, tracing
 from django_periodic.engine.loop import eventloop, worker_connections
 from django_periodic.engine.loop.context import JobContext, StopRequest
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import atomic, leases, outcomes
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.error_texts import error_text, shown, traceback_text
 from django_periodic.escaping import escaped
 

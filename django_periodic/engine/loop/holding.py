@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 
-from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.records import Claim
 
 # Start deadlines of claims no longer waiting kept, beyond twice the claims in flight.
 STALE_DEADLINES = 1000

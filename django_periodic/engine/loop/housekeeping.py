@@ -13,11 +13,11 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from django_periodic.conf import PeriodicSettings
-from django_periodic.engine import records
+from django_periodic.engine import fleet, overlap, records
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
-from django_periodic.engine.planning import attention, fleet, overlap
+from django_periodic.engine.planning import attention
 from django_periodic.engine.runs import claims, leases, presence
 from django_periodic.models import SchedulerProcess
 

@@ -1,5 +1,9 @@
 """The scheduler loop: plan, sweep, heartbeat, claim, then sleep until there is work.
 
+Before it works or sleeps, the loop reads what comes next in one query (``look_ahead``):
+an idle scheduler reads this and goes back to sleep; nothing is planned, claimed or swept
+unless the horizon says something is due, so idling costs one statement per wake-up.
+
 Decisions live in planner.py and leases.py, the heartbeat, sweep and probe for dead
 holders in housekeeping.py, the watch over runs in flight in watching.py, the stop in
 shutdown.py; this module only orders them in time, owns the worker threads and the
@@ -21,17 +25,29 @@ from django.db import transaction
 
 from django_periodic.conf import get_settings
 from django_periodic.db import clock, notifications, pooling
-from django_periodic.engine import records, tracing
+from django_periodic.engine import fleet, records, tracing
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.shutdown import shut_down
 from django_periodic.engine.loop.stop_signals import StopSignals
-from django_periodic.engine.planning import code_schedules, fleet, look_ahead, planner
+from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.engine.runs import claims, handoff, presence
 from django_periodic.models import Run, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
+
+
+def look_ahead(using: str = "default", *, judge: bool = False) -> records.Horizon:
+    """The horizon now: one statement on PostgreSQL, a few through the ORM elsewhere.
+
+    With ``judge``, it also tells whether a lease is held by a process that died
+    (``presence.py``): only a process that may judge asks. Runs our workers execute count
+    only if this process has their job (``fleet.local_jobs``).
+    """
+    return ledger(using).look_ahead(fleet.local_jobs(), judge)
+
 
 # Runs claimed ahead per statement: small enough that other processes, woken by the
 # planner's NOTIFY, claim their share of a burst at the same time.
@@ -154,7 +170,7 @@ class Scheduler:
             logger.info("Scheduler %s starting; recovery first.", self.process)
         code_schedules.sync_code_schedules(self.using)
         swept = self.housekeeper.sweep(now)
-        planned = self._plan(now) if self.plan else planner.PlanResult()
+        planned = self._plan(now) if self.plan else records.PlanResult()
         logger.info(
             "Recovery done: %d runs of dead processes re-entered, %d failed (lease expired); "
             "%d runs fired (%d late, by misfire policy), %d plan times skipped; "
@@ -173,7 +189,7 @@ class Scheduler:
         holding = self.housekeeper.holding()
         # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
         with transaction.atomic(using=self.using):
-            ahead = look_ahead.look_ahead(self.using, judge=self.housekeeper.probing())
+            ahead = look_ahead(self.using, judge=self.housekeeper.probing())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             if not holding:
@@ -199,12 +215,12 @@ class Scheduler:
         if ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
             handoff.dispatch(self.using)
 
-    def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> planner.PlanResult:
+    def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> records.PlanResult:
         """Plan fires that are due, and those coming within the lead not looked at yet."""
         if not self.plan or not ahead.fire_due(self.lead):
-            return planner.PlanResult()
+            return records.PlanResult()
         if self._left_a_fire(ahead) and now < self._replan_at and not ahead.fire_due():
-            return planner.PlanResult()  # left for later: a run was in flight
+            return records.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
         self._planned_to = now + self.lead
         # A fire this pass left (a run in flight may end within the lead) is looked at again
@@ -284,7 +300,7 @@ class Scheduler:
         if self.pool.worth_claiming():
             self._claim_free()
 
-    def _plan(self, now: datetime) -> planner.PlanResult:
+    def _plan(self, now: datetime) -> records.PlanResult:
         """One planning pass: every batch of due schedules, traced if tracing is on."""
         tracer = tracing.tracer
         if tracer is None:
@@ -294,9 +310,9 @@ class Scheduler:
         tracer.planned(started_ns, total)
         return total
 
-    def _plan_batches(self, now: datetime) -> planner.PlanResult:
+    def _plan_batches(self, now: datetime) -> records.PlanResult:
         batch_size = self.settings.PLAN_BATCH_SIZE
-        total = planner.PlanResult()
+        total = records.PlanResult()
         while True:
             result = planner.plan_due(now, using=self.using, batch_size=batch_size, ahead=self.lead)
             total += result

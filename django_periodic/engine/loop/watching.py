@@ -24,8 +24,8 @@ from django_periodic.db import CONNECTION_ERRORS, clock
 from django_periodic.engine.loop import executor, wakeups
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.context import StopRequest
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import leases, outcomes
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Run, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")

@@ -16,8 +16,7 @@ from django_periodic.engine.loop import eventloop, executor, worker_connections
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.holding import Deadlines, Holder
 from django_periodic.engine.loop.outcome_writer import Recorder
-from django_periodic.engine.records import AttemptOutcome
-from django_periodic.engine.runs.claim_types import Claim
+from django_periodic.engine.records import AttemptOutcome, Claim
 from django_periodic.engine.runs.outcomes import unstarted
 from django_periodic.engine.runs.starts import StartMarks
 

@@ -23,7 +23,6 @@ from django_periodic.db import announcements, clock, notifications
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import BackfilledRow, InRange
 from django_periodic.models import (
-    Run,
     Schedule,
     closures_of,
     open_trigger_of,
@@ -76,7 +75,7 @@ def backfill(
     in_range = _in_range(schedule, start, end, now)
     if not in_range.count:
         return BackfillResult(in_range.start, in_range.end, 0, 0)
-    inserted = ledger(using).insert_backfill(schedule, in_range, now, spacing, using)
+    inserted = ledger(using).insert_backfill(schedule, in_range, now, spacing)
     if inserted:
         notifications.notify(using)
     if signals.listened(signals.run_planned):
@@ -96,7 +95,7 @@ def preview(schedule: Schedule, start: datetime, end: datetime, now: datetime) -
     """What ``backfill()`` would record now, without recording it (releases not set)."""
     in_range = _in_range(schedule, start, end, now)
     using = schedule._state.db or "default"
-    existing = len(recorded(schedule, in_range, using))
+    existing = len(ledger(using).recorded(schedule, in_range))
     return BackfillResult(in_range.start, in_range.end, in_range.count - existing, existing)
 
 
@@ -162,7 +161,7 @@ def _in_range(schedule: Schedule, start: datetime, end: datetime, now: datetime)
             f"More than {MAX_RUNS} runs to backfill from {start} to {end}{per_time}: the "
             f"limit per call is {MAX_RUNS}; backfill a shorter range at a time."
         )
-    return InRange(start, end, times, keys)
+    return InRange(start, end, times, keys, new_run_fields(schedule))
 
 
 def _plan_times(schedule: Schedule, start: datetime, end: datetime, most: int) -> list[datetime]:
@@ -185,12 +184,3 @@ BACKFILLED: dict[str, Any] = {**AWAITING_RELEASE_VALUES, "exclusive": False}
 def new_run_fields(schedule: Schedule) -> dict[str, Any]:
     """The fields every run of one backfill of ``schedule`` has alike."""
     return {**taken_from_schedule(schedule), **BACKFILLED}
-
-
-def recorded(schedule: Schedule, in_range: InRange, using: str) -> set[tuple[str, datetime]]:
-    """The in_range (scope, plan time) pairs that have a run of any trigger."""
-    runs = Run.objects.using(using).filter(
-        schedule=schedule, plan_time__gte=in_range.start, plan_time__lt=in_range.end
-    )
-    pairs = {(scope, plan_time) for plan_time in in_range.times for scope in in_range.scopes}
-    return pairs & set(runs.values_list("scope", "plan_time"))

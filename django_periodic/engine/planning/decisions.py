@@ -16,7 +16,7 @@ from typing import Any
 from django_periodic import policies
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
-from django_periodic.engine.planning.planned import Decision, Due, Fire
+from django_periodic.engine.records import Decision, Due, Fire
 from django_periodic.engine.runs import storable
 from django_periodic.models import first_fire_time_of
 from django_periodic.models.pausing import pause_note

@@ -12,14 +12,14 @@ from django_periodic import policies
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS
-from django_periodic.engine.planning import overlap
+from django_periodic.engine import overlap
 from django_periodic.engine.runs import storable
 from django_periodic.error_texts import error_text
 from django_periodic.models import FireOverride, RunQuerySet
 from django_periodic.timing import overridden
 
 if TYPE_CHECKING:
-    from django_periodic.engine.planning.planned import Due
+    from django_periodic.engine.records import Due
 
 
 def _from_cursor(cursor: F | OuterRef) -> Q:

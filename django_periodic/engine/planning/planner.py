@@ -22,7 +22,6 @@ batch that finds it sets its first fire time, as save() would have, and records 
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import partial
 
@@ -32,16 +31,16 @@ from django.db.models import Case, Exists, F, OuterRef, Q, When
 from django_periodic import policies, scopes, signals
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements, timestamps
-from django_periodic.engine import batches, records
+from django_periodic.engine import batches, fleet, overlap, records
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import fleet, overlap, overrides, recording
+from django_periodic.engine.planning import overrides, recording
 from django_periodic.engine.planning.decisions import (
     Memo,
     decide_all,
     decide_fanned_out,
     first_planned,
 )
-from django_periodic.engine.planning.planned import Decision, Due
+from django_periodic.engine.records import Decision, Due, PlanResult
 from django_periodic.error_texts import error_text
 from django_periodic.models import (
     ANCHORED_AT_CREATION,
@@ -65,27 +64,6 @@ DECISION_FIELDS = (
     "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
     "max_runs", "fire_count", "has_overrides", "rrule",
 )  # fmt: skip
-
-
-@dataclass
-class PlanResult:
-    schedules: int = 0
-    fired: int = 0
-    late: int = 0  # of the fired, those past their misfire grace (fired by policy)
-    skipped: int = 0
-    failed: list[str] = field(default_factory=list)  # schedules that could not be planned
-    disabled: list[str] = field(default_factory=list)  # ...and were disabled for it
-
-    def __add__(self, other: "PlanResult") -> "PlanResult":
-        """Two batches' results as one (for a tick of several batches)."""
-        return PlanResult(
-            self.schedules + other.schedules,
-            self.fired + other.fired,
-            self.late + other.late,
-            self.skipped + other.skipped,
-            self.failed + other.failed,
-            self.disabled + other.disabled,
-        )
 
 
 def plan_due(

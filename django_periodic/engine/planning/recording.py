@@ -5,9 +5,19 @@ the value read to its new one, and only schedules whose cursor moved get their r
 PostgreSQL that is one statement whatever the batch size; elsewhere the ORM does it. If the
 database refuses a batch (a run breaking one-active-run, a value out of its range), or
 preparing it raises, the schedules are recorded one at a time, so one bad row fails alone.
+
+A schedule ends after its ``max_runs`` fires (docs/policies.md, "Lifecycle"). Its
+``fire_count`` counts its fires planned to run: the distinct plan times of a decision
+recorded pending or queued (a fanned-out fire counts once, however many scopes; a fire
+recorded skipped does not count, nor does a manual run or a backfill), worked out here
+(``counted``) and added by the statement that moves its cursor. A decision that would
+reach ``max_runs`` is cut at the fire that reaches it (``capped``): no fire after it is recorded
+(a misfire ``all`` catch-up cannot overshoot) and the cursor becomes NULL, so the
+schedule has no next fire until ``max_runs`` is raised or cleared (``Schedule.save()``).
 """
 
 import logging
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 
@@ -15,15 +25,15 @@ from django.db import transaction
 from django.db.models import Q
 
 from django_periodic import policies
+from django_periodic.choices import RunStatus
 from django_periodic.conf import get_settings
-from django_periodic.engine import batches
+from django_periodic.engine import batches, overlap
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import ending, overlap
-from django_periodic.engine.planning.planned import Decision, Due, Fire
-from django_periodic.engine.records import PlannedRow
+from django_periodic.engine.records import Decision, Due, Fire, PlannedRow, Recorded
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import Run, Schedule
+from django_periodic.models.lifecycle import runs_left
 from django_periodic.timing import stagger
 
 logger = logging.getLogger("django_periodic")
@@ -41,9 +51,9 @@ def record(
     read (``plan_due`` selects them ``FOR UPDATE``). A refused decision carries the
     database's error; its schedule's cursor has not moved. With ``inserted``, the runs
     inserted are added to that list (for the signals; it costs a RETURNING). A decision
-    that reaches its schedule's ``max_runs`` is recorded cut there (``ending.capped``).
+    that reaches its schedule's ``max_runs`` is recorded cut there (``capped``).
     """
-    decisions = [ending.capped(d) if d.schedule.max_runs else d for d in decisions]
+    decisions = [capped(d) if d.schedule.max_runs else d for d in decisions]
     return batches.else_one_by_one(
         lambda: (_record_atomically(decisions, now, using, inserted), []),
         lambda: _record_one_by_one(decisions, now, using, inserted),
@@ -66,10 +76,24 @@ def _record_atomically(
 def _record(
     decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
-    """Advance the cursors, supersede retries, insert the runs; return the decisions applied."""
+    """End the retries the new fires supersede, then advance the cursors and insert the runs;
+    return the decisions applied."""
     if not decisions:
         return []
-    return ledger(using).record_fires(decisions, now, using, inserted)
+    # A retry this batch supersedes ends first: it holds the active slot the new run takes.
+    supersede_retries(decisions, now, using)
+    return ledger(using).record_fires([recorded(d, now) for d in decisions], now, inserted)
+
+
+def recorded(decision: Decision, now: datetime) -> Recorded:
+    """A decision with what its statement writes: the fires ``fire_count`` counts, each run's
+    release and start deadline."""
+    schedule = decision.schedule
+    rows = []
+    for fire in decision.fires:
+        released = release(schedule, fire)
+        rows.append((fire, released, start_deadline(schedule, fire, released, now)))
+    return Recorded(decision, counted(decision.fires), tuple(rows))
 
 
 def supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:
@@ -136,3 +160,24 @@ def start_deadline(
     if fire.status != Run.Status.PENDING:
         return None
     return policies.start_deadline(schedule.misfire_grace, release or fire.plan_time, now)
+
+
+def counted(fires: tuple[Fire, ...]) -> int:
+    """How many fires of a decision ``fire_count`` counts: its plan times that run."""
+    return len({fire.plan_time for fire in fires if fire.status != RunStatus.SKIPPED})
+
+
+def capped(decision: Decision) -> Decision:
+    """The decision, cut at the fire that reaches its schedule's ``max_runs``."""
+    schedule = decision.schedule
+    left = runs_left(schedule.max_runs, schedule.fire_count)
+    if left is None or decision.error:
+        return decision
+    if left == 0:  # ended already (max_runs lowered without save(), say): nothing fires
+        return replace(decision, cursor=None, fires=(), supersedes=())
+    running = sorted({f.plan_time for f in decision.fires if f.status != RunStatus.SKIPPED})
+    if len(running) < left:
+        return decision
+    last = running[left - 1]
+    fires = tuple(fire for fire in decision.fires if fire.plan_time <= last)
+    return replace(decision, cursor=None, fires=fires)

@@ -23,9 +23,8 @@ from django.db.transaction import TransactionManagementError
 
 from django_periodic.choices import RunStatus
 from django_periodic.db import CONNECTION_ERRORS
-from django_periodic.engine.records import AttemptOutcome, Failure
+from django_periodic.engine.records import AttemptOutcome, Claim, Failure
 from django_periodic.engine.runs import outcomes
-from django_periodic.engine.runs.claim_types import Claim
 
 logger = logging.getLogger("django_periodic")
 

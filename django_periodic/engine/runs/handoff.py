@@ -28,8 +28,7 @@ from django_periodic import taskbackends
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
-from django_periodic.engine import batches, tracing
-from django_periodic.engine.planning import overlap
+from django_periodic.engine import batches, overlap, tracing
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run
 

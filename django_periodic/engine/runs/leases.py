@@ -20,10 +20,10 @@ from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import announcements, notifications
+from django_periodic.engine import overlap
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import overlap
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import outcomes, retries
-from django_periodic.engine.runs.claim_types import Claim
 from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
 from django_periodic.models.processes import held_through
 
@@ -55,7 +55,7 @@ def heartbeat(
     if not tokens:
         return 0
     held = Lease.objects.using(using).held().filter(process=process)
-    held = ledger(using).held_to_extend(held, tokens, process.pk, using)
+    held = ledger(using).held_to_extend(held, tokens, process.pk)
     return held.update(heartbeat_at=now, expires_at=_extended(now))
 
 
@@ -122,7 +122,7 @@ def mark_started(tokens: list[UUID], using: str = "default") -> set[UUID]:
     """Mark these leases started, at the database's clock, before their jobs are called;
     return the tokens marked: a lease released meanwhile (lost) is not, and its job must
     not start. One statement."""
-    return ledger(using).mark_started(tokens, using)
+    return ledger(using).mark_started(tokens)
 
 
 def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> SweepResult:
@@ -162,7 +162,7 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
 
 def _expired(now: datetime, using: str, orphans: bool) -> "LeaseQuerySet":
     if orphans:
-        return ledger(using).expired_or_orphaned(now, using)
+        return ledger(using).expired_or_orphaned(now)
     return Lease.objects.using(using).expired(now)
 
 

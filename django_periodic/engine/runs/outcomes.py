@@ -23,12 +23,10 @@ from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements
-from django_periodic.engine import batches
+from django_periodic.engine import batches, overlap
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.planning import overlap
-from django_periodic.engine.records import AttemptOutcome, Failure
+from django_periodic.engine.records import LATE_MESSAGE, AttemptOutcome, Claim, Failure
 from django_periodic.engine.runs import retries, storable
-from django_periodic.engine.runs.claim_types import LATE_MESSAGE, Claim
 from django_periodic.error_texts import error_text, shown
 from django_periodic.models import Lease, Run, Schedule
 
@@ -216,7 +214,7 @@ def _record(
 ) -> set[int]:
     """Record the batch in one transaction (one statement on PostgreSQL)."""
     with transaction.atomic(using=using, savepoint=savepoint):
-        recorded = ledger(using).record_outcomes(outcomes, now, using)
+        recorded = ledger(using).record_outcomes(outcomes, now)
         overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
         if signals.listened(*ENDING_SIGNALS.values()):
             ended = [o for o in outcomes if o.claim.run.pk in recorded]
@@ -284,11 +282,3 @@ def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> s
         and o.status in Run.FINAL_STATUSES
         and o.claim.run.schedule.overlap == Schedule.Overlap.QUEUE
     }
-
-
-# What an ended attempt writes on its run depends on its new status: a run skipped (claimed
-# ahead, too late to start) never started, and one given back (pending) has not ended, so
-# neither has a duration. _run_fields and OUTCOMES_SQL (built from these) both read them;
-# tests/test_rules.py checks that the two write the same.
-NEVER_STARTED = (Run.Status.SKIPPED,)
-NOT_ENDED = (Run.Status.PENDING,)

@@ -5,8 +5,8 @@ its ``SchedulerProcess`` id (``db/postgresql.py`` holds the key scheme and the s
 on its wake-up listener's connection, and notes that it does
 (``SchedulerProcess.locked_at``). The lock lives exactly as long as that session: when
 the process is killed (SIGKILL, the OOM killer, a crash), PostgreSQL ends the session and
-releases the lock. The look ahead of any other scheduler (``planning/look_ahead.py``), which comes
-every ``PROBE_INTERVAL`` while a lease is held anywhere, then sees leases whose holder lost
+releases the lock. The look ahead of any other scheduler (``loop/scheduler.py``), which
+comes every ``PROBE_INTERVAL`` while a lease is held anywhere, then sees leases whose holder lost
 its lock, and its sweep settles them at once, not ``lease_timeout`` later.
 
 Lease expiry stays the rule wherever no lock tells: SQLite, psycopg2, a connection pooler

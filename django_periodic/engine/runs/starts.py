@@ -33,8 +33,8 @@ from uuid import UUID
 from django.db import connections
 
 from django_periodic import registry
+from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import leases
-from django_periodic.engine.runs.claim_types import Claim
 
 logger = logging.getLogger("django_periodic")
 

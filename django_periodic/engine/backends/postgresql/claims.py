@@ -20,24 +20,23 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
+from django.db.models.expressions import RawSQL
 
-from django_periodic import signals
 from django_periodic.choices import CLAIMABLE_STATUSES, ErrorCode
 from django_periodic.db import clock, prepared, timestamps
-from django_periodic.engine.runs.claim_types import (
+from django_periodic.engine.backends.postgresql import rules
+from django_periodic.engine.records import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
     Claim,
     ClaimRequest,
     ClaimResult,
-    announce_ended,
 )
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.models.run import NOT_STARTED_VALUES
 from django_periodic.timing import bounds
 
 # The first claimable runs by release, locked; those past their start deadline are
-# skipped, those whose lease cannot be taken (claims.can_lease) fail, the rest run under a
+# skipped, those whose lease cannot be taken (records.can_lease) fail, the rest run under a
 # new lease each (started at their release, if claimed ahead of it). The outer SELECT has
 # one row even when nothing was claimed, so that the schedules of the runs skipped or
 # failed come back.
@@ -107,18 +106,15 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 RELEASE = "COALESCE(r.release_at, r.plan_time)"
 
 
-def _literal(value: str | int) -> str:
-    """A status (a string without quotes) or a number as an SQL literal."""
-    return f"'{value}'" if isinstance(value, str) else str(int(value))
+@cache
+def _too_late(using: str) -> tuple[str, dict[str, Any]]:
+    """Runs too late to start at the claim's clock (``t.now``): the ORM's rule
+    (``RunQuerySet.too_late_to_start``) as SQL, with its parameters."""
+    at_the_claim: Any = RawSQL("t.now", [])
+    late = Run.objects.using(using).too_late_to_start(at_the_claim)
+    return rules.condition(late, "late", alias="r")
 
 
-# Runs too late to start (RunQuerySet.too_late_to_start): not started, past the deadline.
-LATE = " AND ".join(
-    [
-        *(f"r.{name} = {_literal(value)}" for name, value in NOT_STARTED_VALUES.items()),
-        "r.start_deadline < t.now",
-    ]
-)
 _CLAIMABLE_STATUSES = ", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)
 CLAIMABLE_NOW = (
     f"r.status IN ({_CLAIMABLE_STATUSES}) AND {RELEASE} <= (SELECT now FROM t)"
@@ -128,7 +124,7 @@ CLAIMABLE_AHEAD = (
     f"r.status = 'pending' AND {RELEASE} > (SELECT now FROM t)"
     f" AND {RELEASE} <= (SELECT now FROM t) + %(ahead)s"
 )
-# A lease that cannot be taken: not claims.can_lease (tests/test_rules.py checks).
+# A lease that cannot be taken: not records.can_lease (tests/test_rules.py checks).
 UNLEASABLE = "NOT s.lease_timeout < %(latest)s::timestamptz - t.now"
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
@@ -142,7 +138,7 @@ def _claim_sql(using: str, ahead: bool, by_id: bool) -> str:
     return CLAIM_SQL.format(
         claimable=f"{claimable} AND {BY_ID if by_id else EXECUTED_HERE} AND {OF_JOBS}",
         release=RELEASE,
-        late=LATE,
+        late=_too_late(using)[0],
         unleasable=UNLEASABLE,
         # A task's run is locked only for moments (its dispatcher noting the task's id):
         # wait for it, or the task would find nothing to claim and its run wait for nothing.
@@ -182,6 +178,7 @@ def _claim(
         "run_id": wanted.run_id,
         "jobs": list(wanted.jobs),
         "started": wanted.starts_at_once,
+        **_too_late(using)[1],
     }
     by_id = wanted.run_id is not None
     # A claim's runs mostly share their plan time, and their schedules a few cursors.
@@ -194,9 +191,12 @@ def _claim(
     if now is None and db_claimed_at is not None:  # it read statement_timestamp()
         claimed_at = clock.monotonic_of(db_claimed_at, answered_at, using)
     late, late_runs, refused, refused_runs = rows[0][:4]
-    result = ClaimResult(late=late or [], refused=refused or [])
-    announce_ended(late_runs or [], signals.run_skipped, using)
-    announce_ended(refused_runs or [], signals.run_finished, using, duration=None)
+    result = ClaimResult(
+        late=late or [],
+        refused=refused or [],
+        late_runs=late_runs or [],
+        refused_runs=refused_runs or [],
+    )
     run_count = len(_fields(Run))
     schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
     connection = connections[using]  # looked up once: a thread-local look-up is not free

@@ -1,5 +1,6 @@
 """Planning recorded in one statement per batch (``PLAN_SQL``), and a backfill's runs inserted
-in one (``planning/recording.py`` and ``planning/backfill.py`` own what is recorded)."""
+in one (``planning/recording.py`` and ``planning/backfill.py`` own what is recorded, and work
+out what each run holds)."""
 
 from datetime import datetime, timedelta
 from functools import cache
@@ -12,9 +13,7 @@ from django_periodic.conf import tasks_backend_for
 from django_periodic.db import arrays
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import backfill, ending, recording
-from django_periodic.engine.planning.planned import Decision
-from django_periodic.engine.records import PlannedRow
+from django_periodic.engine.records import Decision, PlannedRow, Recorded
 from django_periodic.models import (
     AWAITING_RELEASE,
     Run,
@@ -34,7 +33,7 @@ SNAPSHOT_COLUMNS_LOADED: tuple[str, ...] = ()
 # transaction has locked them), its tasks backend by conf.tasks_backend_for's rule in SQL,
 # and exclusive as policies.is_exclusive decides it in Python: taken_from_schedule's
 # values, which tests/test_rules.py checks the runs against. The cursor's move adds the
-# fires the decision counts (ending.counted) to fire_count. Only a plan time
+# fires the decision counts (Recorded.counted) to fire_count. Only a plan time
 # already recorded is ignored: any other conflict (a second active run) is an error that
 # rolls the batch back. It returns the ids whose cursor did not move.
 #
@@ -116,12 +115,11 @@ def _record_sql(using: str) -> str:
 
 
 def record_fires(
-    decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
+    decisions: list[Recorded], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
-    # A retry this batch supersedes ends first: it holds the active slot the new run takes.
-    # Every cursor then moves: this transaction has held the rows' locks since it read the
-    # cursors, so the compare-and-set cannot fail and no retry ends without its successor.
-    recording.supersede_retries(decisions, now, using)
+    # Every cursor moves: this transaction has held the rows' locks since it read the
+    # cursors, so the compare-and-set cannot fail and no retry the batch superseded
+    # (planning/recording.py ended them first) ends without its successor.
     connection = connections[using]
     returning = inserted is not None
     sql = _record_sql(using).format(
@@ -131,16 +129,16 @@ def record_fires(
     with connection.cursor() as cursor:
         # conf.tasks_backend_for() in SQL: the schedule's backend, else the setting's.
         params: dict[str, Any] = {"now": now, "tasks_backend": tasks_backend_for("")}
-        params.update(_shapes(decisions, now))
+        params.update(_shapes(decisions))
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     stuck = {row[0] for row in rows if row[1] is None}
     if inserted is not None:
         inserted += [row for row in rows if row[1] is not None]
-    return [d for d in decisions if d.schedule.pk not in stuck]
+    return [r.decision for r in decisions if r.decision.schedule.pk not in stuck]
 
 
-def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
+def _shapes(decisions: list[Recorded]) -> dict[str, str]:
     """PLAN_SQL's arrays: each schedule's id and shape, each distinct shape's cursors and
     fires once."""
     shapes: dict[tuple[Any, ...], int] = {}
@@ -148,7 +146,8 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
     shape_of: list[int] = []
     cursors: dict[str, list[Any]] = {"old_cursor": [], "new_cursor": [], "counted": []}
     fires: dict[str, list[Any]] = {name: [] for name in FIRE_COLUMNS}
-    for d in decisions:
+    for recorded in decisions:
+        d = recorded.decision
         schedule = d.schedule
         exclusive = policies.is_exclusive(schedule.overlap)
         # A stagger is the schedule's own: a staggered schedule shares its shape with none.
@@ -159,10 +158,8 @@ def _shapes(decisions: list[Decision], now: datetime) -> dict[str, str]:
             shape = shapes[(*key, staggered)] = len(shapes) + 1  # ORDINALITY counts from 1
             cursors["old_cursor"].append(schedule.next_fire_at)
             cursors["new_cursor"].append(d.cursor)
-            cursors["counted"].append(ending.counted(d.fires))
-            for fire in d.fires:
-                release = recording.release(schedule, fire)
-                deadline = recording.start_deadline(schedule, fire, release, now)
+            cursors["counted"].append(recorded.counted)
+            for fire, release, deadline in recorded.fires:
                 row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
                 values = (*row, exclusive, deadline, fire.scope, release)
                 for name, value in zip(FIRE_COLUMNS, values, strict=True):
@@ -233,7 +230,7 @@ def insert_backfill(
     quote = connection.ops.quote_name
     awaiting, awaiting_params = rules.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
     fields = {field.name: field for field in Run._meta.concrete_fields}
-    new = backfill.new_run_fields(schedule)
+    new = in_range.run_fields
     sql = INSERT_SQL.format(
         run=quote(Run._meta.db_table),
         awaiting_release=awaiting,

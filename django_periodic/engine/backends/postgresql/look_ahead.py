@@ -1,18 +1,17 @@
 """The look ahead in one statement (``HORIZON_SQL``), built from the rows each time of the
-horizon is the earliest of (``planning/look_ahead.py``)."""
+horizon is the earliest of (``sqlite/reading.earliest``)."""
 
 from functools import lru_cache
 from typing import Any
 
 from django.db import connections
 
+from django_periodic.db import postgresql
 from django_periodic.db.postgresql import HELD_SQL
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
-from django_periodic.engine.planning import fleet
-from django_periodic.engine.planning import look_ahead as look_ahead_
-from django_periodic.engine.runs import presence
-from django_periodic.models import Lease
+from django_periodic.engine.backends.sqlite.reading import earliest as earliest_of
+from django_periodic.models import Lease, SchedulerProcess
 from django_periodic.timing.bounds import EARLIEST, LATEST
 
 # Each MIN reads the first entry of a partial index (see Run.Meta.indexes), once (the CTE
@@ -44,7 +43,7 @@ WITHIN_BOUNDS = (
 def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]]:
     quote = connections[using].ops.quote_name
     selected, params = [], {}
-    earliest = look_ahead_.earliest(using, jobs)
+    earliest = earliest_of(using, jobs)
     for name, (rows, of) in earliest.items():
         condition, condition_params = rules.condition(rows, name)
         column = rules.expression(rows, of)
@@ -58,13 +57,13 @@ def _horizon_sql(using: str, jobs: tuple[str, ...]) -> tuple[str, dict[str, Any]
         within_bounds=", ".join(WITHIN_BOUNDS.format(name) for name in earliest),
         lease=quote(Lease._meta.db_table),
         held=HELD_SQL,
-        lost=presence.lost_sql(quote),
+        lost=postgresql.lost_sql(quote(SchedulerProcess._meta.db_table)),
     )
     return sql, params
 
 
-def look_ahead(using: str, judge: bool) -> records.Horizon:
-    sql, params = _horizon_sql(using, fleet.local_jobs())
+def look_ahead(using: str, jobs: tuple[str, ...], judge: bool) -> records.Horizon:
+    sql, params = _horizon_sql(using, jobs)
     with connections[using].cursor() as cursor:
         cursor.execute(sql, {**params, "earliest": EARLIEST, "latest": LATEST, "judge": judge})
         row = cursor.fetchone()

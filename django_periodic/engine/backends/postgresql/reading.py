@@ -8,14 +8,14 @@ from typing import Any
 from django.db import connections
 from django.db.models import Field
 
-from django_periodic.engine.backends.portable.reading import (
+from django_periodic.engine.backends.postgresql import rules
+from django_periodic.engine.backends.sqlite.reading import (
     LAGGED,
     RECENT_RUN_FIELDS,
     UNITS,
     Bucket,
     series_window,
 )
-from django_periodic.engine.backends.postgresql import rules
 from django_periodic.models import (
     RELEASE,
     Run,

@@ -18,9 +18,9 @@ from django_periodic.choices import LEDGER_TRIGGERS
 _PLACEHOLDER = re.compile(r"(?<!%)%s")
 
 
-def condition(queryset: QuerySet[Any], prefix: str) -> tuple[str, dict[str, Any]]:
+def condition(queryset: QuerySet[Any], prefix: str, alias: str = "") -> tuple[str, dict[str, Any]]:
     """The WHERE condition of ``queryset`` as SQL with named parameters (``prefix_0``, ...),
-    for a statement that reads the model's table under its own name (no alias)."""
+    for a statement that reads the model's table under its own name, or as ``alias``."""
     query = queryset.query
     compiler = query.get_compiler(using=queryset.db)
     try:
@@ -35,7 +35,11 @@ def condition(queryset: QuerySet[Any], prefix: str) -> tuple[str, dict[str, Any]
         named[name] = params[len(named)]
         return f"%({name})s"
 
-    return _PLACEHOLDER.sub(name_one, sql), named
+    sql = _PLACEHOLDER.sub(name_one, sql)
+    if alias:
+        table = compiler.connection.ops.quote_name(queryset.model._meta.db_table)
+        sql = sql.replace(f"{table}.", f"{alias}.")
+    return sql, named
 
 
 def expression(queryset: QuerySet[Any], value: Expression | F) -> str:

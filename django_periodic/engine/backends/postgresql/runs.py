@@ -10,12 +10,10 @@ from django.db import connections, models
 from django.db.models import Q
 from django.db.models.expressions import RawSQL
 
-from django_periodic.db import arrays, prepared
+from django_periodic.db import arrays, postgresql, prepared
 from django_periodic.db.postgresql import HELD_SQL, RELEASE_SQL
-from django_periodic.engine.records import AttemptOutcome
-from django_periodic.engine.runs import outcomes as outcomes_
-from django_periodic.engine.runs import presence
-from django_periodic.models import Lease, LeaseQuerySet, Run
+from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome
+from django_periodic.models import Lease, LeaseQuerySet, Run, SchedulerProcess
 
 
 def of_schedules(using: str, schedule_ids: list[int]) -> Q | RawSQL:
@@ -78,12 +76,13 @@ def mark_started(tokens: list[UUID], using: str) -> set[UUID]:
 
 def expired_or_orphaned(now: datetime, using: str) -> LeaseQuerySet:
     """Leases held past their expiry, or by a process whose session lock is gone."""
-    lost = RawSQL(presence.lost_sql(connections[using].ops.quote_name), [])
+    process_table = connections[using].ops.quote_name(SchedulerProcess._meta.db_table)
+    lost = RawSQL(postgresql.lost_sql(process_table), [])
     held = Lease.objects.using(using).held()
     return held.filter(Q(expires_at__lt=now) | Q(process_id__in=lost))
 
 
-# What the portable backend's record_outcomes writes (the run's fields as its _run_fields
+# What the SQLite backend's record_outcomes writes (the run's fields as its _run_fields
 # writes them), for a whole batch in one statement.
 OUTCOMES_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
@@ -127,8 +126,8 @@ def _record_sql(using: str) -> str:
         lease=quote(Lease._meta.db_table),
         release=release,
         held=HELD_SQL,
-        never_started=_statuses(outcomes_.NEVER_STARTED),
-        not_ended=_statuses(outcomes_.NOT_ENDED),
+        never_started=_statuses(NEVER_STARTED),
+        not_ended=_statuses(NOT_ENDED),
     )
 
 

@@ -1,5 +1,6 @@
 """Planning recorded through the ORM: cursors moved, then the runs of the schedules whose
-cursor moved inserted (``planning/recording.py`` owns recording); and a backfill's runs."""
+cursor moved inserted (``planning/recording.py`` owns recording, and works out what each
+run holds); and a backfill's runs."""
 
 from datetime import datetime, timedelta
 from typing import Any
@@ -10,9 +11,7 @@ from django.db.models import Max
 
 from django_periodic import choices
 from django_periodic.engine import records
-from django_periodic.engine.planning import backfill, ending, recording
-from django_periodic.engine.planning.planned import Decision, Due, Fire
-from django_periodic.engine.records import PlannedRow
+from django_periodic.engine.records import Decision, Due, FireRow, PlannedRow, Recorded
 from django_periodic.models import (
     AWAITING_RELEASE,
     Run,
@@ -24,7 +23,7 @@ from django_periodic.models.run import (
 )
 
 
-def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[int]:
+def _advance_cursors_serialized(decisions: list[Recorded], using: str) -> set[int]:
     # SQLite runs one write transaction at a time (BEGIN IMMEDIATE), so the rows we read
     # cannot have changed under us; executemany of a prepared UPDATE is its fastest form.
     connection = connections[using]
@@ -34,31 +33,31 @@ def _advance_cursors_serialized(decisions: list[Decision], using: str) -> set[in
         " planning_failures = 0 WHERE id = %s"
     )
     params = [
-        (_db_datetime(d.cursor, connection), ending.counted(d.fires), d.schedule.pk)
-        for d in decisions
+        (_db_datetime(r.decision.cursor, connection), r.counted, r.decision.schedule.pk)
+        for r in decisions
     ]
     with connection.cursor() as cursor:
         cursor.executemany(sql, params)
-    return {d.schedule.pk for d in decisions}
+    return {r.decision.schedule.pk for r in decisions}
 
 
 def _db_datetime(value: datetime | None, connection: BaseDatabaseWrapper) -> Any:
     return None if value is None else connection.ops.adapt_datetimefield_value(value)
 
 
-def _insert_runs(decisions: list[Decision], now: datetime, using: str) -> list[Run]:
+def _insert_runs(decisions: list[Recorded], now: datetime, using: str) -> list[Run]:
     """Record every fire; a (schedule, scope, plan_time) already recorded is left as it is.
     Returns the runs inserted."""
-    runs = [_fire_run(d.schedule, fire, now) for d in decisions for fire in d.fires]
+    runs = [_fire_run(r.decision.schedule, row, now) for r in decisions for row in r.fires]
     recorded = _recorded_plan_times(runs, using)
     new = [run for run in runs if (run.schedule_id, run.scope, run.plan_time) not in recorded]
     # No ignore_conflicts: SQLite would then also drop a run that breaks one-active-run.
     return Run.objects.using(using).bulk_create(new)
 
 
-def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
+def _fire_run(schedule: Due, row: FireRow, now: datetime) -> Run:
     # Run.for_schedule, from the columns loaded for it.
-    release = recording.release(schedule, fire)
+    fire, release, start_deadline = row
     return Run(
         schedule_id=schedule.pk,
         scope=fire.scope,
@@ -68,7 +67,7 @@ def _fire_run(schedule: Due, fire: Fire, now: datetime) -> Run:
         status=fire.status,
         error_code=fire.error_code,
         error_message=fire.error_message,
-        start_deadline=recording.start_deadline(schedule, fire, release, now),
+        start_deadline=start_deadline,
         finished_at=finished_when_recorded(fire.status, now),
         created_at=now,
     )
@@ -86,19 +85,17 @@ def _recorded_plan_times(runs: list[Run], using: str) -> set[tuple[int, str, dat
 
 
 def record_fires(
-    decisions: list[Decision], now: datetime, using: str, inserted: list[PlannedRow] | None
+    decisions: list[Recorded], now: datetime, using: str, inserted: list[PlannedRow] | None
 ) -> list[Decision]:
-    """Move the cursors, end the retries the new fires supersede, insert the runs; return
-    the decisions applied."""
+    """Move the cursors, insert the runs; return the decisions applied."""
     advanced = _advance_cursors_serialized(decisions, using)
-    planned = [d for d in decisions if d.schedule.pk in advanced]
-    recording.supersede_retries(planned, now, using)
+    planned = [r for r in decisions if r.decision.schedule.pk in advanced]
     new = _insert_runs(planned, now, using)
     if inserted is not None:
         inserted += [
             (r.pk, r.schedule_id, r.scope, r.plan_time, r.status, r.error_code) for r in new
         ]
-    return planned
+    return [r.decision for r in planned]
 
 
 def _first_release(schedule: Schedule, now: datetime, spacing: timedelta, using: str) -> datetime:
@@ -114,14 +111,14 @@ def insert_backfill(
     # SQLite runs one write transaction at a time (transaction_mode IMMEDIATE, see checks),
     # so what this transaction reads cannot change before it writes.
     with transaction.atomic(using=using):
-        recorded = backfill.recorded(schedule, in_range, using)
+        recorded_ = recorded(schedule, in_range, using)
         release = _first_release(schedule, now, spacing, using)
         runs = []
         for plan_time in in_range.times:
             for scope in in_range.scopes:
-                if (scope, plan_time) in recorded:
+                if (scope, plan_time) in recorded_:
                     continue
-                runs.append(_run(schedule, plan_time, scope, release, now))
+                runs.append(_run(schedule, in_range, plan_time, scope, release, now))
                 release += spacing
         Run.objects.using(using).bulk_create(runs)
     return [(run.pk, run.scope, run.plan_time, _release_of(run)) for run in runs]
@@ -132,17 +129,32 @@ def _release_of(run: Run) -> datetime:
     return run.next_retry_at
 
 
+def recorded(
+    schedule: Schedule, in_range: records.InRange, using: str
+) -> set[tuple[str, datetime]]:
+    """The in_range (scope, plan time) pairs that have a run of any trigger."""
+    runs = Run.objects.using(using).filter(
+        schedule=schedule, plan_time__gte=in_range.start, plan_time__lt=in_range.end
+    )
+    pairs = {(scope, plan_time) for plan_time in in_range.times for scope in in_range.scopes}
+    return pairs & set(runs.values_list("scope", "plan_time"))
+
+
 def _run(
-    schedule: Schedule, plan_time: datetime, scope: str, release: datetime, now: datetime
+    schedule: Schedule,
+    in_range: records.InRange,
+    plan_time: datetime,
+    scope: str,
+    release: datetime,
+    now: datetime,
 ) -> Run:
-    fields = backfill.new_run_fields(schedule)
     return Run(
         schedule=schedule,
         plan_time=plan_time,
         scope=scope,
         next_retry_at=release,
         created_at=now,
-        **fields,
+        **in_range.run_fields,
     )
 
 

@@ -1,19 +1,19 @@
-"""Reads for the admin and the health report through the ORM: a page's recent runs, the
-fire lag's percentiles (``admin/history.py``, ``operations/health.py``), runs and lag over
-time (the overview page, ``admin/overview``)."""
+"""Reads through the ORM: the scheduler's look ahead, one aggregate per time of the horizon
+(``loop/scheduler.look_ahead``); and for the admin and the health report, a page's recent runs,
+the fire lag's percentiles (``admin/history.py``, ``operations/health.py``), runs and lag
+over time (the overview page, ``admin/overview``)."""
 
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, F, Q, Window
+from django.db.models import Count, Expression, F, Min, Q, QuerySet, Window
 from django.db.models.functions import RowNumber, TruncHour, TruncMinute
 
-from django_periodic.models import (
-    RELEASE,
-    Run,
-)
+from django_periodic.db import clock
+from django_periodic.engine.records import Horizon
+from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
 
 LAG_SAMPLE = 10_000
 # The runs whose start measures the scheduler's promptness: first attempts (a retry's start
@@ -24,6 +24,40 @@ LAGGED = Q(attempt=1) & ~Q(trigger=Run.Trigger.BACKFILL)
 PLANNED_BEFORE = timedelta(hours=1)
 # A series' buckets: a minute or an hour, cut in UTC.
 UNITS = ("minute", "hour")
+
+
+def earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any], Expression | F]]:
+    """Each time of the horizon: the rows it is the earliest of, and of which column (or
+    expression). One home for both paths: the ORM reads these, PostgreSQL's statement is
+    built from them. Runs our workers execute count only if their job is one of ``jobs``,
+    this process's (fleet.py): a run only another release can execute is no work for us."""
+    runs = Run.objects.using(using)
+    ours = runs.executed_here().of_jobs(jobs)
+    pending = ours.filter(status=Run.Status.PENDING)
+    retries = (ours | runs.handed_off()).filter(status=Run.Status.RETRYING)
+    enqueued = runs.filter(status__in=CLAIMABLE_STATUSES, enqueued_at__isnull=False)
+    return {
+        "next_fire": (Schedule.objects.using(using).enabled(), F("next_fire_at")),
+        "next_retry": (retries.filter(enqueued_at__isnull=True), F("next_retry_at")),
+        "next_expiry": (Lease.objects.using(using).held(), F("expires_at")),
+        "next_pending": (pending, RELEASE),
+        "next_handoff": (
+            runs.handed_off().filter(status=Run.Status.PENDING, enqueued_at__isnull=True),
+            RELEASE,
+        ),
+        # As periodic_run_enqueued indexes them: their first entry is the earliest.
+        "next_enqueued": (enqueued, F("enqueued_at")),
+    }
+
+
+def look_ahead(using: str, jobs: tuple[str, ...]) -> Horizon:
+    """The horizon now, one aggregate per time (no session locks here: no process is known
+    to have died but by its lease's expiry)."""
+    at = {
+        name: rows.aggregate(at=Min(column))["at"]
+        for name, (rows, column) in earliest(using, jobs).items()
+    }
+    return Horizon(now=clock.now(using), **at)
 
 
 def _percentile(ordered: list[timedelta], fraction: float) -> timedelta | None:

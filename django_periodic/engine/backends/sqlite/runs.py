@@ -11,8 +11,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from django_periodic.db import clock
-from django_periodic.engine.records import AttemptOutcome
-from django_periodic.engine.runs import outcomes as outcomes_
+from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome
 from django_periodic.models import Lease, LeaseQuerySet, Run
 
 
@@ -59,9 +58,9 @@ def record_outcomes(
 
 
 def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
-    never_started = outcome.status in outcomes_.NEVER_STARTED
+    never_started = outcome.status in NEVER_STARTED
     started_at = None if never_started else outcome.started_at or outcome.claim.run.started_at
-    ended = outcome.status not in outcomes_.NOT_ENDED
+    ended = outcome.status not in NOT_ENDED
     retry = outcome.retry_in
     return {
         "status": outcome.status,

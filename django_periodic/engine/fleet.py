@@ -27,8 +27,8 @@ from django.db.models.functions import Coalesce
 from django_periodic import registry, signals
 from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
-from django_periodic.engine.planning.planned import Due
-from django_periodic.engine.runs.claim_types import announce_ended
+from django_periodic.engine.overlap import announce_ended
+from django_periodic.engine.records import Due
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Run, Schedule, SchedulerProcess
 from django_periodic.models.run import past_start_deadline_filter
 

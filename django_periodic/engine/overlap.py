@@ -1,6 +1,7 @@
 """The overlap policy on the ledger: what each (schedule, scope) has in flight, the runs
 recorded outside the trigger's plan times under it (manual, retry), the waiting retries a
-newer fire supersedes, and the queued run promoted when its scope frees up.
+newer fire supersedes, the queued run promoted when its scope frees up, and the signals
+of runs ended without running (``announce_ended``), which make way for a queued one.
 
 The decisions themselves are pure (``policies``); this module feeds them the rows and
 writes what they decide.
@@ -13,6 +14,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
+from django.dispatch import Signal
 
 from django_periodic import policies, signals
 from django_periodic.choices import ErrorCode
@@ -30,9 +32,7 @@ def occupancy(
     policy (one query). An unscoped schedule's runs have the scope ""."""
     active = Q(status__in=[Run.Status.PENDING, Run.Status.RUNNING])
     rows = (
-        runs.filter(
-            ledger(runs.db).of_schedules(runs.db, schedule_ids), status__in=Run.ACTIVE_STATUSES
-        )
+        runs.filter(ledger(runs.db).of_schedules(schedule_ids), status__in=Run.ACTIVE_STATUSES)
         .values("schedule_id", "scope")
         .annotate(
             active=Count("pk", filter=active),
@@ -155,3 +155,11 @@ def _extra_run(
     if status == Run.Status.SKIPPED:
         run.finished_at = now
     return run
+
+
+def announce_ended(run_ids: list[int], signal: Signal, using: str, **extra: Any) -> None:
+    """``signal`` for runs a claim ended without running them: ``run_skipped`` for those
+    past their start deadline, ``run_finished`` for those it failed (rare: one query)."""
+    if run_ids and signals.listened(signal):
+        ended = Run.objects.using(using).filter(pk__in=run_ids).select_related("schedule")
+        announcements.send_on_commit((signals.of_run(signal, r, **extra) for r in ended), using)
