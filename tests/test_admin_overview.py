@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from django_periodic.admin.overview import sections
 from django_periodic.db import clock
-from django_periodic.engine.backends.sqlite.reading import truncated
+from django_periodic.engine.records import truncated
 from django_periodic.models import Run, Schedule
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import overdue_schedule

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -367,3 +367,14 @@ class InRange:
 
 # A run recorded: (id, schedule id, scope, plan time, status, error code).
 PlannedRow = tuple[int | None, int, str, datetime, str, str]
+
+
+# A run series' bucket: (its start, runs started in it, their lag's p50 and p99).
+Bucket = tuple[datetime, int, timedelta | None, timedelta | None]
+
+
+def truncated(moment: datetime, unit: str) -> datetime:
+    """The start of the ``unit`` (minute or hour, in UTC) that holds ``moment``: the bucket of
+    a run series (``run_series``) that a moment falls in."""
+    moment = moment.astimezone(UTC).replace(second=0, microsecond=0)
+    return moment.replace(minute=0) if unit == "hour" else moment

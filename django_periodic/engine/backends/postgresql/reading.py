@@ -13,9 +13,9 @@ from django_periodic.engine.backends.sqlite.reading import (
     LAGGED,
     RECENT_RUN_FIELDS,
     UNITS,
-    Bucket,
     series_window,
 )
+from django_periodic.engine.records import Bucket
 from django_periodic.models import (
     RELEASE,
     Run,

@@ -12,7 +12,7 @@ from django.db.models import Count, Expression, F, Min, Q, QuerySet, Window
 from django.db.models.functions import RowNumber, TruncHour, TruncMinute
 
 from django_periodic.db import clock
-from django_periodic.engine.records import Horizon
+from django_periodic.engine.records import Bucket, Horizon, truncated
 from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
 
 LAG_SAMPLE = 10_000
@@ -95,7 +95,6 @@ def fire_lag(since: datetime, using: str) -> tuple[int, timedelta | None, timede
 
 
 # One bucket of a series: its start (UTC), the runs started in it, its lag's p50 and p99.
-Bucket = tuple[datetime, int, timedelta | None, timedelta | None]
 
 
 def series_window(since: datetime, until: datetime) -> Q:
@@ -106,12 +105,6 @@ def series_window(since: datetime, until: datetime) -> Q:
         started_at__gte=since,
         started_at__lt=until,
     )
-
-
-def truncated(moment: datetime, unit: str) -> datetime:
-    """The start of the ``unit`` (minute or hour, in UTC) that holds ``moment``."""
-    moment = moment.astimezone(UTC).replace(second=0, microsecond=0)
-    return moment.replace(minute=0) if unit == "hour" else moment
 
 
 def run_series(since: datetime, until: datetime, unit: str, using: str) -> list[Bucket]:
