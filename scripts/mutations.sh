@@ -136,7 +136,7 @@ TITLE[6a]="a NOTIFY dropped: after planning"
 GUARDS[6a]="tests/test_wakeups.py::test_runs_planned_beyond_what_the_planner_starts_itself_wake_the_other_schedulers"
 break_6a() {
     replace_once django_periodic/engine/loop/scheduler.py \
-        "            notifications.notify(self.using)  # more than we start at once: others claim too" \
+        "            announcements.notify(self.using)  # more than we start at once: others claim too" \
         "            pass"
 }
 
@@ -146,7 +146,7 @@ GUARDS[6b]="tests/test_policies.py::test_a_sleeping_scheduler_wakes_at_once_for_
 break_6b() {
     replace_once django_periodic/engine/overlap.py \
         "        if any(run.status == Run.Status.PENDING for run in created):
-            notifications.notify(using)" \
+            announcements.notify(using)" \
         "        if any(run.status == Run.Status.PENDING for run in created):
             pass"
 }

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from django_periodic.checks import pooling_warnings, wakeup_database_errors
-from django_periodic.db import notifications, pooling, postgresql, prepared
+from django_periodic.db import announcements, pooling, postgresql, prepared
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.runs import presence
 from django_periodic.models import Run, SchedulerProcess
@@ -77,7 +77,7 @@ def test_wakeups_through_pgbouncer_reach_the_listener_on_the_direct_connection(
     wait_for(lambda: listener.listening, WAKE_TIMEOUT, "the listener to trust its connection")
     assert listener.alias == "direct"
     wake.clear()
-    notifications.notify("default")  # through PgBouncer, as the schedulers and the admin send them
+    announcements.notify("default")  # through PgBouncer, as the schedulers and the admin send them
     assert wake.wait(WAKE_TIMEOUT), "a notification sent through PgBouncer never arrived"
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_periodic.db import clock, notifications, postgresql
+from django_periodic.db import announcements, clock, postgresql
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.models import Run
@@ -80,7 +80,7 @@ def raw_listen(postgres, transactional_db):
 
 def test_notify_does_nothing_on_sqlite(sqlite):
     with CaptureQueriesContext(connection) as captured:
-        notifications.notify()
+        announcements.notify()
     assert len(captured) == 0
 
 
@@ -98,13 +98,13 @@ def test_a_listener_wakes_its_loop_as_soon_as_it_listens(listener, wake):
 
 def test_notify_wakes_a_listener(listener, wake):
     connected(wake)
-    notifications.notify()
+    announcements.notify()
     assert wake.wait(WAKE_TIMEOUT)
 
 
 def test_a_notify_inside_a_transaction_is_delivered_at_its_commit(raw_listen):
     with transaction.atomic():
-        notifications.notify()
+        announcements.notify()
         notify_elsewhere("committed meanwhile")
         assert payloads(raw_listen, 1) == ["committed meanwhile"]
     assert payloads(raw_listen, 1) == [""]
@@ -112,7 +112,7 @@ def test_a_notify_inside_a_transaction_is_delivered_at_its_commit(raw_listen):
 
 def test_a_notify_rolled_back_is_never_delivered(raw_listen):
     with transaction.atomic():
-        notifications.notify()
+        announcements.notify()
         transaction.set_rollback(True)
     notify_elsewhere("after the rollback")
     assert payloads(raw_listen, 1) == ["after the rollback"]
@@ -133,7 +133,7 @@ def test_a_listener_reconnects_after_its_backend_is_terminated(listener, wake):
         "a new listening session",
     )
     assert len(others) == 1
-    notifications.notify()
+    announcements.notify()
     assert wake.wait(WAKE_TIMEOUT)
 
 

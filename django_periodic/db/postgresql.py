@@ -3,7 +3,7 @@
 fragments that read and release leases, and whether a session is idle.
 
 Only the modules that use a session call these, each after asking ``db.features(using)``
-whether the database has them: ``db/clock.py``, ``db/notifications.py``,
+whether the database has them: ``db/clock.py``, ``db/announcements.py``,
 ``engine/loop/wakeups.py``, ``engine/runs/presence.py``, ``operations/retention.py``, the
 PostgreSQL ledger backend, and ``engine/loop/worker_connections.py``. Nothing here needs
 the models: a statement that names a table is given its quoted name.

@@ -18,7 +18,7 @@ from django.dispatch import Signal
 
 from django_periodic import policies, signals
 from django_periodic.choices import ErrorCode
-from django_periodic.db import announcements, notifications
+from django_periodic.db import announcements
 from django_periodic.engine.backends import ledger
 from django_periodic.models import BACKFILLED, Run, RunQuerySet, Schedule
 
@@ -96,7 +96,7 @@ def promote_queued(using: str, schedule_ids: Iterable[int] | None) -> int:
     except IntegrityError:
         return 0  # another process promoted a run of the same scope first: it starts
     if promoted:
-        notifications.notify(using)
+        announcements.notify(using)
     return promoted
 
 
@@ -132,7 +132,7 @@ def plan_extra_runs(
             supersede_retries(runs.filter(schedule=locked, scope__in=superseding), now)
         created = runs.bulk_create(new)
         if any(run.status == Run.Status.PENDING for run in created):
-            notifications.notify(using)
+            announcements.notify(using)
         if signals.listened(signals.run_planned, signals.run_skipped):
             announcements.send_on_commit(map(signals.recorded, created), using)
     return created

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import choices, db
 from django_periodic.choices import OverrideAction
-from django_periodic.db import clock, notifications
+from django_periodic.db import announcements, clock
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.run import RunQuerySet
 from django_periodic.models.schedule_fields import ScheduleFields
@@ -147,7 +147,7 @@ class Overriding(ScheduleFields):
             found.delete()
             _move_cursor(locked, min(plan_time, found.at), using)
         self.next_fire_at = locked.next_fire_at
-        notifications.notify(using)  # wake the schedulers
+        announcements.notify(using)  # wake the schedulers
 
 
 def _override(schedule: ScheduleFields, override: FireOverride) -> FireOverride:
@@ -179,7 +179,7 @@ def _override(schedule: ScheduleFields, override: FireOverride) -> FireOverride:
             _move_cursor(locked, min(override.plan_time, override.at), using)
     # The caller's instance too, so that saving it later does not put the old cursor back.
     schedule.next_fire_at = locked.next_fire_at
-    notifications.notify(using)  # wake the schedulers
+    announcements.notify(using)  # wake the schedulers
     return override
 
 

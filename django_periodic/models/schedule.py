@@ -20,7 +20,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from django_periodic.choices import ScheduleKind
-from django_periodic.db import clock, notifications
+from django_periodic.db import announcements, clock
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import alerting, pausing, validation, versions
@@ -190,7 +190,7 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
 
 def wake_schedulers(using: str) -> None:
     """Tell sleeping schedulers that a cursor moved (a NOTIFY on PostgreSQL, on commit)."""
-    notifications.notify(using)
+    announcements.notify(using)
 
 
 def writes_every_field(schedule: Schedule, kwargs: dict[str, Any]) -> bool:

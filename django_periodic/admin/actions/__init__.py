@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from django_periodic.admin import display
 from django_periodic.admin.actions import backfill as backfill_page
 from django_periodic.admin.actions import pause as pause_page
-from django_periodic.db import clock, notifications
+from django_periodic.db import announcements, clock
 from django_periodic.models import Schedule, ScheduleQuerySet, changed_by
 from django_periodic.timing import triggers
 
@@ -79,7 +79,7 @@ def resume_with_catch_up(
     # cursor stays, and the planner fires or skips the missed times by the misfire policy.
     kept = cast(ScheduleQuerySet, paused.filter(next_fire_at__isnull=False))
     resumed += kept.update_versioned(by=by, enabled=True, updated_at=clock.now(queryset.db))
-    notifications.notify(queryset.db)
+    announcements.notify(queryset.db)
     _report_resumed(model_admin, request, resumed, failed)
 
 

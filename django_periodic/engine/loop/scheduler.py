@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 
 from django_periodic.conf import get_settings
-from django_periodic.db import clock, notifications, pooling
+from django_periodic.db import announcements, clock, pooling
 from django_periodic.engine import fleet, records, tracing
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
@@ -227,7 +227,7 @@ class Scheduler:
         # a few times before it is due; the look-ahead shows whether one was left.
         self._replan_at = now + self.lead / REPLANS
         if planned.fired > (self.pool.free() if self.pool else 0):
-            notifications.notify(self.using)  # more than we start at once: others claim too
+            announcements.notify(self.using)  # more than we start at once: others claim too
         return planned
 
     def _left_a_fire(self, ahead: records.Horizon) -> bool:

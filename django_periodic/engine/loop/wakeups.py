@@ -1,5 +1,5 @@
 """Wake-ups heard: LISTEN to end a sleeping scheduler's wait when there is new work
-(``db/notifications.py`` sends them; only PostgreSQL has them, elsewhere schedulers poll
+(``db/announcements.py`` sends them; only PostgreSQL has them, elsewhere schedulers poll
 at ``POLL_INTERVAL``)."""
 
 import contextlib

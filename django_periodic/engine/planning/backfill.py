@@ -19,7 +19,7 @@ from typing import Any
 
 from django_periodic import scopes as scope_providers
 from django_periodic import signals
-from django_periodic.db import announcements, clock, notifications
+from django_periodic.db import announcements, clock
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import BackfilledRow, InRange
 from django_periodic.models import (
@@ -77,7 +77,7 @@ def backfill(
         return BackfillResult(in_range.start, in_range.end, 0, 0)
     inserted = ledger(using).insert_backfill(schedule, in_range, now, spacing)
     if inserted:
-        notifications.notify(using)
+        announcements.notify(using)
     if signals.listened(signals.run_planned):
         announcements.send_on_commit(_planned_events(schedule, inserted, using), using)
     releases = [release for _, _, _, release in inserted]

@@ -19,7 +19,7 @@ from django.db.models.fields import DateTimeField
 from django_periodic import signals
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
-from django_periodic.db import announcements, notifications
+from django_periodic.db import announcements
 from django_periodic.engine import overlap
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import Claim
@@ -96,7 +96,7 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
         asked = running.update(cancel_requested_at=now)
         overlap.promote_queued(runs.db, schedule_ids)
         if asked:
-            notifications.notify(runs.db)  # the holder checks at its next tick
+            announcements.notify(runs.db)  # the holder checks at its next tick
     return done, asked
 
 

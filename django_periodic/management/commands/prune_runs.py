@@ -5,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandParser
 
 from django_periodic.conf import RANGES, get_settings
 from django_periodic.db import clock
-from django_periodic.management.options import check_range
+from django_periodic.management import check_range
 from django_periodic.operations import retention
 from django_periodic.timing import bounds
 

@@ -6,7 +6,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django_periodic.conf import RANGES, get_settings
 from django_periodic.engine.loop import stop_signals
 from django_periodic.engine.loop.scheduler import Scheduler
-from django_periodic.management.options import PORTS, check_range
+from django_periodic.management import PORTS, check_range
 from django_periodic.operations import pruner, runlog
 
 VERBOSITY_LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
