@@ -19,9 +19,12 @@ source scripts/lib/pgbouncer.sh
 # shellcheck source=scripts/lib/redis.sh
 source scripts/lib/redis.sh
 
+# The ours peer runs tests.settings, which needs the test group's apps installed
+# (django-celery-beat, django-health-check).
 venv_ensure bench 3.11 -e '.[postgres]' 'django>=5.2,<6' django-environ \
     django-celery-beat celery 'apscheduler>=3.10,<4' sqlalchemy matplotlib \
-    'django-tasks>=0.12' 'django-tasks-db>=0.13' 'django-tasks-fennel>=0.1' 'redis>=5'
+    'django-tasks>=0.12' 'django-tasks-db>=0.13' 'django-tasks-fennel>=0.1' 'redis>=5' \
+    'django-health-check>=4'
 dpt_python=
 if venv_ensure bench-dpt 3.13 'django>=5.2,<6' 'psycopg[binary]>=3.1' \
     'django-periodic-tasks[django-tasks]'; then
