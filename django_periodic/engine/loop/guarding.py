@@ -21,9 +21,12 @@ MAX_ERROR_BACKOFF = 30.0
 class Guard:
     """Runs the loop's steps, counting the failures in a row to back off."""
 
-    def __init__(self, stop: StopSignals) -> None:
+    def __init__(self, stop: StopSignals, sleep: Callable[[float], None] | None = None) -> None:
         self.stop = stop
         self.failures = 0
+        # How a back-off waits: on the loop's alarm unless told (another thread must not
+        # take the loop's wake-ups from it).
+        self._sleep = sleep or self._sleep_unless_stopped
 
     def __call__(self, step: Callable[[], object]) -> bool:
         """Run a step; on an error log it, reconnect later, back off 1, 2, 4... 30 s.
@@ -42,7 +45,7 @@ class Guard:
             else:
                 logger.exception("Unexpected error; retrying in %.0f s.", delay)
             connections.close_all()
-            self._sleep_unless_stopped(delay)
+            self._sleep(delay)
             return False
         self.failures = 0
         return True

@@ -15,8 +15,10 @@ stop the process either.
 
 import gc
 import logging
+import math
 import os
 import socket
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -89,6 +91,14 @@ class Scheduler:
             if workers
             else None
         )
+        # Claims for the capacity jobs free between ticks are made on a thread of their
+        # own; the loop's (after planning) and its take turns.
+        self._claiming = threading.Lock()
+        self.claimer = (
+            workers_.Claimer(self._claim_freed_capacity, self._worth_claiming, self.stop)
+            if workers
+            else None
+        )
         self.listener = wakeups.Listener(using, self._alarm)
         self.housekeeper = housekeeping.Housekeeper(
             using=using,
@@ -102,6 +112,8 @@ class Scheduler:
         )
         self._clock_read_at = 0.0  # time.monotonic() when the last tick read the clock
         self._wake_at_monotonic = 0.0  # when the current sleep ends
+        # ...or earlier, when a claim between ticks brought the heartbeat forward.
+        self._held_wake = math.inf
         # Fires up to this time were planned (or left for when they are due) by the last
         # planning pass: the next looks again when they are due, or at new fires...
         self._planned_to = datetime.min.replace(tzinfo=UTC)
@@ -251,12 +263,15 @@ class Scheduler:
             if self._claim(room, ahead=self.lead) < room:
                 return
 
-    def _claim_free(self) -> None:
-        """Claim for every free slot; a claim that comes back short means nothing more is
-        due, so freed slots wait for news (a tick) instead of asking again."""
+    def _claim_free(self) -> bool:
+        """Claim for every free slot; whether the claim took all it asked for. One that
+        comes back short means nothing more is due, so freed slots wait for news (a tick)
+        instead of asking again."""
         assert self.pool is not None
-        asked = self.pool.free()
-        self._drained = self._claim(asked) < asked
+        with self._claiming:
+            asked = self.pool.free()
+            self._drained = self._claim(asked) < asked
+            return asked > 0 and not self._drained
 
     def _claim(self, limit: int, ahead: timedelta | None = None) -> int:
         """Claim as many runs as the pool takes, at the database's clock when the claim runs:
@@ -275,30 +290,31 @@ class Scheduler:
         if claimed_at is None:
             return
         heartbeat_at = self.housekeeper.hold_leases(claimed_at)
-        if heartbeat_at is not None:  # brought forward: this sleep ends by then
-            self._wake_at_monotonic = min(
-                self._wake_at_monotonic, self._monotonic_at(heartbeat_at, claimed_at)
-            )
+        if heartbeat_at is not None:  # brought forward: the loop's sleep ends by then
+            self._held_wake = min(self._held_wake, self._monotonic_at(heartbeat_at, claimed_at))
+            self._alarm.set(wakeups.CAPACITY)  # from the claimer's thread: the loop looks
 
     def _monotonic_at(self, at: datetime, now: datetime) -> float:
         return time.monotonic() + (at - now).total_seconds()
 
     def _capacity_freed(self) -> None:
         # On the worker's thread. Drained, nothing could be claimed for it; under load, too
-        # little is free for a claim yet: no wake-up (and no pipe write) per job.
-        if not self._drained and self.pool is not None and self.pool.worth_claiming():
-            self._alarm.set(wakeups.CAPACITY)
+        # little is free for a claim yet: no wake-up per job.
+        if self.claimer is not None and self._worth_claiming():
+            self.claimer.wake()
 
-    def _claim_freed_capacity(self) -> None:
-        """Between ticks, hand slots that jobs freed to a claim: no planning, no clock read.
-
-        Batched under load (``WorkerPool.worth_claiming``).
-        """
+    def _worth_claiming(self) -> bool:
+        """Whether the claimer should claim now: something may be due, and enough of the
+        pool is free (batched under load, ``WorkerPool.worth_claiming``)."""
         assert self.pool is not None
+        return not self._drained and not self.stop.requested and self.pool.worth_claiming()
+
+    def _claim_freed_capacity(self) -> bool:
+        """Between ticks, on the claimer's thread, hand slots that jobs freed to a claim: no
+        planning, no clock read. Whether it took all it asked for."""
         if self.stop.requested or self._drained:
-            return
-        if self.pool.worth_claiming():
-            self._claim_free()
+            return False
+        return self._claim_free()
 
     def _plan(self, now: datetime) -> records.PlanResult:
         """One planning pass: every batch of due schedules, traced if tracing is on."""
@@ -363,17 +379,19 @@ class Scheduler:
         # _guarded closes it after a database error.
         if self._alarm.clear().strip(wakeups.CAPACITY):
             self.watcher.news = True
+        # Before the tick: a claim that brings the heartbeat forward from here on is seen
+        # either by the tick's own wake-up time or by this.
+        self._held_wake = math.inf
         now, wake_at = self.tick()
         # The clock was read at the start of the tick: the tick's own time is already spent.
         self._wake_at_monotonic = self._clock_read_at + (wake_at - now).total_seconds()
-        while (left := self._wake_at_monotonic - time.monotonic()) > 0:
+        while (left := min(self._wake_at_monotonic, self._held_wake) - time.monotonic()) > 0:
             reasons = self._alarm.wait(left)
             if not reasons:
                 return  # time is up: a whole tick
             if reasons.strip(wakeups.CAPACITY):
                 self.watcher.news = True  # a stop, a NOTIFY: a whole tick
                 return
-            self._claim_freed_capacity()
 
     def _run_once(self) -> None:
         """Plan what is due now, run it and whatever becomes runnable, and return when idle."""

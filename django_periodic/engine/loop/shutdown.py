@@ -17,7 +17,7 @@ from django_periodic.engine.loop.housekeeping import Housekeeper
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.stop_signals import StopSignals
 from django_periodic.engine.loop.wakeups import Listener
-from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.loop.workers import Claimer, WorkerPool
 from django_periodic.engine.runs import outcomes
 from django_periodic.models import SchedulerProcess
 
@@ -33,12 +33,15 @@ class Scheduler(Protocol):
     stop: StopSignals
     recorder: Recorder
     pool: WorkerPool | None
+    claimer: Claimer | None
     listener: Listener
     housekeeper: Housekeeper
 
 
 def shut_down(scheduler: Scheduler) -> None:
     """Let running jobs finish within the grace, release what is left, unregister."""
+    if scheduler.claimer:
+        scheduler.claimer.stop()  # no claim after the unstarted runs go back
     if scheduler.pool:
         running = len(scheduler.pool.in_flight())
         logger.info(

@@ -1,5 +1,6 @@
 """Executing claimed runs off the loop: the worker threads that call the jobs, the claims
-waiting for one, and those held for their plan time; the outcomes go to the recorder."""
+waiting for one, and those held for their plan time; the outcomes go to the recorder. The
+claims for the threads that free up are made on a thread of their own (``Claimer``)."""
 
 import logging
 import math
@@ -12,10 +13,11 @@ from datetime import datetime
 
 from django.db import connections
 
-from django_periodic.engine.loop import eventloop, executor, worker_connections
+from django_periodic.engine.loop import eventloop, executor, guarding, worker_connections
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.holding import Deadlines, Holder
 from django_periodic.engine.loop.outcome_writer import Recorder
+from django_periodic.engine.loop.stop_signals import StopSignals
 from django_periodic.engine.records import AttemptOutcome, Claim
 from django_periodic.engine.runs.outcomes import unstarted
 from django_periodic.engine.runs.starts import StartMarks
@@ -370,3 +372,70 @@ class WorkerPool:
             self._note_duration(time.monotonic() - started)
             self._lock.notify_all()
         self._on_done()
+
+
+class Claimer:
+    """Claims for the capacity jobs free, on a thread of its own: the loop thread plans and
+    keeps house meanwhile, and a claim is on its way while the threads still have runs
+    queued.
+
+    The loop claims too, once a tick (what planning made due); this thread claims between
+    ticks. Woken (``wake()``), it calls ``claim_free``, and again while ``worth_claiming()``
+    and the last claim took all it asked for (``claim_free`` says whether it did): a claim
+    that came back short means nothing more is due, until the next wake-up. An error is
+    logged and backed off as the loop's are (``guarding.Guard``).
+    """
+
+    def __init__(
+        self,
+        claim_free: Callable[[], bool],
+        worth_claiming: Callable[[], bool],
+        stop: StopSignals,
+    ) -> None:
+        self._claim_free = claim_free
+        self._worth_claiming = worth_claiming
+        self._changed = threading.Condition()
+        self._woken = False
+        self._stopped = False
+        self._took_all = False
+        self._guarded = guarding.Guard(stop, sleep=self._back_off)
+        self._thread = threading.Thread(target=self._run, name="periodic-claims", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """Claim for the pool's free capacity soon (from any thread)."""
+        with self._changed:
+            self._woken = True
+            self._changed.notify()
+
+    def stop(self) -> None:
+        """End the thread, after the claim it may be making (its runs are in the pool)."""
+        with self._changed:
+            self._stopped = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _run(self) -> None:
+        try:
+            while self._next_wake():
+                while not self._stopped and self._worth_claiming():
+                    if not self._guarded(self._claim) or not self._took_all:
+                        break
+        finally:
+            connections.close_all()  # this thread's own
+
+    def _next_wake(self) -> bool:
+        """Wait until woken; False once stopped."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._woken or self._stopped)
+            self._woken = False
+            return not self._stopped
+
+    def _claim(self) -> None:
+        self._took_all = self._claim_free()
+
+    def _back_off(self, seconds: float) -> None:
+        """Wait after a failed claim (unless stopped), then try again."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._stopped, seconds)
+            self._woken = True
