@@ -83,7 +83,9 @@ def expired_or_orphaned(now: datetime, using: str) -> LeaseQuerySet:
 
 
 # What the SQLite backend's record_outcomes writes (the run's fields as its _run_fields
-# writes them), for a whole batch in one statement.
+# writes them), for a whole batch in one statement. The leases released return their
+# outcomes' values: joined back to the batch instead, the planner rescanned the batch for
+# every run (quadratic in the batch's size).
 OUTCOMES_SQL = """
 WITH t AS (SELECT COALESCE(%(now)s::timestamptz, statement_timestamp()) AS now),
 v AS (
@@ -99,7 +101,7 @@ released AS (
     UPDATE {lease} l SET {release}
     FROM v CROSS JOIN t
     WHERE l.token = v.token AND {held}
-    RETURNING l.run_id
+    RETURNING v.*
 )
 UPDATE {run} r SET
     status = v.status, result = v.result::jsonb, error_code = v.error_code,
@@ -111,7 +113,7 @@ UPDATE {run} r SET
     duration = CASE WHEN v.status IN ({not_ended}) OR v.status IN ({never_started}) THEN NULL
                     ELSE t.now - COALESCE(v.started_at, r.started_at) END,
     interruptions = r.interruptions + v.interrupted
-FROM v JOIN released x ON x.run_id = v.run_id CROSS JOIN t
+FROM released v CROSS JOIN t
 WHERE r.id = v.run_id
 RETURNING r.id
 """
