@@ -5,7 +5,9 @@
     python limit_child.py due ROWS THREADS [AT]                   # ROWS queued, threads drain
 
 tests.settings, CONN_MAX_AGE 0, as floor_child.py (see workloads.run_limit). Each row is
-written as ``tests.jobs.record`` writes it (``Execution.objects.create``, autocommit). Each
+written as ``tests.jobs.record`` writes it (``Execution.objects.create``, autocommit); with
+BENCH_LIMIT_ATOMIC=1, the atomic writing job's own limit: each row and one UPDATE of a run
+row in one transaction (``BENCH_LIMIT_PROCESS`` INDEX/COUNT picks the process's runs). Each
 thread has its own connection (Django gives every thread its own), opened before the start
 and closed at the end. AT (Unix seconds, a whole second) is when the work starts, so that
 several of these processes start together; by default the next whole second + 1.
@@ -28,20 +30,52 @@ import django
 
 django.setup()
 
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
 from tests.models import Execution  # noqa: E402
 
 PLAN_TIME = datetime.now(UTC)
 PID = os.getpid()
 READY_TIMEOUT = 120.0  # seconds for every thread to open its connection
+# The atomic writing job's own limit: its row and one UPDATE of a run row (as its outcome
+# is), in one transaction per row. Each process updates runs of its own (ids = INDEX mod
+# COUNT), so that no two transactions wait for the same row.
+ATOMIC = os.environ.get("BENCH_LIMIT_ATOMIC") == "1"
+INDEX, COUNT = (int(n) for n in os.environ.get("BENCH_LIMIT_PROCESS", "0/1").split("/"))
+UPDATE_RUN = "UPDATE django_periodic_run SET finished_at = statement_timestamp() WHERE id = %s"
+RUN_IDS: SimpleQueue = SimpleQueue()
 
 
 def insert() -> float:
-    """One row, as the writing job writes it; returns when the statement began."""
+    """One row, as the writing job writes it (the atomic one, with its run's UPDATE, in one
+    transaction); returns when the statement began."""
     began = time.time()
-    Execution.objects.create(schedule="limit", plan_time=PLAN_TIME, attempt=1, pid=PID)
+    if not ATOMIC:
+        Execution.objects.create(schedule="limit", plan_time=PLAN_TIME, attempt=1, pid=PID)
+        return began
+    with transaction.atomic():
+        Execution.objects.create(schedule="limit", plan_time=PLAN_TIME, attempt=1, pid=PID)
+        run_id = RUN_IDS.get_nowait()
+        with connection.cursor() as cursor:
+            cursor.execute(UPDATE_RUN, [run_id])
+    RUN_IDS.put(run_id)  # last in the queue: no two threads update one run at once
     return began
+
+
+def load_run_ids(rows: int, threads: int) -> None:
+    """The run rows the atomic limit updates: one per insert while there are enough, taken
+    again in turn if not (more than ``threads``, so that a run is free when taken)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id FROM django_periodic_run WHERE id %% %s = %s ORDER BY id LIMIT %s",
+            [COUNT, INDEX, rows],
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+    connection.close()  # the threads open their own
+    if len(ids) <= threads:
+        raise RuntimeError(f"the atomic limit needs more than {threads} runs, found {len(ids)}")
+    for run_id in ids:
+        RUN_IDS.put(run_id)
 
 
 def drain(tasks: SimpleQueue) -> list[float]:
@@ -65,7 +99,7 @@ class Worker(threading.Thread):
 
     def run(self) -> None:
         try:
-            insert()  # the connection opened and the statement's path warmed, as the floor does
+            insert()  # the connection opened and the statements' path warmed, as the floor does
             self.ready.wait()
             self.go.wait()
             self.result = self.work()
@@ -155,6 +189,9 @@ def main(argv: list[str]) -> dict:
     arity = {"throughput": 2, "due": 2, "burst": 3}[mode]
     # By default the next whole second + 1: time for the threads to connect.
     at = float(numbers[arity]) if len(numbers) > arity else float(int(time.time()) + 2)
+    if ATOMIC:
+        rows = numbers[0] * (numbers[1] if mode == "burst" else 1)
+        load_run_ids(rows, numbers[arity - 1])
     return {"throughput": throughput, "due": due, "burst": burst}[mode](*numbers[:arity], at)
 
 

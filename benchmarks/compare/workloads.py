@@ -842,14 +842,14 @@ def throughput_limit(
     thread its share: the execution workload's runs with no scheduler."""
     shares = [[str(share), str(plan.workers)] for share in split(rows, processes)]
     seconds = span(run_limit(ctx, plan, ours, "throughput", shares))
-    return {"limit_rate": rows / seconds, **limit_shape(plan, processes)}
+    return {"limit_rate": rows / seconds, **limit_shape(plan, processes, ours)}
 
 
 def due_limit(ctx: Context, plan: Plan, ours: Ours, rows: int) -> dict[str, float]:
     """``rows`` inserts queued at once, drained by one process's ``plan.workers`` threads:
     the due-at-once workload with no scheduler."""
     seconds = span(run_limit(ctx, plan, ours, "due", [[str(rows), str(plan.workers)]]))
-    return {"limit_seconds": seconds, **limit_shape(plan, 1)}
+    return {"limit_seconds": seconds, **limit_shape(plan, 1, ours)}
 
 
 def burst_limit(
@@ -864,7 +864,7 @@ def burst_limit(
     return {
         "limit_p50": percentile(lags, 50),
         "limit_p99": percentile(lags, 99),
-        **limit_shape(plan, processes),
+        **limit_shape(plan, processes, ours),
     }
 
 
@@ -894,16 +894,18 @@ def limit_processes(
     ``busy_until``); their JSON outputs."""
     script = str(ctx.root / "benchmarks" / "compare" / LIMIT_CHILD)
     env = ours.env(writing=True)
+    if ours.job_key == "atomic":  # its own limit: the row and its run's UPDATE, one transaction
+        env["BENCH_LIMIT_ATOMIC"] = "1"
     children = [
         subprocess.Popen(
             [ctx.python, script, *argv],
-            env=env,
+            env={**env, "BENCH_LIMIT_PROCESS": f"{index}/{len(argvs)}"},
             cwd=ctx.root,
             text=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
-        for argv in argvs
+        for index, argv in enumerate(argvs)
     ]
     try:
         return [limit_output(child, busy_until + plan.cap) for child in children]
@@ -934,8 +936,11 @@ def span(outputs: list[dict]) -> float:
     return max(o["finished"] for o in outputs) - min(o["started"] for o in outputs)
 
 
-def limit_shape(plan: Plan, processes: int) -> dict[str, float]:
-    return {"limit_processes": processes, "limit_threads": plan.workers}
+def limit_shape(plan: Plan, processes: int, ours: Ours) -> dict[str, float]:
+    """How the limit was measured: processes, threads, and whether each row came with its
+    run's UPDATE in one transaction (the atomic job's own limit)."""
+    atomic = float(ours.job_key == "atomic")
+    return {"limit_processes": processes, "limit_threads": plan.workers, "limit_atomic": atomic}
 
 
 def limit_details(numbers: dict[str, float]) -> list[str]:
