@@ -432,7 +432,7 @@ def test_an_attempts_end_writes_the_same_through_the_statement_and_the_orm(postg
             started_at=now - timedelta(seconds=5),
             exclusive=False,
         )
-        return Claim(run, LeaseFactory(run=run).token)
+        return Claim.of(run, LeaseFactory(run=run).token)
 
     by_sql, by_orm = [], []
     for reentry in (False, True):

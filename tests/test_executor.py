@@ -77,7 +77,7 @@ def test_an_exception_with_attempts_left_retries(process, now):
 def test_a_job_that_is_no_longer_registered_fails_without_retry(process, now):
     claim = claimed(process, now, max_attempts=3)
     Run.objects.update(job_name="tests.jobs.gone")
-    claim.run.job_name = "tests.jobs.gone"
+    claim = replace(claim, values=replace(claim.values, job_name="tests.jobs.gone"))
     assert ledger.execute(claim) == "failed"
     assert Run.objects.get().error_code == "unknown_job"
 

@@ -8,6 +8,7 @@ exporter.
 
 import asyncio
 import sys
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -141,7 +142,7 @@ def test_a_failed_attempt_has_error_status_and_the_exception(spans, process, now
 def test_a_job_that_is_no_longer_registered_fails_its_span(spans, process, now):
     claim = claimed(process, now)
     Run.objects.update(job_name="tests.jobs.gone")
-    claim.run.job_name = "tests.jobs.gone"
+    claim = replace(claim, values=replace(claim.values, job_name="tests.jobs.gone"))
     assert ledger.execute(claim) == "failed"
     span = only_run_span(spans)
     assert span.status.status_code == StatusCode.ERROR

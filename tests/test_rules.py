@@ -227,10 +227,14 @@ def test_a_claimed_run_is_too_late_when_its_run_was_before_the_claim():
     at = START
     for deadline in (None, at - SECOND, at, at + SECOND):
         waiting = Run(status=RunStatus.PENDING, attempt=0, start_deadline=deadline)
-        claimed = Run(status=RunStatus.RUNNING, attempt=1, start_deadline=deadline)
-        assert Claim(claimed, uuid.uuid4()).too_late(at) == waiting.too_late_to_start(at)
-    retried = Run(status=RunStatus.RUNNING, attempt=2, start_deadline=at - SECOND)
-    assert not Claim(retried, uuid.uuid4()).too_late(at)  # only a first start is judged
+        claimed = Run(
+            status=RunStatus.RUNNING, attempt=1, start_deadline=deadline, schedule=Schedule()
+        )
+        assert Claim.of(claimed, uuid.uuid4()).too_late(at) == waiting.too_late_to_start(at)
+    retried = Run(
+        status=RunStatus.RUNNING, attempt=2, start_deadline=at - SECOND, schedule=Schedule()
+    )
+    assert not Claim.of(retried, uuid.uuid4()).too_late(at)  # only a first start is judged
 
 
 @pytest.mark.django_db

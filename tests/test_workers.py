@@ -14,7 +14,7 @@ from django_periodic.engine.loop.scheduler import Scheduler
 from django_periodic.engine.loop.workers import WorkerPool
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, outcomes
-from django_periodic.models import Lease, Run
+from django_periodic.models import Lease, Run, Schedule
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
 from tests.models import Execution
 from tests.processes import wait_for
@@ -121,8 +121,8 @@ def test_the_start_deadlines_of_claims_gone_are_not_kept():
     deadlines = Deadlines(waiting.__contains__, lambda: len(waiting))
 
     def claim(seconds: int) -> Claim:
-        run = Run(attempt=1, start_deadline=now + timedelta(seconds=seconds))
-        return Claim(run=run, token=uuid.uuid4())
+        run = Run(attempt=1, start_deadline=now + timedelta(seconds=seconds), schedule=Schedule())
+        return Claim.of(run, uuid.uuid4())
 
     first = claim(0)
     waiting.add(first)
@@ -206,7 +206,8 @@ def test_the_holder_prepares_claims_a_lead_before_their_release_and_releases_the
 
     holder = Holder(note("release"), note("prepare"), lambda: lead)
     start = time.monotonic()
-    held = {Claim(Run(), uuid.uuid4()): start + offset for offset in (0.3, 0.3, 0.6)}
+    unsaved = Run(schedule=Schedule())
+    held = {Claim.of(unsaved, uuid.uuid4()): start + offset for offset in (0.3, 0.3, 0.6)}
     try:
         for claim, starts_at in held.items():
             holder.hold(claim, starts_at)

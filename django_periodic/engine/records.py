@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -181,22 +182,80 @@ def can_lease(lease_timeout: timedelta, now: datetime) -> bool:
     return lease_timeout < bounds.LATEST - now
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedValues:
+    """What the engine reads of a claimed run between its claim and its outcome: the few
+    values the executor, the pool and the outcome writer need (its schedule's too)."""
+
+    pk: int
+    schedule_id: int
+    job_name: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    attempt: int
+    plan_time: datetime
+    release_time: datetime
+    start_deadline: datetime | None
+    started_at: datetime | None
+    timeout: timedelta | None  # the schedule's
+    overlap: str  # the schedule's
+
+    @classmethod
+    def of(cls, run: Run) -> ClaimedValues:
+        """The values of a run instance (and of its schedule)."""
+        schedule = run.schedule
+        return cls(
+            run.pk,
+            run.schedule_id,
+            run.job_name,
+            run.args,
+            run.kwargs,
+            run.attempt,
+            run.plan_time,
+            run.release_time,
+            run.start_deadline,
+            run.started_at,
+            schedule.timeout,
+            schedule.overlap,
+        )
+
+
 @dataclass(frozen=True)
 class Claim:
     """A run this process holds, and the token that proves it (which alone tells claims
-    apart: hashing a model instance costs more, and claims are kept in sets and dicts)."""
+    apart: hashing a model instance costs more, and claims are kept in sets and dicts).
 
-    run: Run = field(compare=False)
+    The run travels as its ``values``; the model instance (``run``, with its schedule) is
+    built by ``build`` when first asked for: by a job reading its context's run, a signal's
+    receivers, a failure's retry policy. Most runs of short jobs never need it.
+    """
+
+    values: ClaimedValues = field(compare=False)
     token: UUID
     using: str = field(default="default", compare=False)
     # When this process made the claim (time.monotonic()), to date the job's real start.
     claimed_at: float = field(default_factory=time.monotonic, compare=False)
     # The database's clock at the claim; None: the run's started_at (claimed when due).
     db_claimed_at: datetime | None = field(default=None, compare=False)
+    build: Callable[[], Run] | None = field(default=None, compare=False, repr=False)
+    _built: list[Run] = field(default_factory=list, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, run: Run, token: UUID, using: str = "default", **fields: Any) -> Claim:
+        """The claim of a run instance already built."""
+        return cls(ClaimedValues.of(run), token, using, _built=[run], **fields)
+
+    @property
+    def run(self) -> Run:
+        """The run's model instance, built on first use (``build``)."""
+        if not self._built:
+            assert self.build is not None
+            self._built.append(self.build())
+        return self._built[0]
 
     @property
     def _db_claimed(self) -> datetime | None:
-        return self.db_claimed_at or self.run.started_at
+        return self.db_claimed_at or self.values.started_at
 
     def db_time(self, monotonic: float) -> datetime | None:
         """The database's clock at ``monotonic`` (a later time.monotonic()) as this process
@@ -210,14 +269,14 @@ class Claim:
         """Whether a first start at ``at`` comes past the run's start deadline (it waited
         for a thread, claimed ahead, while all were busy): it must be skipped instead."""
         # Claimed, its first attempt is 1: until then it was not started (attempt 0).
-        if self.run.attempt != 1 or at is None:
+        if self.values.attempt != 1 or at is None:
             return False
-        return past_start_deadline(self.run.start_deadline, at)
+        return past_start_deadline(self.values.start_deadline, at)
 
     def starts_at(self) -> float:
         """When the run may start (time.monotonic()): at once, or at its release if it was
         claimed ahead of it."""
-        claimed, release = self._db_claimed, self.run.release_time
+        claimed, release = self._db_claimed, self.values.release_time
         if claimed is None or release <= claimed:
             return self.claimed_at
         return self.claimed_at + (release - claimed).total_seconds()

@@ -70,11 +70,20 @@ def _current_loop() -> asyncio.AbstractEventLoop | None:
 class JobContext:
     """What a job declared with ``takes_context=True`` receives as its first argument."""
 
-    run: Run
+    # The run's model instance, or what builds it when the job first reads ``run``.
+    _run: Run | Callable[[], Run] = field(repr=False)
     plan_time: datetime
     attempt: int
     _extend_lease: Callable[[], bool] = field(repr=False)
     _stop: StopRequest = field(default_factory=StopRequest, repr=False)
+
+    @property
+    def run(self) -> Run:
+        """This run's model instance, with its schedule's (built when first read: a job
+        that never reads it costs its scheduler no instance)."""
+        if callable(self._run):
+            self._run = self._run()
+        return self._run
 
     @property
     def scope(self) -> str:

@@ -77,13 +77,15 @@ def call_job(
 def _call(
     claim: Claim, stop: StopRequest, started_at: datetime | None
 ) -> "records.AttemptOutcome | AsyncRun | None":
-    run = claim.run
+    run = claim.values
     try:
         job = registry.get_job(run.job_name)
     except registry.UnknownJob as exc:
         failure = records.Failure(ErrorCode.UNKNOWN_JOB, str(exc), retryable=False)
         return outcomes.failed(claim, failure).started(started_at)
-    context = JobContext(run, run.plan_time, run.attempt, _lease_extender(claim, job), stop)
+    # The run's model instance is built only if the job reads it (``Claim.run``).
+    extend = _lease_extender(claim, job)
+    context = JobContext(lambda: claim.run, run.plan_time, run.attempt, extend, stop)
     args = [context, *run.args] if job.takes_context else list(run.args)
     if job.atomic:
         return atomic.call(
@@ -145,7 +147,7 @@ class AsyncRun:
         try:
             outcome = future.result()
         except Exception:
-            logger.exception("Run %s: its event loop ended before its job.", self.claim.run.pk)
+            logger.exception("Run %s: its event loop ended before its job.", self.claim.values.pk)
             outcome = outcomes.released(self.claim, _LOOP_ENDED).started(self.started_at)
         if self.span is not None:
             self.span.end(outcome)
@@ -197,12 +199,12 @@ def record(batch: list[records.AttemptOutcome]) -> set[int]:
             connections[using].close()
             time.sleep(delay)
     for outcome in batch:
-        _log(outcome, outcome.claim.run.pk in recorded)
+        _log(outcome, outcome.claim.values.pk in recorded)
     return recorded
 
 
 def _log(outcome: records.AttemptOutcome, recorded: bool) -> None:
-    run = outcome.claim.run
+    run = outcome.claim.values
     if not recorded:
         logger.warning("Run %s ended after losing its lease; outcome dropped.", run.pk)
     elif outcome.status in WARNING_STATUSES:
@@ -217,7 +219,7 @@ def _log(outcome: records.AttemptOutcome, recorded: bool) -> None:
 
 def timeout_at(claim: Claim) -> datetime | None:
     """When the claimed run overruns its schedule's timeout (None: it has none)."""
-    timeout, started_at = claim.run.schedule.timeout, claim.run.started_at
+    timeout, started_at = claim.values.timeout, claim.values.started_at
     return None if timeout is None or started_at is None else started_at + timeout
 
 
@@ -244,7 +246,7 @@ def watch(claim: Claim, stop: StopRequest, now: datetime, cancel_asked: bool) ->
     stop.set(StopRequest.TIMEOUT)
     if now < deadline + get_settings().TIMEOUT_GRACE or not leases.timed_out(claim, now):
         return False
-    logger.error("Run %s timed out; its worker thread is given up.", claim.run.pk)
+    logger.error("Run %s timed out; its worker thread is given up.", claim.values.pk)
     return True
 
 

@@ -106,8 +106,8 @@ class Deadlines:
         self._order = itertools.count()
 
     def add(self, claim: Claim) -> None:
-        deadline = claim.run.start_deadline
-        if claim.run.attempt == 1 and deadline is not None:
+        deadline = claim.values.start_deadline
+        if claim.values.attempt == 1 and deadline is not None:
             heapq.heappush(self._heap, (deadline, next(self._order), claim))
 
     def earliest(self) -> datetime | None:

@@ -53,7 +53,7 @@ class RunsWatched:
             if claim in self._unwatched:
                 continue
             try:
-                if executor.watch(claim, stop, now, claim.run.pk in asked):
+                if executor.watch(claim, stop, now, claim.values.pk in asked):
                     overran.append(claim)
             except CONNECTION_ERRORS:
                 raise
@@ -80,7 +80,7 @@ class RunsWatched:
                 self._unwatched.discard(claim)
 
     def _cannot_watch(self, claim: Claim) -> None:
-        logger.exception("Run %s cannot be watched (timeout, cancel); it runs on.", claim.run.pk)
+        logger.exception("Run %s cannot be watched (timeout, cancel); it runs on.", claim.values.pk)
         self._unwatched.add(claim)
 
 
@@ -168,7 +168,7 @@ class TaskRun:
             if not leases.extend(self.claim, now):
                 self.stop.set(StopRequest.LEASE_LOST)
                 return None
-            run_id = self.claim.run.pk
+            run_id = self.claim.values.pk
             asked = Run.objects.using(self.claim.using).filter(
                 pk=run_id, cancel_requested_at__isnull=False
             )
@@ -215,7 +215,7 @@ class TaskWatcher:
             try:
                 seconds = watched.check()
             except Exception:  # the database is away: try again at the next heartbeat
-                logger.exception("Could not heartbeat run %s.", watched.claim.run.pk)
+                logger.exception("Could not heartbeat run %s.", watched.claim.values.pk)
                 seconds = get_settings().HEARTBEAT_INTERVAL.total_seconds()
             finally:
                 # A check every heartbeat interval at most: a fresh connection each time

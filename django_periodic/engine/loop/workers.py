@@ -149,7 +149,7 @@ class WorkerPool:
         starts_at = claim.starts_at()
         with self._lock:
             stop = self._in_flight[claim] = StopRequest()
-            if claim.run.schedule.timeout is not None:
+            if claim.values.timeout is not None:
                 self._timed[claim] = stop
             self._deadlines.add(claim)
             held = starts_at > time.monotonic()
@@ -215,7 +215,7 @@ class WorkerPool:
         if not run_ids:
             return {}
         with self._lock:
-            return {c: stop for c, stop in self._in_flight.items() if c.run.pk in run_ids}
+            return {c: stop for c, stop in self._in_flight.items() if c.values.pk in run_ids}
 
     def withdraw_late(self) -> list[Claim]:
         """Take back the claims still waiting for a thread past their start deadline: they
@@ -331,7 +331,7 @@ class WorkerPool:
         except BaseException:
             # Never lose the thread. The run keeps its lease until it expires; the
             # sweeper then settles it.
-            logger.exception("Could not execute run %s.", claim.run.pk)
+            logger.exception("Could not execute run %s.", claim.values.pk)
         self._leave(claim, outcome, started)
 
     def _calling(self, claim: Claim) -> float:

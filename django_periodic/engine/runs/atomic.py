@@ -69,10 +69,10 @@ def call(claim: Claim, job: Callable[[], Any], outcome_of: OutcomeOf) -> Attempt
             outcome = outcome_of(job(), None)
             if outcome is None or outcome.status != RunStatus.SUCCEEDED:
                 raise _Undone(outcome)  # cancelled or timed out: nothing of it stays
-            if claim.run.pk not in _record(outcome, claim.using):
+            if claim.values.pk not in _record(outcome, claim.using):
                 logger.warning(
                     "Run %s ended after losing its lease; its writes were rolled back.",
-                    claim.run.pk,
+                    claim.values.pk,
                 )
                 raise _Undone(None)
             return replace(outcome, recorded=True)

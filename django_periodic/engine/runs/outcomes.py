@@ -65,7 +65,7 @@ def failed(claim: Claim, failure: Failure) -> AttemptOutcome:
 
 
 def timed_out(claim: Claim) -> AttemptOutcome:
-    timeout = claim.run.schedule.timeout
+    timeout = claim.values.timeout
     message = f"Still running {timeout} after it started (its timeout) plus a grace."
     return AttemptOutcome(
         claim,
@@ -181,7 +181,7 @@ def _record_alone(outcome: AttemptOutcome, now: datetime | None, using: str) -> 
 def record_one(outcome: AttemptOutcome, now: datetime | None) -> bool:
     """Record one outcome (``record``); whether it was (not: its lease was lost)."""
     claim = outcome.claim
-    return claim.run.pk in record([outcome], now, claim.using)
+    return claim.values.pk in record([outcome], now, claim.using)
 
 
 def _record_not_storable(
@@ -190,7 +190,7 @@ def _record_not_storable(
     """Fail the run of an outcome the database refused. Should that be refused too, the run
     keeps its lease until it expires (its process no longer renews it, as it holds the run
     no more) and the sweeper settles it."""
-    run_id = outcome.claim.run.pk
+    run_id = outcome.claim.values.pk
     logger.error("Run %s: the database refused its outcome (%s); failing it.", run_id, shown(error))
     try:
         return _record([not_storable(outcome, error)], now, using)
@@ -217,7 +217,7 @@ def _record(
         recorded = ledger(using).record_outcomes(outcomes, now)
         overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
         if signals.listened(*ENDING_SIGNALS.values()):
-            ended = [o for o in outcomes if o.claim.run.pk in recorded]
+            ended = [o for o in outcomes if o.claim.values.pk in recorded]
             announcements.send_on_commit(_events(ended, now), using)
     return recorded
 
@@ -268,7 +268,7 @@ def announce_released(released: Sequence[AttemptOutcome], recorded: set[int]) ->
         [
             signals.of_run(signals.run_released, o.claim.run, status=o.status, using=o.claim.using)
             for o in released
-            if o.claim.run.pk in recorded and o.status == Run.Status.PENDING
+            if o.claim.values.pk in recorded and o.status == Run.Status.PENDING
         ]
     )
 
@@ -276,9 +276,9 @@ def announce_released(released: Sequence[AttemptOutcome], recorded: set[int]) ->
 def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> set[int]:
     # Only a queue schedule has runs waiting; one left by a policy change is the sweeper's.
     return {
-        o.claim.run.schedule_id
+        o.claim.values.schedule_id
         for o in outcomes
-        if o.claim.run.pk in recorded
+        if o.claim.values.pk in recorded
         and o.status in Run.FINAL_STATUSES
-        and o.claim.run.schedule.overlap == Schedule.Overlap.QUEUE
+        and o.claim.values.overlap == Schedule.Overlap.QUEUE
     }

@@ -180,4 +180,4 @@ def _needs_no_mark(claim: Claim) -> bool:
     so after a crash it is run again whether its job started or not
     (``retries.may_run_again``), and its claim, its transaction and nothing else is what
     it costs."""
-    return registry.is_atomic(claim.run.job_name)
+    return registry.is_atomic(claim.values.job_name)

@@ -4,17 +4,18 @@
 locks the oldest claimable runs (skipping rows other processes hold), skips those past
 their start deadline, fails those whose lease cannot be taken, marks the rest running and
 inserts their leases, all at the database's clock. Its rows carry the claimed runs' and
-their schedules' columns, turned into model instances here as a queryset would: the claimed
-runs need no query of their own.
+their schedules' columns: a claim's values are read from them, and its model instances built
+from them (as a queryset would) only when asked for; no claimed run needs a query of its
+own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 from django.db import connections, transaction
@@ -29,6 +30,7 @@ from django_periodic.engine.records import (
     LATE_MESSAGE,
     UNLEASABLE_MESSAGE,
     Claim,
+    ClaimedValues,
     ClaimRequest,
     ClaimResult,
 )
@@ -197,21 +199,78 @@ def _claim(
         late_runs=late_runs or [],
         refused_runs=refused_runs or [],
     )
-    run_count = len(_fields(Run))
-    schedules: dict[int, Schedule] = {}  # one instance per schedule in a claim
     connection = connections[using]  # looked up once: a thread-local look-up is not free
+    read_values = _values_reader(using)
+    schedules: dict[int, Schedule] = {}  # one instance per schedule, if any is built
     for _late, _late_runs, _refused, _refused_runs, _at, token, *columns in rows:
         if token is None:
             continue  # the one row of a claim that claimed nothing
-        run = _instance(Run, columns[:run_count], connection)
-        schedule = schedules.get(run.schedule_id)
-        if schedule is None:
-            schedule = schedules[run.schedule_id] = _instance(
-                Schedule, columns[run_count:], connection
-            )
-        run.schedule = schedule
-        result.claims.append(Claim(run, token, using, claimed_at, db_claimed_at=db_claimed_at))
+        build = partial(_build_run, columns, connection, schedules)
+        values = read_values(columns, connection)
+        result.claims.append(Claim(values, token, using, claimed_at, db_claimed_at, build))
     return result
+
+
+def _build_run(
+    columns: Sequence[Any], connection: BaseDatabaseWrapper, schedules: dict[int, Schedule]
+) -> Run:
+    """A claimed run's model instance from its row, with its schedule's (shared by the runs
+    of one schedule in a claim)."""
+    run_count = len(_fields(Run))
+    run: Run = _instance(Run, columns[:run_count], connection)
+    schedule = schedules.get(run.schedule_id)
+    if schedule is None:
+        schedule = schedules[run.schedule_id] = _instance(Schedule, columns[run_count:], connection)
+    run.schedule = schedule
+    return run
+
+
+# The columns a claim's values are read from: (model, field name). Their order is
+# ClaimedValues's, but for release_time (RELEASE: release_at, else plan_time).
+_VALUE_FIELDS = (
+    (Run, "id"),
+    (Run, "schedule"),
+    (Run, "job_name"),
+    (Run, "args"),
+    (Run, "kwargs"),
+    (Run, "attempt"),
+    (Run, "plan_time"),
+    (Run, "release_at"),
+    (Run, "start_deadline"),
+    (Run, "started_at"),
+    (Schedule, "timeout"),
+    (Schedule, "overlap"),
+)
+
+
+@cache
+def _values_reader(using: str) -> Callable[[Sequence[Any], BaseDatabaseWrapper], ClaimedValues]:
+    """What reads a claim's values from its row: only their columns, converted as a
+    queryset would (the JSON of args and kwargs)."""
+    run_count = len(_fields(Run))
+    connection = connections[using]
+    columns = []
+    for model, name in _VALUE_FIELDS:
+        fields = _fields(model)
+        model_field = next(f for f in fields if f.name == name)
+        index = fields.index(model_field) + (run_count if model is Schedule else 0)
+        expression = model_field.get_col(model._meta.db_table)
+        converters = connection.ops.get_db_converters(expression)
+        converters += model_field.get_db_converters(connection)
+        columns.append((index, expression, converters))
+
+    def read(row: Sequence[Any], connection: BaseDatabaseWrapper) -> ClaimedValues:
+        values = []
+        for index, expression, converters in columns:
+            value = row[index]
+            for converter in converters:
+                value = converter(value, expression, connection)
+            values.append(value)
+        pk, schedule_id, job, args, kwargs, attempt, plan_time, release_at, *rest = values
+        release = release_at or plan_time
+        return ClaimedValues(pk, schedule_id, job, args, kwargs, attempt, plan_time, release, *rest)
+
+    return read
 
 
 def _instance(model: type[Model], values: Sequence[Any], connection: BaseDatabaseWrapper) -> Any:

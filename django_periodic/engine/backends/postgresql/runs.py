@@ -144,7 +144,7 @@ def record_outcomes(
     params = {
         "now": now,
         "token": arrays.literal([str(o.claim.token) for o in outcomes]),
-        "run_id": arrays.integers([o.claim.run.pk for o in outcomes]),
+        "run_id": arrays.integers([o.claim.values.pk for o in outcomes]),
         "lease_outcome": arrays.literal([o.lease_outcome for o in outcomes]),
         "status": arrays.literal([o.status for o in outcomes]),
         "result": arrays.literal([o.result_json for o in outcomes]),

@@ -60,7 +60,7 @@ def claim(
         leases = [_new_lease(run, wanted, now) for run in runs]
         Lease.objects.using(using).bulk_create(leases)
     result.claims = [
-        Claim(run, lease.token, using, db_claimed_at=now)
+        Claim.of(run, lease.token, using, db_claimed_at=now)
         for run, lease in zip(runs, leases, strict=True)
     ]
     return result
