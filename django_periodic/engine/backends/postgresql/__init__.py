@@ -28,6 +28,7 @@ from django_periodic.models import LeaseQuerySet, Schedule
 
 class PostgreSQLLedger(SQLiteLedger):
     SNAPSHOT_COLUMNS_LOADED = fires.SNAPSHOT_COLUMNS_LOADED
+    RECORDS_IN_ONE_STATEMENT = True
 
     def record_fires(
         self, decisions: list[Recorded], now: datetime, inserted: list[PlannedRow] | None

@@ -35,6 +35,8 @@ class SQLiteLedger:
 
     #: What planning loads of a due schedule besides ``planner.DECISION_FIELDS``.
     SNAPSHOT_COLUMNS_LOADED: tuple[str, ...] = fires.SNAPSHOT_COLUMNS_LOADED
+    #: Whether ``record_outcomes`` writes a batch in one statement (no transaction needed).
+    RECORDS_IN_ONE_STATEMENT = False
 
     def __init__(self, using: str) -> None:
         self.using = using
