@@ -275,6 +275,13 @@ def read_notes(path: Path) -> dict[tuple[int, int], list[Note]]:
     return dict(notes)
 
 
+# The server takes a commit's time before it flushes the commit to disk; the others see it
+# only after. A run ended that long before a fire may still have looked active to its
+# planner: 6 ms was seen while PostgreSQL restarted. Fires are a second apart, so a skip
+# with no run active still fails by far more.
+COMMIT_VISIBLE_WITHIN = timedelta(milliseconds=250)
+
+
 def commit_times(table: str) -> dict[int, datetime]:
     """When the transaction that last wrote each row of ``table`` committed, by id."""
     with connection.cursor() as cursor:
@@ -640,9 +647,11 @@ class Ledger:
         them and still active when they were planned.
 
         A planner reads its clock (the skipped run's ``created_at``), then what is active:
-        a run it saw active ended in a transaction that committed after that reading. The
-        server's commit time of the run's last write is the judge, not the ``finished_at``
-        its writer read before committing (which a loaded machine can delay by any amount).
+        a run it saw active ended in a transaction that others saw committed after that
+        reading. The server's commit time of the run's last write is the judge, not the
+        ``finished_at`` its writer read before committing (which a loaded machine can delay
+        by any amount); within ``COMMIT_VISIBLE_WITHIN``, as that time is taken before the
+        commit's flush to disk.
         """
         problems = []
         unskipped: dict[int, list[Run]] = defaultdict(list)  # by schedule, by plan time
@@ -670,7 +679,8 @@ class Ledger:
         """Whether ``blocker`` was planned before ``run`` and still active when it was."""
         if blocker.created_at > run.created_at:
             return False
-        return blocker.finished_at is None or self.committed[blocker.pk] >= run.created_at
+        visible_at = self.committed[blocker.pk] + COMMIT_VISIBLE_WITHIN
+        return blocker.finished_at is None or visible_at >= run.created_at
 
     def succeeded_share(self) -> float:
         """The share of runs not skipped that succeeded. A skip behind an active run is
