@@ -246,17 +246,17 @@ _VALUE_FIELDS = (
 @cache
 def _values_reader(using: str) -> Callable[[Sequence[Any], BaseDatabaseWrapper], ClaimedValues]:
     """What reads a claim's values from its row: only their columns, converted as a
-    queryset would (the JSON of args and kwargs)."""
+    queryset would (``_converters``: the JSON of args and kwargs)."""
     run_count = len(_fields(Run))
-    connection = connections[using]
+    offsets = {Run: 0, Schedule: run_count}
+    converted: dict[int, tuple[Any, list[Any]]] = {}
+    for model, offset in offsets.items():
+        for index, expression, converters in _converters(model, using)[1]:
+            converted[offset + index] = (expression, converters)
     columns = []
     for model, name in _VALUE_FIELDS:
-        fields = _fields(model)
-        model_field = next(f for f in fields if f.name == name)
-        index = fields.index(model_field) + (run_count if model is Schedule else 0)
-        expression = model_field.get_col(model._meta.db_table)
-        converters = connection.ops.get_db_converters(expression)
-        converters += model_field.get_db_converters(connection)
+        index = offsets[model] + [f.name for f in _fields(model)].index(name)
+        expression, converters = converted.get(index, (None, []))
         columns.append((index, expression, converters))
 
     def read(row: Sequence[Any], connection: BaseDatabaseWrapper) -> ClaimedValues:
