@@ -210,10 +210,39 @@ def test_every_batch_of_runs_costs_the_same_three_statements(now):
         pruned = prune_all(now, retention.Rules(keep_runs=1), batch_size=4)
     app = [q["sql"] for q in captured.captured_queries if "django_periodic_" in q["sql"]]
     # The schedules and their N-th newest runs, then batches of 4 and 2 runs: select ids,
-    # delete their leases, delete them; then the schedules' versions' cutoffs (none past
-    # KEEP_VERSIONS: nothing to delete).
+    # delete their leases, delete them. (Versions are trimmed as they are written.)
     assert pruned.runs == 6
-    assert len(app) == 2 + 2 * 3 + 1
+    assert len(app) == 2 + 2 * 3
+
+
+def bulk_schedules(count: int) -> None:
+    """``count`` schedules more, created as a bulk import would (no save(), no version)."""
+    start = Schedule.objects.count()
+    Schedule.objects.bulk_create(
+        Schedule(name=f"bulk-{start + i}", job="tests.jobs.noop", interval=HOUR)
+        for i in range(count)
+    )
+
+
+@pytest.mark.parametrize("keep_versions", [100, None])
+def test_an_idle_pass_costs_the_same_statements_whatever_the_number_of_schedules(
+    settings, keep_versions
+):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": keep_versions}
+
+    def statements_of_a_pass() -> list[str]:
+        with CaptureQueriesContext(connection) as captured:
+            pruned = pruner.Pruner("default").prune_once()
+        assert pruned == retention.Pruned()
+        return [q["sql"] for q in captured.captured_queries]
+
+    bulk_schedules(10)
+    few = statements_of_a_pass()
+    bulk_schedules(990)
+    assert len(statements_of_a_pass()) == len(few)
+    # The schedules with a retention rule of their own (none); on PostgreSQL also its
+    # clock, and the pruning lock taken and freed.
+    assert len(few) == (4 if connection.vendor == "postgresql" else 1)
 
 
 def test_schedules_are_read_a_batch_at_a_time(now, monkeypatch):

@@ -9,6 +9,9 @@ Active runs are never deleted, nor anything planning needs: the schedule's curso
 (``next_fire_at``), not its history, keeps a plan time from firing twice.
 
 A schedule's versions (docs/versions.md) are kept by count: its newest ``KEEP_VERSIONS``.
+They are trimmed as each new one is written (``versions.trim()``), so the background pass has
+none to delete; ``prune_runs`` alone walks them (``prune(versions=True)``), for versions past
+a lowered ``KEEP_VERSIONS`` or written around ``save()``.
 
 ``run_scheduler`` applies these rules in a background pass (``pruner.py``) and
 ``prune_runs`` applies them from cron; both delete through ``prune()``.
@@ -139,10 +142,14 @@ def prune(
     dry_run: bool = False,
     wait: bool = False,
     stopping: Callable[[], bool] = lambda: False,
+    versions: bool = False,
 ) -> Iterator[Pruned]:
-    """Delete the finished runs (and their leases) that no rule keeps, then the versions
-    past each schedule's newest ``KEEP_VERSIONS``, yielding what each batch deleted;
-    ``dry_run`` counts them instead, one count per batch of schedules.
+    """Delete the finished runs (and their leases) that no rule keeps, then, with
+    ``versions``, the versions past each schedule's newest ``KEEP_VERSIONS``, yielding what
+    each batch deleted; ``dry_run`` counts them instead, one count per batch of schedules.
+
+    Versions are trimmed as they are written: only ``prune_runs`` asks for ``versions``,
+    which reads every schedule's newest versions, a batch of schedules per statement.
 
     One process prunes at a time (an advisory lock on PostgreSQL): without ``wait``, a
     prune that finds another under way yields ``Pruned(busy=True)`` and stops. ``stopping``
@@ -166,9 +173,9 @@ def prune(
             if stopping():
                 return
         keep_versions = get_settings().KEEP_VERSIONS
-        if keep_versions is not None:
-            for versions in prune_versions(keep_versions, using=using, dry_run=dry_run):
-                yield Pruned(versions=versions)
+        if versions and keep_versions is not None:
+            for gone in prune_versions(keep_versions, using=using, dry_run=dry_run):
+                yield Pruned(versions=gone)
                 if stopping():
                     return
 
@@ -244,6 +251,10 @@ def _prunable(by_schedule: dict[int, Cutoffs], using: str) -> RunQuerySet:
 def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) -> Iterator[int]:
     """Delete each schedule's versions but its newest ``keep`` (by id: the order they were
     recorded in), yielding how many each batch of schedules lost (``dry_run``: would lose).
+
+    Each new version trims its schedule's (``versions.trim()``); this catches up with the
+    versions past a lowered ``KEEP_VERSIONS``, or written without ``save()``. It walks every
+    schedule, so only ``prune_runs`` runs it, never ``run_scheduler``'s periodic pass.
 
     One statement finds a batch's cutoffs, each a short read of the schedule's newest
     versions; one more deletes (or counts) the older ones of the whole batch.

@@ -26,7 +26,8 @@ class Command(BaseCommand):
         "them; --days and --keep-runs replace the settings. With no rule at all, runs "
         f"planned more than {DEFAULT_DAYS} days ago go. Active runs are kept, and schedule "
         "cursors keep old plan times from firing again. Versions past each schedule's "
-        "newest KEEP_VERSIONS go too."
+        "newest KEEP_VERSIONS go too (each save trims its schedule's: this catches up after "
+        "KEEP_VERSIONS is lowered)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -69,7 +70,13 @@ class Command(BaseCommand):
         now = clock.now(database)
         pruned = retention.Pruned()
         batches = retention.prune(
-            now, using=database, rules=rules, batch_size=batch_size, dry_run=dry_run, wait=True
+            now,
+            using=database,
+            rules=rules,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            wait=True,
+            versions=True,
         )
         for batch in batches:
             pruned += batch
