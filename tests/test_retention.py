@@ -116,6 +116,23 @@ def test_a_schedules_own_rule_prunes_without_any_setting(now):
     assert prunable_runs(now, retention.Rules()) == ids(gone)
 
 
+def test_schedules_kept_by_age_alone_each_apply_their_own_age_rules(now):
+    longer = ScheduleFactory(keep_runs_for=5 * DAY)
+    failed_longer = ScheduleFactory(keep_failed_runs_for=9 * DAY)
+    counted = ScheduleFactory(keep_runs=1)  # a count rule: kept by it, not by age alone
+    default = ScheduleFactory()
+    gone = finished_runs(longer, now, [6 * DAY]) + finished_runs(default, now, [2 * DAY])
+    finished_runs(longer, now, [4 * DAY])
+    gone += finished_runs(failed_longer, now, [10 * DAY], status=Run.Status.FAILED)
+    finished_runs(failed_longer, now, [8 * DAY], status=Run.Status.FAILED)
+    gone += finished_runs(failed_longer, now, [8 * DAY + HOUR])  # not failed: KEEP_RUNS_FOR
+    finished_runs(default, now, [3 * DAY], status=Run.Status.FAILED)  # KEEP_FAILED_RUNS_FOR
+    gone += finished_runs(counted, now, [3 * DAY, 2 * DAY])
+    finished_runs(counted, now, [HOUR])
+    rules = retention.Rules(keep_runs_for=DAY, keep_failed_runs_for=7 * DAY)
+    assert prunable_runs(now, rules) == ids(gone)
+
+
 def test_the_rules_come_from_the_settings(settings):
     settings.DJANGO_PERIODIC = {"KEEP_RUNS": 10, "KEEP_RUNS_FOR": 3600}
     assert retention.Rules.from_settings() == retention.Rules(10, HOUR, None)
@@ -224,11 +241,14 @@ def bulk_schedules(count: int) -> None:
     )
 
 
-@pytest.mark.parametrize("keep_versions", [100, None])
+@pytest.mark.parametrize(
+    "configured",
+    [{}, {"KEEP_VERSIONS": None}, {"KEEP_RUNS_FOR": 30 * DAY, "KEEP_FAILED_RUNS_FOR": 60 * DAY}],
+)
 def test_an_idle_pass_costs_the_same_statements_whatever_the_number_of_schedules(
-    settings, keep_versions
+    settings, configured
 ):
-    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": keep_versions}
+    settings.DJANGO_PERIODIC = configured
 
     def statements_of_a_pass() -> list[str]:
         with CaptureQueriesContext(connection) as captured:
@@ -240,9 +260,11 @@ def test_an_idle_pass_costs_the_same_statements_whatever_the_number_of_schedules
     few = statements_of_a_pass()
     bulk_schedules(990)
     assert len(statements_of_a_pass()) == len(few)
-    # The schedules with a retention rule of their own (none); on PostgreSQL also its
-    # clock, and the pruning lock taken and freed.
-    assert len(few) == (4 if connection.vendor == "postgresql" else 1)
+    # The schedules' distinct age rules, and those with a count rule of their own (none),
+    # then with an age rule the one batch that finds no run to delete; on PostgreSQL also
+    # the clock, and the pruning lock taken and freed.
+    searched = 3 if configured.get("KEEP_RUNS_FOR") else 0  # SELECT, in a transaction
+    assert len(few) == 2 + searched + (3 if connection.vendor == "postgresql" else 0)
 
 
 def test_schedules_are_read_a_batch_at_a_time(now, monkeypatch):

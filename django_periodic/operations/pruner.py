@@ -5,8 +5,8 @@ retention rules with ``retention.prune()``, batch by batch. With several schedul
 prunes at a time; the others find the lock taken and wait for their next interval.
 
 It does not walk the schedules' versions: each new version trims its schedule's (models/
-versions.py), so there is nothing to find, and a pass costs the same whatever the number
-of schedules.
+versions.py), so there is nothing to find. Nor the schedules kept by age alone: a pass
+reads their distinct rules, and their runs in one set (retention.py).
 """
 
 import logging

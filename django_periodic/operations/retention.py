@@ -5,6 +5,11 @@ runs of its schedule, or was planned within ``keep_runs_for``, or failed and was
 within ``keep_failed_runs_for``. Each rule is the schedule's own field, else the setting of
 the same name in capitals. A schedule with neither a count nor an age rule keeps everything.
 
+The schedules kept by age alone (no count rule, their own or ``KEEP_RUNS``) share a few
+distinct rules: their runs are found in one set, however many schedules there are. Those
+with a count rule are read a batch of schedules at a time, each schedule's N-th newest run
+read on its history index.
+
 Active runs are never deleted, nor anything planning needs: the schedule's cursor
 (``next_fire_at``), not its history, keeps a plan time from firing twice.
 
@@ -161,8 +166,7 @@ def prune(
         if not alone:
             yield Pruned(busy=True)
             return
-        for by_schedule in _schedule_batches(now, rules, using):
-            prunable = _prunable(by_schedule, using)
+        for prunable in _prunables(now, rules, using):
             if dry_run:
                 yield _count(prunable)
                 continue
@@ -180,13 +184,57 @@ def prune(
                     return
 
 
+def _prunables(now: datetime, rules: Rules, using: str) -> Iterator[RunQuerySet]:
+    """The finished runs that no rule keeps: those of the schedules kept by age alone in one
+    set, whatever their number; then those of the schedules with a count rule, a batch of
+    schedules at a time."""
+    by_age = _by_age(now, rules, using)
+    if by_age is not None:
+        yield by_age
+    for by_schedule in _schedule_batches(now, rules, using):
+        yield _prunable(by_schedule, using)
+
+
+def _by_age(now: datetime, rules: Rules, using: str) -> RunQuerySet | None:
+    """The finished runs that the schedules without a count rule let go (None: they keep
+    every run). One statement reads their distinct age rules, a few rows however many
+    schedules share them; each rule's cutoffs come from ``cutoffs()``, as for the others.
+    Each rule's runs are bounded by plan time, read on the index on it."""
+    if rules.keep_runs is not None:
+        return None  # every schedule has a count rule: _schedule_batches() has them all
+    schedules = Schedule.objects.using(using).filter(keep_runs__isnull=True)
+    own = schedules.values_list("keep_runs_for", "keep_failed_runs_for").distinct()
+    condition = Q()
+    for keep_runs_for, keep_failed_runs_for in own.order_by():
+        cut = cutoffs(rules.overridden_by(None, keep_runs_for, keep_failed_runs_for), now, None)
+        if cut is None:
+            continue
+        older = Q(
+            schedule__keep_runs__isnull=True,
+            plan_time__lt=cut.before,
+            **_same("schedule__keep_runs_for", keep_runs_for),
+            **_same("schedule__keep_failed_runs_for", keep_failed_runs_for),
+        )
+        if cut.failed_before < cut.before:
+            older &= ~Q(status=Run.Status.FAILED) | Q(plan_time__lt=cut.failed_before)
+        condition |= older
+    if not condition:
+        return None
+    return Run.objects.using(using).finished().filter(condition)
+
+
+def _same(field: str, value: object) -> dict[str, object]:
+    """A lookup of ``field`` equal to ``value``, None included."""
+    return {f"{field}__isnull": True} if value is None else {field: value}
+
+
 def _schedule_batches(now: datetime, rules: Rules, using: str) -> Iterator[dict[int, Cutoffs]]:
-    """The cutoffs of the schedules that delete anything, a batch of schedules at a time
-    (two statements each)."""
+    """The cutoffs of the schedules with a count rule that delete anything, a batch of
+    schedules at a time (two statements each)."""
     schedules = Schedule.objects.using(using).order_by("pk")
-    if not rules.limited:
-        # Only schedules with a rule of their own can delete: a pass costs nothing more.
-        schedules = schedules.filter(Q(keep_runs__isnull=False) | Q(keep_runs_for__isnull=False))
+    if rules.keep_runs is None:
+        # Only schedules with a count rule of their own: _by_age() has the others.
+        schedules = schedules.filter(keep_runs__isnull=False)
     after = 0
     while True:
         rows = list(
