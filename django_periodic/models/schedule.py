@@ -126,6 +126,10 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
                 condition=Q(enabled=True),
                 name="periodic_schedule_due",
             ),
+            # The few the attention pass reads (alerting.JUDGED): it reads these, never
+            # every row. Partial: a row outside it, however often its cursor moves, writes
+            # nothing to it.
+            models.Index(fields=["id"], condition=alerting.JUDGED, name="periodic_schedule_judged"),
         ]
 
     def save(self, *args: Any, **kwargs: Any) -> None:
