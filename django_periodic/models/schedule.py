@@ -33,7 +33,9 @@ from django_periodic.models.pausing import Pausing
 from django_periodic.models.schedule_fields import (
     ATTENTION_FIELDS,
     CURSOR_FIELDS,
+    OWN_RETENTION,
     PING_FIELDS,
+    RETENTION_FIELDS,
     REVISION_FIELDS,
     ScheduleFields,
 )
@@ -130,6 +132,13 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
             # every row. Partial: a row outside it, however often its cursor moves, writes
             # nothing to it.
             models.Index(fields=["id"], condition=alerting.JUDGED, name="periodic_schedule_judged"),
+            # The schedules with retention rules of their own, whose distinct rules a
+            # retention pass reads (operations/prunable.py); partial, as the one above.
+            models.Index(
+                fields=list(RETENTION_FIELDS),
+                condition=OWN_RETENTION,
+                name="periodic_schedule_retention",
+            ),
         ]
 
     def save(self, *args: Any, **kwargs: Any) -> None:

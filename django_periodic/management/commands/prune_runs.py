@@ -7,6 +7,7 @@ from django_periodic.conf import RANGES, get_settings
 from django_periodic.db import clock
 from django_periodic.management import check_range
 from django_periodic.operations import retention
+from django_periodic.operations.prunable import Rules
 from django_periodic.timing import bounds
 
 DEFAULT_BATCH_SIZE = 5000
@@ -93,18 +94,18 @@ class Command(BaseCommand):
             )
 
 
-def _rules(days: int | None, keep_runs: int | None) -> retention.Rules:
-    rules = retention.Rules.from_settings()
+def _rules(days: int | None, keep_runs: int | None) -> Rules:
+    rules = Rules.from_settings()
     if days is not None:
-        rules = retention.Rules(rules.keep_runs, timedelta(days=days), rules.keep_failed_runs_for)
+        rules = Rules(rules.keep_runs, timedelta(days=days), rules.keep_failed_runs_for)
     if keep_runs is not None:
-        rules = retention.Rules(keep_runs, rules.keep_runs_for, rules.keep_failed_runs_for)
+        rules = Rules(keep_runs, rules.keep_runs_for, rules.keep_failed_runs_for)
     if not rules.limited:
-        rules = retention.Rules(None, timedelta(days=DEFAULT_DAYS), rules.keep_failed_runs_for)
+        rules = Rules(None, timedelta(days=DEFAULT_DAYS), rules.keep_failed_runs_for)
     return rules
 
 
-def _kept(rules: retention.Rules, now: datetime) -> str:
+def _kept(rules: Rules, now: datetime) -> str:
     kept = []
     if rules.keep_runs is not None:
         kept.append(f"the last {rules.keep_runs} finished runs of each schedule")
