@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from django_periodic.db import clock
 from django_periodic.engine import fleet, overlap
-from django_periodic.engine.loop.scheduler import look_ahead
+from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention
 from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Run, Schedule, SchedulerProcess
@@ -66,6 +66,35 @@ def sweep() -> None:
     overlap.promote_queued("default", None)
     claims.skip_late(now, "default")
     SchedulerProcess.objects.stale(now).forgettable().delete()
+
+
+def transactions_of(call: Callable[[], object]) -> int:
+    """The transactions ``call`` makes: its outermost atomic blocks, and each statement it
+    runs outside one (autocommit)."""
+    outside: list[str] = []
+
+    def note(execute, sql, params, many, context):
+        if not connection.in_atomic_block and not sql.startswith("BEGIN"):  # SQLite's own
+            outside.append(sql)
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as captured, connection.execute_wrapper(note):
+        call()
+    begun = [q for q in captured.captured_queries if q["sql"].startswith("BEGIN")]
+    return len(begun) + len(outside)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_wake_up_is_one_transaction_with_its_housekeeping_and_alerts():
+    ScheduleFactory(alert_after=DAY, start_at=clock.now() + DAY)  # judged, not due
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    # The heartbeat, the sweep and the judging of alerts are all due.
+    housekeeper = scheduler.housekeeper
+    housekeeper.next_heartbeat = housekeeper.next_sweep = clock.now()
+    assert housekeeper.next_attention <= clock.now()
+    assert transactions_of(scheduler.tick) == 1
+    assert housekeeper.next_attention > clock.now()  # judged, in that transaction
 
 
 def later_pruning_pass() -> Callable[[], object]:
