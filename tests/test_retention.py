@@ -500,6 +500,18 @@ def test_the_pruner_thread_applies_the_settings(settings, now):
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("interval", "kept"), [(timedelta(seconds=60), True), (HOUR, False)])
+def test_the_pruner_keeps_its_connection_between_passes_as_close_as_wake_ups(
+    settings, interval, kept
+):
+    # IDLE_INTERVAL is 120 s: the loop keeps its connection between wake-ups that far apart.
+    settings.DJANGO_PERIODIC = {"PRUNE_INTERVAL": interval}
+    process = pruner.Pruner("default")
+    process._step(process.prune_once)
+    assert (connection.connection is not None) is kept
+
+
+@pytest.mark.django_db(transaction=True)
 def test_run_scheduler_prunes_history_in_the_background(postgres, children, now):
     schedule = ScheduleFactory(keep_runs=2, enabled=False)
     finished_runs(schedule, now, [4 * DAY, 3 * DAY, 2 * DAY, DAY])

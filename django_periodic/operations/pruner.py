@@ -55,18 +55,21 @@ class Pruner(threading.Thread):
     def run(self) -> None:
         interval = self.interval.total_seconds()
         wait = min(interval, FIRST_PASS_AFTER)
-        self._closing(self.look_at_start)
+        self._step(self.look_at_start)
         while not self._stopped.wait(wait):
-            self._closing(self.prune_once)
+            self._step(self.prune_once)
             wait = interval
 
-    def _closing(self, step: Callable[[], object]) -> None:
+    def _step(self, step: Callable[[], object]) -> None:
         try:
             step()
         finally:
-            # This thread's own connection: not held idle for an interval (an hour by
-            # default) against the server's connection budget.
-            connections[self.using].close()
+            # This thread's own connection: kept between passes no further apart than the
+            # loop's wake-ups, which keep theirs (a new connection costs statements); else
+            # closed, not held idle for an interval (an hour by default) against the
+            # server's connection budget.
+            if self.interval > get_settings().IDLE_INTERVAL:
+                connections[self.using].close()
 
     def look_at_start(self) -> None:
         """Mark the start (``prunable.mark``): the second pass reads the changes since, the
