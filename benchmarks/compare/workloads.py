@@ -952,22 +952,30 @@ def idle(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
 
     The peers run at the same time: each is measured on its own database and its own process.
     Ours prunes once a window (``PRUNE_INTERVAL`` the window's length, its first pass a
-    minute after start at most), so that every window includes a retention pass.
+    minute after start at most), so that every window includes a retention pass. The
+    server's own work in a database (autovacuum visits each one a minute) is counted with
+    the peer's: an empty database beside them shows how much that is, for the details.
     """
     n = plan.idle_schedules
     windows = f"{plan.idle_windows} window(s) of {plan.idle_window:.0f} s"
     say(f"\n[idle] {n:,} schedules not due, {windows}, each with a retention pass (ours)")
     load_all(peers, n)
+    ctx.server.create_database(IDLE_CONTROL)
     running, failures = start_all(plan, peers, settings={"PRUNE_INTERVAL": plan.idle_window})
     samples: dict[str, list[tuple[float, float]]] = {key: [] for key in running}
     rss: dict[str, list[float]] = {key: [] for key in running}
+    background: list[float] = []
     try:
         for window in range(plan.idle_windows):
             progress = Progress(f"window {window + 1}/{plan.idle_windows}")
+            control = ctx.server.transactions(IDLE_CONTROL), time.monotonic()
             before = {
                 key: idle_counters(ctx, peer, children) for key, (peer, children) in running.items()
             }
             pause(progress, plan.idle_window)
+            seen = ctx.server.transactions(IDLE_CONTROL) - control[0]
+            background.append(seen / (time.monotonic() - control[1]))
+            say(f"    an empty database: {background[-1]:.3f} transactions/s (the server's own)")
             for key, (peer, children) in running.items():
                 xacts, cpu, at = idle_counters(ctx, peer, children)
                 xacts0, cpu0, at0 = before[key]
@@ -982,7 +990,11 @@ def idle(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
     finally:
         for peer, children in running.values():
             peer.stop(children)
-    return idle_figures(peers, samples, failures, rss)
+    return idle_figures(peers, samples, failures, rss, median(background))
+
+
+# An empty database beside the peers': the server's own work in one, with no client.
+IDLE_CONTROL = "bench_idle_control"
 
 
 def pause(progress: Progress, seconds: float) -> None:
@@ -1003,6 +1015,7 @@ def idle_figures(
     samples: dict[str, list[tuple[float, float]]],
     failures: dict[str, str],
     rss: dict[str, list[float]],
+    background: float,
 ) -> list[Figure]:
     figures = []
     for peer in peers:
@@ -1021,8 +1034,9 @@ def idle_figures(
                 "ok",
                 median(xacts),
                 f"{median(xacts):.3f} /s",
-                f"highest of {reps} windows {max(xacts):.3f} /s" if several else "",
-                {"median": median(xacts)},
+                (f"highest of {reps} windows {max(xacts):.3f} /s; " if several else "")
+                + f"an empty database beside it {background:.3f} /s (the server's own work)",
+                {"median": median(xacts), "background": background},
                 reps,
             )
         )
