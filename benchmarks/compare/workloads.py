@@ -961,6 +961,9 @@ def idle(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
     say(f"\n[idle] {n:,} schedules not due, {windows}, each with a retention pass (ours)")
     load_all(peers, n)
     ctx.server.create_database(IDLE_CONTROL)
+    with ctx.server.connect(IDLE_CONTROL) as conn:
+        # A table: autovacuum passes over a database never used (it has no statistics yet).
+        conn.execute("CREATE TABLE control (id int)")
     running, failures = start_all(plan, peers, settings={"PRUNE_INTERVAL": plan.idle_window})
     samples: dict[str, list[tuple[float, float]]] = {key: [] for key in running}
     rss: dict[str, list[float]] = {key: [] for key in running}
