@@ -13,7 +13,7 @@ from django_periodic.engine.planning import planner
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
-from django_periodic.operations import retention
+from django_periodic.operations import prunable, retention
 from django_periodic.timing import dst, triggers
 from tests.factories import RunFactory, ScheduleFactory
 
@@ -69,7 +69,7 @@ def claimed(process: SchedulerProcess, now: datetime, **schedule_fields: object)
     return claim
 
 
-def prunable_runs(now: datetime, rules: retention.Rules) -> list[int]:
+def prunable_runs(now: datetime, rules: prunable.Rules) -> list[int]:
     """The ids of the runs that ``retention.prune()`` deletes now under ``rules``: it prunes
     them in a transaction, which is then rolled back."""
     before = set(Run.objects.values_list("pk", flat=True))

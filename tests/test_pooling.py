@@ -18,7 +18,7 @@ from django_periodic.db import announcements, pooling, postgresql, prepared
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.runs import presence
 from django_periodic.models import Run, SchedulerProcess
-from django_periodic.operations import retention
+from django_periodic.operations import prunable, retention
 from tests.factories import RunFactory, ScheduleFactory
 from tests.processes import wait_for, wait_for_children_to_disconnect
 
@@ -157,7 +157,7 @@ def test_pruning_through_pgbouncer_takes_no_session_lock_and_deletes(pgbouncer, 
         )
         for age in (3, 2)
     ]
-    deleted = sum(batch.runs for batch in retention.prune(now, rules=retention.Rules(keep_runs=1)))
+    deleted = sum(batch.runs for batch in retention.prune(now, rules=prunable.Rules(keep_runs=1)))
     assert deleted == 1
     assert list(Run.objects.values_list("pk", flat=True)) == [old[1].pk]
 

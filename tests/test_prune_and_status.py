@@ -76,8 +76,9 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
     old_finished_runs(now, 5)
     with CaptureQueriesContext(connection) as captured:
         text = output_of("prune_runs", days=30, batch_size=2)
-    # The schedules' rules, then three batches (2, 2, 1) of: select ids, delete leases by
-    # run id, delete runs by id; then the versions' cutoffs (none to delete).
+    # The schedules' distinct own rules, then three batches (2, 2, 1) of: select ids,
+    # delete leases by run id, delete runs by id (no count rule: no schedule is walked);
+    # then the versions' cutoffs (none to delete).
     assert len(statements(captured)) == 1 + 3 * 3 + 1
     assert "Deleted 5 runs and 5 leases" in text
     assert not Run.objects.exists()

@@ -12,7 +12,7 @@ from io import StringIO
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -429,37 +429,82 @@ def edited(schedule: Schedule, times: int) -> None:
         schedule.save()
 
 
-def test_pruning_keeps_each_schedules_newest_keep_versions(settings, now):
+def test_a_save_deletes_its_schedules_versions_past_keep_versions(settings):
     settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 2}
     busy, quiet = ScheduleFactory(), ScheduleFactory()
-    edited(busy, 4)  # five versions
-    kept = [v.pk for v in versions_of(busy)[-2:]]
-    pruned = sum((p for p in retention.prune(now)), retention.Pruned())
-    assert pruned.versions == 3
-    assert [v.pk for v in versions_of(busy)] == kept
+    edited(busy, 4)  # five versions written, each trimming the older ones
+    assert [v.changes["max_attempts"][1] for v in versions_of(busy)] == [4, 5]
     assert len(versions_of(quiet)) == 1
 
 
-def test_a_dry_run_counts_the_versions_it_would_delete(settings, now):
+def test_a_save_trims_in_one_statement(settings):
     settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
     schedule = ScheduleFactory()
+    schedule.max_attempts = 2
+    with CaptureQueriesContext(connection) as captured:
+        schedule.save()
+    deletes = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 1 and "periodic_scheduleversion" in deletes[0]
+    assert len(versions_of(schedule)) == 1
+
+
+def test_a_save_rolled_back_trims_nothing(settings):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": None}
+    schedule = ScheduleFactory()
     edited(schedule, 2)
-    pruned = sum((p for p in retention.prune(now, dry_run=True)), retention.Pruned())
-    assert pruned.versions == 2 and len(versions_of(schedule)) == 3
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
+    with pytest.raises(RuntimeError), transaction.atomic():
+        schedule.max_attempts = 9
+        schedule.save()
+        assert len(versions_of(schedule)) == 1  # trimmed with the write...
+        raise RuntimeError
+    assert len(versions_of(schedule)) == 3  # ...and back with its rollback
 
 
-def test_without_keep_versions_every_version_is_kept(settings, now):
+def test_update_versioned_trims_every_schedule_it_changed(settings):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 2}
+    changed, other = ScheduleFactory(), ScheduleFactory()
+    edited(changed, 1)
+    edited(other, 1)
+    Schedule.objects.filter(pk=changed.pk).update_versioned(by="ops", max_attempts=7)
+    assert [v.by for v in versions_of(changed)][-1] == "ops"
+    assert len(versions_of(changed)) == 2 and len(versions_of(other)) == 2
+
+
+def test_without_keep_versions_every_version_is_kept(settings):
     settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": None}
     schedule = ScheduleFactory()
     edited(schedule, 3)
-    list(retention.prune(now))
+    call_command("prune_runs", stdout=StringIO())
     assert len(versions_of(schedule)) == 4
 
 
-def test_prune_runs_reports_the_versions_it_deleted(settings):
-    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
-    edited(ScheduleFactory(), 2)
+def lowered_keep_versions(settings, keep: int) -> Schedule:
+    """A schedule with three versions, written while every version was kept; then
+    ``KEEP_VERSIONS`` lowered to ``keep``."""
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": None}
+    schedule = ScheduleFactory()
+    edited(schedule, 2)
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": keep}
+    return schedule
+
+
+def test_the_periodic_pass_leaves_versions_alone(settings, now):
+    schedule = lowered_keep_versions(settings, 1)
+    pruned = sum((p for p in retention.prune(now)), retention.Pruned())
+    assert pruned.versions == 0 and len(versions_of(schedule)) == 3
+
+
+def test_prune_runs_deletes_the_versions_past_a_lowered_keep_versions(settings):
+    schedule = lowered_keep_versions(settings, 1)
+    newest = versions_of(schedule)[-1].pk
     out = StringIO()
     call_command("prune_runs", stdout=out)
     assert "Deleted 2 versions; kept the newest 1 of each schedule" in out.getvalue()
-    assert ScheduleVersion.objects.count() == 1
+    assert [v.pk for v in versions_of(schedule)] == [newest]
+
+
+def test_a_dry_run_counts_the_versions_it_would_delete(settings, now):
+    schedule = lowered_keep_versions(settings, 1)
+    pruned = sum((p for p in retention.prune(now, dry_run=True, versions=True)), retention.Pruned())
+    assert pruned.versions == 2 and len(versions_of(schedule)) == 3

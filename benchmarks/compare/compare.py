@@ -29,7 +29,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -103,6 +103,11 @@ def parse_args() -> argparse.Namespace:
         "--docs", action="store_true", help="write the docs page (default: full runs)"
     )
     docs.add_argument("--no-docs", action="store_true", help="do not write the docs page")
+    parser.add_argument(
+        "--idle-schedules",
+        type=int,
+        help="schedules of the idle workload (the plan's: 100,000; 10,000 with --quick)",
+    )
     parser.add_argument("--fresh", action="store_true", help="forget results of earlier runs")
     parser.add_argument(
         "--report", action="store_true", help="measure nothing: print (and --docs) saved results"
@@ -271,6 +276,8 @@ def main() -> None:
     args = parse_args()
     early_stop = not args.no_early_stop
     plan = Plan.quick_run(args.cap, early_stop) if args.quick else Plan.full(args.cap, early_stop)
+    if args.idle_schedules:
+        plan = replace(plan, idle_schedules=args.idle_schedules)
     path = results_path(plan.quick)
     results = load_results(path, args.fresh)
     started = time.monotonic()

@@ -89,10 +89,12 @@ cannot: the cell gives the projection), and is not run at larger sizes.
    transactions per second (`pg_stat_database`, the peer's own database) and the CPU time of
    the scheduler process (user + system, all threads, from `/proc`) as a % of one core.
    django_periodic runs with its shipped defaults (LISTEN/NOTIFY; idle, it wakes, heartbeats
-   and sweeps every `IDLE_INTERVAL`, 120 s, in one transaction). The database's count also
-   includes the server's own background work in it (autovacuum), which this harness does not
-   separate out. APScheduler 3 sleeps until its next known job and never rereads the job store, so
-   it idles at nothing, but does not see a job that another process adds or edits until
+   and sweeps every `IDLE_INTERVAL`, 120 s, in one transaction), but for `PRUNE_INTERVAL`,
+   set to the window's length so that every window includes a retention pass (1 hour by
+   default). The database's count also includes the server's own background work in it
+   (autovacuum), which the details show as counted on an empty database beside it over the
+   same windows. APScheduler 3 sleeps until its next known job and never rereads the job
+   store, so it idles at nothing, but does not see a job that another process adds or edits until
    something wakes it; django-celery-beat checks for changes every 5 s and reloads its whole
    schedule every 5 minutes; django-periodic-tasks polls every 15 s.
 5. **Memory.** VmRSS of the scheduler process once it is up and has settled, with N

@@ -271,14 +271,18 @@ class Ours(Peer):
         workers: int | None = None,
         plan_only: bool = False,
         writing: bool = False,
+        settings: dict[str, object] | None = None,
     ) -> Child:
+        """``settings``: DJANGO_PERIODIC settings of this workload, over the defaults."""
         argv = [self.ctx.python, "-m", "django", "run_scheduler", "-v", "0"]
         argv += ["--plan-only"] if plan_only else []
         argv += ["--workers", str(workers)] if workers else []
         env = self.env(writing)
+        chosen = {**json.loads(env["PERIODIC_TEST_SETTINGS"]), **(settings or {})}
         if plan_only:
             # Planning throughput is timed from the due time: no head start from PLAN_AHEAD.
-            env["PERIODIC_TEST_SETTINGS"] = json.dumps({**OURS_DEFAULT_SETTINGS, "PLAN_AHEAD": 0})
+            chosen["PLAN_AHEAD"] = 0
+        env["PERIODIC_TEST_SETTINGS"] = json.dumps(chosen)
         return self._spawn(index, argv, env)
 
     def start_task_worker(self, index: int, writing: bool = False) -> Child:

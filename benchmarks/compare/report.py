@@ -101,7 +101,7 @@ def rows_for(plan: dict) -> list[Row]:
     rows.append(
         Row(
             "idle:xacts",
-            f"(4) idle, {n:,} schedules not due: database transactions",
+            f"(4) idle, {n:,} schedules not due, a retention pass a window: database transactions",
             "<= 0.05 /s",
             _at_most(0.05),
         )
@@ -109,7 +109,8 @@ def rows_for(plan: dict) -> list[Row]:
     rows.append(
         Row(
             "idle:cpu",
-            f"(4) idle, {n:,} schedules not due: CPU of the scheduler process",
+            f"(4) idle, {n:,} schedules not due, a retention pass a window: "
+            "CPU of the scheduler process",
             "<= 0.05 %",
             _at_most(0.05),
         )

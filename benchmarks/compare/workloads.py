@@ -956,31 +956,53 @@ def idle(ctx: Context, plan: Plan, peers: list[Peer]) -> list[Figure]:
     """Schedules none of which is due: transactions/s in the peer's database, CPU of its process.
 
     The peers run at the same time: each is measured on its own database and its own process.
+    Ours prunes once a window (``PRUNE_INTERVAL`` the window's length, its first pass a
+    minute after start at most), so that every window includes a retention pass. The
+    server's own work in a database (autovacuum visits each one a minute) is counted with
+    the peer's: an empty database beside them shows how much that is, for the details.
     """
     n = plan.idle_schedules
     windows = f"{plan.idle_windows} window(s) of {plan.idle_window:.0f} s"
-    say(f"\n[idle] {n:,} schedules not due, {windows}")
+    say(f"\n[idle] {n:,} schedules not due, {windows}, each with a retention pass (ours)")
     load_all(peers, n)
-    running, failures = start_all(plan, peers)
+    ctx.server.create_database(IDLE_CONTROL)
+    with ctx.server.connect(IDLE_CONTROL) as conn:
+        # A table: autovacuum passes over a database never used (it has no statistics yet).
+        conn.execute("CREATE TABLE control (id int)")
+    running, failures = start_all(plan, peers, settings={"PRUNE_INTERVAL": plan.idle_window})
     samples: dict[str, list[tuple[float, float]]] = {key: [] for key in running}
+    rss: dict[str, list[float]] = {key: [] for key in running}
+    background: list[float] = []
     try:
         for window in range(plan.idle_windows):
             progress = Progress(f"window {window + 1}/{plan.idle_windows}")
+            control = ctx.server.transactions(IDLE_CONTROL), time.monotonic()
             before = {
                 key: idle_counters(ctx, peer, children) for key, (peer, children) in running.items()
             }
             pause(progress, plan.idle_window)
+            seen = ctx.server.transactions(IDLE_CONTROL) - control[0]
+            background.append(seen / (time.monotonic() - control[1]))
+            say(f"    an empty database: {background[-1]:.3f} transactions/s (the server's own)")
             for key, (peer, children) in running.items():
                 xacts, cpu, at = idle_counters(ctx, peer, children)
                 xacts0, cpu0, at0 = before[key]
                 samples[key].append(
                     ((xacts - xacts0) / (at - at0), (cpu - cpu0) / (at - at0) * 100)
                 )
+                rss[key].append(memory(children[0].pid)["VmRSS"] / MB)
             progress.finish("measured")
+            for key, (peer, _) in running.items():
+                (x, c), mb = samples[key][-1], rss[key][-1]
+                say(f"    {peer.label}: {x:.3f} transactions/s, {c:.3f} % CPU, {mb:,.1f} MB")
     finally:
         for peer, children in running.values():
             peer.stop(children)
-    return idle_figures(peers, samples, failures)
+    return idle_figures(peers, samples, failures, rss, median(background))
+
+
+# An empty database beside the peers': the server's own work in one, with no client.
+IDLE_CONTROL = "bench_idle_control"
 
 
 def pause(progress: Progress, seconds: float) -> None:
@@ -997,7 +1019,11 @@ def idle_counters(ctx: Context, peer: Peer, children: list[Child]) -> tuple[floa
 
 
 def idle_figures(
-    peers: list[Peer], samples: dict[str, list[tuple[float, float]]], failures: dict[str, str]
+    peers: list[Peer],
+    samples: dict[str, list[tuple[float, float]]],
+    failures: dict[str, str],
+    rss: dict[str, list[float]],
+    background: float,
 ) -> list[Figure]:
     figures = []
     for peer in peers:
@@ -1016,11 +1042,14 @@ def idle_figures(
                 "ok",
                 median(xacts),
                 f"{median(xacts):.3f} /s",
-                f"highest of {reps} windows {max(xacts):.3f} /s" if several else "",
-                {"median": median(xacts)},
+                (f"highest of {reps} windows {max(xacts):.3f} /s; " if several else "")
+                + f"an empty database beside it {background:.3f} /s (the server's own work)",
+                {"median": median(xacts), "background": background},
                 reps,
             )
         )
+        first, last = rss[peer.key][0], rss[peer.key][-1]
+        memory_text = f"RSS {first:,.1f} MB after the first window, {last:,.1f} MB after the last"
         figures.append(
             Figure(
                 "idle:cpu",
@@ -1028,8 +1057,8 @@ def idle_figures(
                 "ok",
                 median(cpu),
                 f"{median(cpu):.3f} %",
-                f"highest of {reps} windows {max(cpu):.3f} %" if several else "",
-                {"median": median(cpu)},
+                (f"highest of {reps} windows {max(cpu):.3f} %; " if several else "") + memory_text,
+                {"median": median(cpu), "rss_first_mb": first, "rss_last_mb": last},
                 reps,
             )
         )
@@ -1106,10 +1135,11 @@ def load_all(peers: list[Peer], n: int) -> None:
 
 
 def start_all(
-    plan: Plan, peers: list[Peer]
+    plan: Plan, peers: list[Peer], **options: object
 ) -> tuple[dict[str, tuple[Peer, list[Child]]], dict[str, str]]:
-    """Start one scheduler per peer; return those up and settled, and why the others are not."""
-    pending = {peer.key: (peer, [peer.start(0)]) for peer in peers}
+    """Start one scheduler per peer (with ``options``, those a peer's ``start`` takes); return
+    those up and settled, and why the others are not."""
+    pending = {peer.key: (peer, [peer.start(0, **options)]) for peer in peers}
     running: dict[str, tuple[Peer, list[Child]]] = {}
     failures: dict[str, str] = {}
     up_at: dict[str, float] = {}

@@ -35,6 +35,16 @@ NOT_EXPECTED = (ErrorCode.PAUSED, ErrorCode.CLOSED)
 
 # The schedules whose alerts are judged: enabled, with at least one alert set.
 WITH_ALERTS = Q(enabled=True) & (Q(alert_after__isnull=False) | Q(alert_failures__isnull=False))
+# The schedules the attention pass reads (engine/planning/attention.py): with an alert set,
+# stored as needing attention, or that may pause themselves for their failures. It is the
+# condition of their index (periodic_schedule_judged): a pass reads these rows alone, so
+# schedules with none of them cost it nothing, however many there are.
+JUDGED = (
+    Q(alert_after__isnull=False)
+    | Q(alert_failures__isnull=False)
+    | Q(pause_after_failures__isnull=False)
+    | ~Q(attention_reason="")
+)
 
 
 @dataclass(frozen=True)

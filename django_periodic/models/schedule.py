@@ -33,7 +33,9 @@ from django_periodic.models.pausing import Pausing
 from django_periodic.models.schedule_fields import (
     ATTENTION_FIELDS,
     CURSOR_FIELDS,
+    OWN_RETENTION,
     PING_FIELDS,
+    RETENTION_FIELDS,
     REVISION_FIELDS,
     ScheduleFields,
 )
@@ -125,6 +127,17 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
                 fields=["next_fire_at", "id"],
                 condition=Q(enabled=True),
                 name="periodic_schedule_due",
+            ),
+            # The few the attention pass reads (alerting.JUDGED): it reads these, never
+            # every row. Partial: a row outside it, however often its cursor moves, writes
+            # nothing to it.
+            models.Index(fields=["id"], condition=alerting.JUDGED, name="periodic_schedule_judged"),
+            # The schedules with retention rules of their own, whose distinct rules a
+            # retention pass reads (operations/prunable.py); partial, as the one above.
+            models.Index(
+                fields=list(RETENTION_FIELDS),
+                condition=OWN_RETENTION,
+                name="periodic_schedule_retention",
             ),
         ]
 

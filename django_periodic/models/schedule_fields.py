@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
+from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -54,6 +55,14 @@ POLICY_FIELDS = (
 )
 # How long a schedule's finished runs are kept (retention.py); empty: the global settings.
 RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
+# The schedules with a retention rule of their own: the condition of their index
+# (periodic_schedule_retention), from which a retention pass reads their distinct rules
+# without reading the schedules that follow the settings, however many there are.
+OWN_RETENTION = (
+    Q(keep_runs__isnull=False)
+    | Q(keep_runs_for__isnull=False)
+    | Q(keep_failed_runs_for__isnull=False)
+)
 # When a schedule needs attention (alerting.py); empty: never for that reason.
 ALERT_FIELDS = ("alert_after", "alert_failures")
 # Who is told from outside when its runs start and end (operations/pings.py, docs/pings.md).

@@ -1,7 +1,9 @@
 """Versions: one row for every change of a schedule made through the app's surface (the
 admin, ``save()``, code-defined schedules synced at start, pause and resume, the importer),
 with who made it, why, and the changes field by field. ``QuerySet.update()`` bypasses
-``save()`` and so makes none (docs/versions.md).
+``save()`` and so makes none (docs/versions.md). A schedule keeps its newest
+``KEEP_VERSIONS``: the older ones are deleted as a new one is written, in its transaction
+(``trim()``), so that retention never has to walk the schedules.
 
 Recording versions: what a save of a schedule changed (``VERSIONED_FIELDS``), who made it
 and why, written as a ``ScheduleVersion`` in the save's own transaction.
@@ -27,12 +29,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple, Self
 
 from django.db import models, transaction
-from django.db.models import DEFERRED, QuerySet
-from django.db.models.functions import Now
+from django.db.models import DEFERRED, F, QuerySet, Window
+from django.db.models.functions import Now, RowNumber
 from django.utils.crypto import salted_hmac
 from django.utils.duration import duration_iso_string
 from django.utils.translation import gettext_lazy as _
 
+from django_periodic.conf import get_settings
 from django_periodic.db import clock
 from django_periodic.models.schedule_fields import (
     CURSOR_FIELDS,
@@ -74,6 +77,9 @@ class ScheduleVersion(models.Model):
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["schedule", "-created_at"], name="periodic_version_schedule"),
+            # A schedule's versions in the order they were recorded: trim() reads its
+            # newest KEEP_VERSIONS and no more.
+            models.Index(fields=["schedule", "-id"], name="periodic_version_newest"),
         ]
 
     def __str__(self) -> str:
@@ -307,9 +313,10 @@ def recording(schedule: "TrackedChanges", save_kwargs: Mapping[str, Any]) -> Ite
     if not changes:
         yield
         return
+    new = schedule._state.adding  # its first version: none older to trim
     with transaction.atomic(using=using):
         yield
-        record(schedule, changes, using=using)
+        record(schedule, changes, using=using, trimming=not new)
 
 
 def record(
@@ -319,9 +326,12 @@ def record(
     using: str | None = None,
     by: str | None = None,
     reason: str | None = None,
+    trimming: bool = True,
 ) -> ScheduleVersion:
     """Write the version of ``schedule`` that ``changes`` made, with the row as it is now
-    (its fields and revision read back). ``by`` and ``reason`` default to ``author()``."""
+    (its fields and revision read back), and, ``trimming``, delete its versions past the
+    newest ``KEEP_VERSIONS`` in the same transaction. ``by`` and ``reason`` default to
+    ``author()``."""
     using = using or schedule._state.db or "default"
     row = type(schedule)._default_manager.using(using).filter(pk=schedule.pk)
     values = row.values(*COLUMNS, "revision").get()
@@ -329,14 +339,17 @@ def record(
     fields = {name: recorded(name, value) for name, value in values.items()}
     fields["calendars"] = calendar_names(schedule, using)
     who = _signed(by, reason)
-    version = ScheduleVersion.objects.using(using).create(
-        schedule_id=schedule.pk,
-        revision=revision,
-        by=who.by,
-        reason=who.reason,
-        changes=changes,
-        fields=fields,
-    )
+    with transaction.atomic(using=using, savepoint=False):
+        version = ScheduleVersion.objects.using(using).create(
+            schedule_id=schedule.pk,
+            revision=revision,
+            by=who.by,
+            reason=who.reason,
+            changes=changes,
+            fields=fields,
+        )
+        if trimming:
+            trim([schedule.pk], using)
     schedule._remember_versioned(fields)
     schedule._last_version = version
     return version
@@ -405,7 +418,26 @@ def update_versioned(
                     )
                 )
         ScheduleVersion.objects.using(using).bulk_create(versions)
+        trim([version.schedule_id for version in versions], using)
     return updated
+
+
+def trim(schedule_pks: Collection[int], using: str) -> int:
+    """Delete the versions of these schedules but the newest ``KEEP_VERSIONS`` of each (by
+    id: the order they were recorded in); return how many went.
+
+    One statement, which reads each schedule's newest versions on the index
+    ``periodic_version_newest``, one past ``KEEP_VERSIONS`` when its versions are trimmed
+    at each write. None at all with ``KEEP_VERSIONS = None``, or no schedules.
+    """
+    keep = get_settings().KEEP_VERSIONS
+    if keep is None or not schedule_pks:
+        return 0
+    versions = ScheduleVersion.objects.using(using)
+    newer = Window(RowNumber(), partition_by=F("schedule_id"), order_by=F("pk").desc())
+    ranked = versions.filter(schedule_id__in=set(schedule_pks)).annotate(newer=newer)
+    old = ranked.filter(newer__gt=keep).values("pk")
+    return versions.filter(pk__in=old).delete()[1].get(ScheduleVersion._meta.label, 0)
 
 
 def _calendar_names_of(queryset: "QuerySet[Any]", pks: list[int]) -> dict[int, list[str]]:

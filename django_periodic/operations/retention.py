@@ -1,115 +1,31 @@
-"""Retention: which finished runs are kept, and deleting the others in bounded batches.
+"""Retention: deleting the finished runs that no rule keeps, in bounded batches, one process
+at a time.
 
-A finished run is kept while any rule keeps it: it is one of the last ``keep_runs`` finished
-runs of its schedule, or was planned within ``keep_runs_for``, or failed and was planned
-within ``keep_failed_runs_for``. Each rule is the schedule's own field, else the setting of
-the same name in capitals. A schedule with neither a count nor an age rule keeps everything.
+The rules, and how a pass finds the runs they let go without reading every schedule, are in
+``prunable.py``. A schedule's versions (docs/versions.md) are kept by count: its newest
+``KEEP_VERSIONS``. They are trimmed as each new one is written (``versions.trim()``), so the
+background pass has none to delete; ``prune_runs`` alone walks them
+(``prune(versions=True)``), for versions past a lowered ``KEEP_VERSIONS`` or written around
+``save()``.
 
-Active runs are never deleted, nor anything planning needs: the schedule's cursor
-(``next_fire_at``), not its history, keeps a plan time from firing twice.
-
-A schedule's versions (docs/versions.md) are kept by count: its newest ``KEEP_VERSIONS``.
-
-``run_scheduler`` applies these rules in a background pass (``pruner.py``) and
-``prune_runs`` applies them from cron; both delete through ``prune()``.
+``run_scheduler`` applies the rules in a background pass (``pruner.py``) and ``prune_runs``
+applies them from cron; both delete through ``prune()``.
 """
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import (
-    Case,
-    DateTimeField,
-    OuterRef,
-    Q,
-    QuerySet,
-    Subquery,
-    Value,
-    When,
-    signals,
-)
+from django.db.models import OuterRef, Q, QuerySet, Subquery, signals
 
 from django_periodic.conf import get_settings
 from django_periodic.db import features, pooling, postgresql
-from django_periodic.models import (
-    RETENTION_FIELDS,
-    Lease,
-    Run,
-    RunQuerySet,
-    Schedule,
-    ScheduleVersion,
-)
-
-# Schedules whose cutoffs one statement computes.
-SCHEDULE_BATCH = 100
-
-
-@dataclass(frozen=True)
-class Rules:
-    """How long finished runs are kept (None: no such rule)."""
-
-    keep_runs: int | None = None
-    keep_runs_for: timedelta | None = None
-    keep_failed_runs_for: timedelta | None = None
-
-    @classmethod
-    def from_settings(cls) -> "Rules":
-        """The global rules: the ``KEEP_*`` settings."""
-        settings = get_settings()
-        return cls(settings.KEEP_RUNS, settings.KEEP_RUNS_FOR, settings.KEEP_FAILED_RUNS_FOR)
-
-    def overridden_by(
-        self,
-        keep_runs: int | None,
-        keep_runs_for: timedelta | None,
-        keep_failed_runs_for: timedelta | None,
-    ) -> "Rules":
-        """These rules with a schedule's own fields (``RETENTION_FIELDS``) where set."""
-        return Rules(
-            self.keep_runs if keep_runs is None else keep_runs,
-            self.keep_runs_for if keep_runs_for is None else keep_runs_for,
-            self.keep_failed_runs_for if keep_failed_runs_for is None else keep_failed_runs_for,
-        )
-
-    @property
-    def limited(self) -> bool:
-        """Whether runs may be deleted at all: a count or an age rule is set."""
-        return self.keep_runs is not None or self.keep_runs_for is not None
-
-
-@dataclass(frozen=True)
-class Cutoffs:
-    """A schedule's finished runs planned before ``before`` may go; failed ones only if
-    planned before ``failed_before`` too."""
-
-    before: datetime
-    failed_before: datetime
-
-
-def cutoffs(rules: Rules, now: datetime, nth_newest: datetime | None) -> Cutoffs | None:
-    """A schedule's cutoffs under ``rules``; None if it keeps every run.
-
-    ``nth_newest`` is the plan time of its ``keep_runs``-th newest finished run (None if it
-    has fewer). Runs planned at that time are kept: at least ``keep_runs`` remain.
-    """
-    if not rules.limited:
-        return None
-    bounds = []
-    if rules.keep_runs is not None:
-        if nth_newest is None:
-            return None
-        bounds.append(nth_newest)
-    if rules.keep_runs_for is not None:
-        bounds.append(now - rules.keep_runs_for)
-    before = min(bounds)
-    failed_before = before
-    if rules.keep_failed_runs_for is not None:
-        failed_before = min(before, now - rules.keep_failed_runs_for)
-    return Cutoffs(before, failed_before)
+from django_periodic.models import Lease, Run, RunQuerySet, Schedule, ScheduleVersion
+from django_periodic.operations import prunable
+from django_periodic.operations.prunable import SCHEDULE_BATCH, Mark, Rules
 
 
 @dataclass
@@ -139,10 +55,18 @@ def prune(
     dry_run: bool = False,
     wait: bool = False,
     stopping: Callable[[], bool] = lambda: False,
+    versions: bool = False,
+    since: Mark | None = None,
 ) -> Iterator[Pruned]:
-    """Delete the finished runs (and their leases) that no rule keeps, then the versions
-    past each schedule's newest ``KEEP_VERSIONS``, yielding what each batch deleted;
-    ``dry_run`` counts them instead, one count per batch of schedules.
+    """Delete the finished runs (and their leases) that no rule keeps, then, with
+    ``versions``, the versions past each schedule's newest ``KEEP_VERSIONS``, yielding what
+    each batch deleted; ``dry_run`` counts them instead, one count per batch of schedules.
+
+    The schedules with a count rule are all walked, or with ``since``, only those whose runs
+    changed since that mark (``prunable.by_count``).
+
+    Versions are trimmed as they are written: only ``prune_runs`` asks for ``versions``,
+    which reads every schedule's newest versions, a batch of schedules per statement.
 
     One process prunes at a time (an advisory lock on PostgreSQL): without ``wait``, a
     prune that finds another under way yields ``Pruned(busy=True)`` and stops. ``stopping``
@@ -154,96 +78,55 @@ def prune(
         if not alone:
             yield Pruned(busy=True)
             return
-        for by_schedule in _schedule_batches(now, rules, using):
-            prunable = _prunable(by_schedule, using)
+        for runs in _prunables(now, rules, using, since):
             if dry_run:
-                yield _count(prunable)
+                yield _count(runs)
                 continue
-            for deleted in delete_in_batches(prunable, batch_size, using):
+            for deleted in delete_in_batches(runs, batch_size, using):
                 yield deleted
                 if stopping():
                     return
             if stopping():
                 return
         keep_versions = get_settings().KEEP_VERSIONS
-        if keep_versions is not None:
-            for versions in prune_versions(keep_versions, using=using, dry_run=dry_run):
-                yield Pruned(versions=versions)
+        if versions and keep_versions is not None:
+            for gone in prune_versions(keep_versions, using=using, dry_run=dry_run):
+                yield Pruned(versions=gone)
                 if stopping():
                     return
 
 
-def _schedule_batches(now: datetime, rules: Rules, using: str) -> Iterator[dict[int, Cutoffs]]:
-    """The cutoffs of the schedules that delete anything, a batch of schedules at a time
-    (two statements each)."""
-    schedules = Schedule.objects.using(using).order_by("pk")
-    if not rules.limited:
-        # Only schedules with a rule of their own can delete: a pass costs nothing more.
-        schedules = schedules.filter(Q(keep_runs__isnull=False) | Q(keep_runs_for__isnull=False))
-    after = 0
-    while True:
-        rows = list(
-            schedules.filter(pk__gt=after).values_list("pk", *RETENTION_FIELDS)[:SCHEDULE_BATCH]
-        )
-        if not rows:
-            return
-        own = {row[0]: rules.overridden_by(*row[1:]) for row in rows}
-        nth = _nth_newest({pk: r.keep_runs for pk, r in own.items() if r.keep_runs}, using)
-        found = {pk: cutoffs(r, now, nth.get(pk)) for pk, r in own.items()}
-        by_schedule = {pk: cut for pk, cut in found.items() if cut is not None}
-        if by_schedule:
-            yield by_schedule
-        if len(rows) < SCHEDULE_BATCH:
-            return
-        after = rows[-1][0]
+def pending(
+    now: datetime, *, using: str = "default", rules: Rules | None = None, since: Mark | None = None
+) -> bool:
+    """Whether ``prune()`` would delete any run now: its reads, without the lock, up to the
+    first run found. With nothing to delete and ``since`` given, a few statements
+    (``prunable``), none of which reads every schedule."""
+    runs = _prunables(now, rules or Rules.from_settings(), using, since)
+    return any(found.exists() for found in runs)
 
 
-def _nth_newest(counts: dict[int, int], using: str) -> dict[int, datetime]:
-    """Each schedule's ``counts[pk]``-th newest finished run's plan time (one statement; a
-    schedule with fewer finished runs is left out).
-
-    One short read of the history index per schedule: OFFSET must be a constant, so the
-    schedules are grouped by count.
-    """
-    if not counts:
-        return {}
-    newest = (
-        Run.objects.filter(schedule=OuterRef("pk"), status__in=Run.FINAL_STATUSES)
-        .order_by("-plan_time", "-pk")
-        .values("plan_time")
-    )
-    by_count: dict[int, list[int]] = {}
-    for pk, count in counts.items():
-        by_count.setdefault(count, []).append(pk)
-    nth = Case(
-        *(
-            When(pk__in=pks, then=Subquery(newest[count - 1 : count]))
-            for count, pks in by_count.items()
-        ),
-        default=Value(None),
-        output_field=DateTimeField(),
-    )
-    rows = Schedule.objects.using(using).filter(pk__in=counts).annotate(nth=nth)
-    return {pk: at for pk, at in rows.values_list("pk", "nth") if at is not None}
-
-
-def _prunable(by_schedule: dict[int, Cutoffs], using: str) -> RunQuerySet:
-    """The finished runs of these schedules that their cutoffs let go."""
-    alike: dict[Cutoffs, list[int]] = {}
-    for pk, cut in by_schedule.items():
-        alike.setdefault(cut, []).append(pk)
-    condition = Q()
-    for cut, pks in alike.items():
-        older = Q(schedule_id__in=pks, plan_time__lt=cut.before)
-        if cut.failed_before < cut.before:
-            older &= ~Q(status=Run.Status.FAILED) | Q(plan_time__lt=cut.failed_before)
-        condition |= older
-    return Run.objects.using(using).finished().filter(condition)
+def _prunables(
+    now: datetime, rules: Rules, using: str, since: Mark | None
+) -> Iterator[RunQuerySet]:
+    """The finished runs that no rule keeps: those of the groups kept by age alone in one
+    set, whatever their number; then those of the schedules with a count rule, a batch of
+    schedules at a time."""
+    found = prunable.groups(rules, using)
+    by_age = prunable.by_age(now, found, using)
+    if by_age is not None:
+        yield by_age
+    for by_schedule in prunable.by_count(now, found, using, since):
+        yield prunable.of_schedules(by_schedule, using)
 
 
 def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) -> Iterator[int]:
     """Delete each schedule's versions but its newest ``keep`` (by id: the order they were
     recorded in), yielding how many each batch of schedules lost (``dry_run``: would lose).
+
+    Each new version trims its schedule's (``versions.trim()``); this catches up with the
+    versions past a lowered ``KEEP_VERSIONS``, or written without ``save()``. It walks every
+    schedule, so only ``prune_runs`` runs it, never ``run_scheduler``'s periodic pass.
 
     One statement finds a batch's cutoffs, each a short read of the schedule's newest
     versions; one more deletes (or counts) the older ones of the whole batch.
@@ -266,9 +149,9 @@ def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) 
         after = rows[-1][0]
 
 
-def _count(prunable: RunQuerySet) -> Pruned:
-    leases = Lease.objects.using(prunable.db).filter(run__in=prunable.values("pk"))
-    return Pruned(prunable.count(), leases.count())
+def _count(runs: RunQuerySet) -> Pruned:
+    leases = Lease.objects.using(runs.db).filter(run__in=runs.values("pk"))
+    return Pruned(runs.count(), leases.count())
 
 
 @contextmanager
@@ -284,8 +167,8 @@ def _one_at_a_time(using: str, wait: bool) -> Iterator[bool]:
         yield got
 
 
-def delete_in_batches(prunable: RunQuerySet, batch_size: int, using: str) -> Iterator[Pruned]:
-    """Delete ``prunable`` batch by batch, yielding what each batch deleted.
+def delete_in_batches(runs: RunQuerySet, batch_size: int, using: str) -> Iterator[Pruned]:
+    """Delete ``runs`` batch by batch, yielding what each batch deleted.
 
     Each batch is its own short transaction of three statements (select ids, delete their
     leases, delete them), so locks are held briefly and a long prune can be interrupted
@@ -299,9 +182,7 @@ def delete_in_batches(prunable: RunQuerySet, batch_size: int, using: str) -> Ite
     while True:
         with transaction.atomic(using=using):
             pks = list(
-                prunable.filter(pk__gt=after)
-                .order_by("pk")
-                .values_list("pk", flat=True)[:batch_size]
+                runs.filter(pk__gt=after).order_by("pk").values_list("pk", flat=True)[:batch_size]
             )
             deleted = _delete_batch(pks, using) if pks else Pruned()
         if pks:

@@ -103,7 +103,8 @@ class Housekeeper:
         return timedelta(seconds=max(until, 0.0)) + AFTER_RELEASE
 
     def attend(self, now: datetime) -> attention.Evaluation | None:
-        """Judge which schedules need attention, at most once an ``ALERT_INTERVAL``.
+        """Judge which schedules need attention, at most once an ``ALERT_INTERVAL``; in the
+        tick's transaction (an idle wake-up stays one transaction).
 
         Any error is logged and waits for the next evaluation: alerts must never stop the
         scheduling (a database gone away fails the tick's next statement anyway)."""
@@ -111,7 +112,10 @@ class Housekeeper:
             return None
         self.next_attention = now + self.settings.ALERT_INTERVAL
         try:
-            found = attention.evaluate(now, self.using)
+            # A savepoint in the tick's transaction: an error here undoes this alone, never
+            # the heartbeat and sweep before it.
+            with transaction.atomic(using=self.using):
+                found = attention.evaluate(now, self.using)
         except Exception:
             logger.exception("Could not judge which schedules need attention.")
             return None

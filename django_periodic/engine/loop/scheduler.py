@@ -2,7 +2,8 @@
 
 Before it works or sleeps, the loop reads what comes next in one query (``look_ahead``):
 an idle scheduler reads this and goes back to sleep; nothing is planned, claimed or swept
-unless the horizon says something is due, so idling costs one statement per wake-up.
+unless the horizon says something is due, so idling costs one transaction per wake-up (with
+the heartbeat, the sweep and the judging of alerts when they are due).
 
 Decisions live in planner.py and leases.py, the heartbeat, sweep and probe for dead
 holders in housekeeping.py, the watch over runs in flight in watching.py, the stop in
@@ -199,18 +200,19 @@ class Scheduler:
     def tick(self) -> tuple[datetime, datetime]:
         """Do what the horizon says is due now; return (now, when to wake up next)."""
         holding = self.housekeeper.holding()
-        # Idle, a wake-up is this one transaction: the look ahead, and housekeeping if due.
+        # Idle, a wake-up is this one transaction: the look ahead, housekeeping if due, and
+        # judging which schedules need attention if due.
         with transaction.atomic(using=self.using):
             ahead = look_ahead(self.using, judge=self.housekeeper.probing())
             now = ahead.now
             self._clock_read_at = time.monotonic()
             if not holding:
                 self.housekeeper.keep_house(self.process, now, ahead)
+            if self.plan:
+                self.housekeeper.attend(now)
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
-        if self.plan:
-            self.housekeeper.attend(now)
         if self.pool:
             self.watcher.watch(self.process, now)
             self._claim_due(ahead, planned.fired)

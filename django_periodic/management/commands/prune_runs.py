@@ -7,6 +7,7 @@ from django_periodic.conf import RANGES, get_settings
 from django_periodic.db import clock
 from django_periodic.management import check_range
 from django_periodic.operations import retention
+from django_periodic.operations.prunable import Rules
 from django_periodic.timing import bounds
 
 DEFAULT_BATCH_SIZE = 5000
@@ -26,7 +27,8 @@ class Command(BaseCommand):
         "them; --days and --keep-runs replace the settings. With no rule at all, runs "
         f"planned more than {DEFAULT_DAYS} days ago go. Active runs are kept, and schedule "
         "cursors keep old plan times from firing again. Versions past each schedule's "
-        "newest KEEP_VERSIONS go too."
+        "newest KEEP_VERSIONS go too (each save trims its schedule's: this catches up after "
+        "KEEP_VERSIONS is lowered)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -69,7 +71,13 @@ class Command(BaseCommand):
         now = clock.now(database)
         pruned = retention.Pruned()
         batches = retention.prune(
-            now, using=database, rules=rules, batch_size=batch_size, dry_run=dry_run, wait=True
+            now,
+            using=database,
+            rules=rules,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            wait=True,
+            versions=True,
         )
         for batch in batches:
             pruned += batch
@@ -86,18 +94,18 @@ class Command(BaseCommand):
             )
 
 
-def _rules(days: int | None, keep_runs: int | None) -> retention.Rules:
-    rules = retention.Rules.from_settings()
+def _rules(days: int | None, keep_runs: int | None) -> Rules:
+    rules = Rules.from_settings()
     if days is not None:
-        rules = retention.Rules(rules.keep_runs, timedelta(days=days), rules.keep_failed_runs_for)
+        rules = Rules(rules.keep_runs, timedelta(days=days), rules.keep_failed_runs_for)
     if keep_runs is not None:
-        rules = retention.Rules(keep_runs, rules.keep_runs_for, rules.keep_failed_runs_for)
+        rules = Rules(keep_runs, rules.keep_runs_for, rules.keep_failed_runs_for)
     if not rules.limited:
-        rules = retention.Rules(None, timedelta(days=DEFAULT_DAYS), rules.keep_failed_runs_for)
+        rules = Rules(None, timedelta(days=DEFAULT_DAYS), rules.keep_failed_runs_for)
     return rules
 
 
-def _kept(rules: retention.Rules, now: datetime) -> str:
+def _kept(rules: Rules, now: datetime) -> str:
     kept = []
     if rules.keep_runs is not None:
         kept.append(f"the last {rules.keep_runs} finished runs of each schedule")
