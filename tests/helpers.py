@@ -8,6 +8,7 @@ from django.core.management import call_command
 from django.db import transaction
 from django.urls import reverse
 
+from django_periodic.db import clock
 from django_periodic.engine import records
 from django_periodic.engine.planning import planner
 from django_periodic.engine.records import Claim
@@ -89,3 +90,11 @@ def affected_changes(
     zone = triggers.parse_timezone(trigger.timezone)
     found = (dst.affected(trigger, change) for change in dst.offset_changes(zone, start, end))
     return [change for change in found if change is not None]
+
+
+def far_hour() -> int:
+    """An hour of the day 11 or 12 hours from now (UTC), before 23:00: a daily fire at it, an
+    hour after it (the same day) or nine hours before it is far from the edges of the
+    diff's window, which starts now, so each day's fire falls inside the window on both
+    sides whatever the time of the test."""
+    return min((clock.now().hour + 12) % 24, 22)

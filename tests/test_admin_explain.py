@@ -12,7 +12,7 @@ from django_periodic.models import Schedule
 from django_periodic.models.explaining.pages import PAGE_SIZE
 from django_periodic.testing import fire_times, run_due
 from tests.factories import ScheduleFactory, schedule_form_data
-from tests.helpers import run_url, set_cursor
+from tests.helpers import far_hour, run_url, set_cursor
 from tests.test_admin_permissions import VIEW_ALL, staff
 
 FORM_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -132,19 +132,22 @@ def test_a_user_without_view_permission_cannot_explain(client):
 
 @pytest.mark.django_db
 def test_a_trigger_edit_shows_its_fires_diff_and_saves_only_when_confirmed(admin_client):
-    schedule = ScheduleFactory(cron="0 9 * * *", interval=None, job="tests.jobs.add", args=[1, 2])
-    data = schedule_form_data(name=schedule.name, cron="0 10 * * *")
+    # Edited between the old and the new hour, today's fire would be added, not moved.
+    hour = far_hour()
+    old, new = f"0 {hour} * * *", f"0 {hour + 1} * * *"
+    schedule = ScheduleFactory(cron=old, interval=None, job="tests.jobs.add", args=[1, 2])
+    data = schedule_form_data(name=schedule.name, cron=new)
     response = admin_client.post(change_url(schedule), data)
     assert response.status_code == 200
     diff = response.context["diff"]
     assert len(diff.moved) >= 30 and not diff.added and not diff.removed
-    assert Schedule.objects.get(pk=schedule.pk).cron == "0 9 * * *"  # not saved
+    assert Schedule.objects.get(pk=schedule.pk).cron == old  # not saved
     # The page posts the form's data back, confirmed.
     hidden = dict(response.context["hidden"])
-    assert hidden["cron"] == "0 10 * * *"
+    assert hidden["cron"] == new
     confirmed = admin_client.post(change_url(schedule), {**data, "_confirmed_diff": "1"})
     assert confirmed.status_code == 302
-    assert Schedule.objects.get(pk=schedule.pk).cron == "0 10 * * *"
+    assert Schedule.objects.get(pk=schedule.pk).cron == new
 
 
 @pytest.mark.django_db

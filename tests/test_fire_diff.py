@@ -10,6 +10,7 @@ from django_periodic.db import clock
 from django_periodic.models import Calendar, FireOverride, Schedule
 from django_periodic.timing import fire_diff
 from tests.factories import ScheduleFactory
+from tests.helpers import far_hour
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -18,14 +19,6 @@ def daily(cron: str = "0 9 * * *", **fields) -> Schedule:
     return ScheduleFactory(
         cron=cron, timezone=fields.pop("timezone", "UTC"), interval=None, **fields
     )
-
-
-def far_hour() -> int:
-    """An hour of the day 11 or 12 hours from now (UTC), before 23:00: a daily fire at it, an
-    hour after it (the same day) or nine hours before it is far from the edges of the
-    diff's window, which starts now, so each day's fire falls inside the window on both
-    sides whatever the time of the test."""
-    return min((clock.now().hour + 12) % 24, 22)
 
 
 @pytest.mark.django_db
