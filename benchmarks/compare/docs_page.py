@@ -119,8 +119,9 @@ cannot: the cell gives the projection), and is not run at larger sizes.
    execution, N rows split over the threads, all released together; for fire lag, at every
    second the N rows of that second queued for the threads, the lag being when each INSERT
    began minus its second; for due at once, N rows queued at once, the time until the last
-   is done. Each figure is given as a fraction or a multiple of its limit, and its goal is
-   stated against it. **The atomic writing job** (`tests.jobs.atomic_record`, `@job(atomic=True)`):
+   is done. Each figure is given as a fraction or a multiple of its limit (the median of
+   each run's own ratio), and its goal is stated against it. **The atomic writing job**
+   (`tests.jobs.atomic_record`, `@job(atomic=True)`):
    the same row, committed with the run's success; its lag, execution and due-at-once rows
    have the same limits.
 
@@ -293,8 +294,9 @@ def _writing_part(figures: Figures, row: str, peer: str, floor: float | None) ->
     numbers = figures[row, peer]["numbers"]
     processes = int(row.rsplit(":", 1)[1])
     text = f"{rate:,.0f} runs/s with {processes} process{'es' * (processes > 1)}"
-    if limit := numbers.get("limit_rate"):
-        return text + f" ({rate / limit:.2f} of the limit, {report.limit_text(numbers)})"
+    if numbers.get("limit_rate"):
+        ratio, limit = report.of_limit(numbers), report.limit_text(numbers)
+        return text + f" ({ratio:.2f} of the limit, {limit})"
     # The floor of the figure's own run: --only reruns measure it anew.
     own = numbers.get("floor") or floor
     return text + (f" ({rate / own:.2f} of the floor)" if own else "")

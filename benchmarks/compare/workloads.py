@@ -27,7 +27,7 @@ from harness import (
     wait_until,
 )
 from peers import Context, Ours, OursThroughPgBouncer, Peer, now_utc, ours_env
-from report import limit_text
+from report import limit_text, of_limit, run_ratio
 
 SECOND = timedelta(seconds=1)
 HOUR = timedelta(hours=1)
@@ -152,6 +152,8 @@ def measure(
             progress.finish(f"error: {exc}")
             traceback.print_exc()
             return Figure(row, peer, "error", text=f"error: {str(exc).splitlines()[0][:120]}")
+        if (ratio := run_ratio(outcome)) is not None:
+            outcome["of_limit"] = ratio
         outcomes.append(outcome)
         progress.finish(summary(outcome)[1])
         if time.monotonic() - started > plan.slow_repetition:
@@ -482,7 +484,7 @@ def lag_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         f"p99 {numbers['p99']:,.0f} ms, max {numbers['max']:,.0f} ms"
     )
     if limit := numbers.get("limit_p99"):
-        text += f"; {numbers['p99'] / limit:.1f}x the limit's p99 {limit:,.0f} ms"
+        text += f"; {of_limit(numbers):.1f}x the limit's p99 {limit:,.0f} ms"
     details = [f"{numbers['lost']:,.0f} skipped or missed"] if numbers["lost"] else []
     details += written_details(numbers)
     details += limit_details(numbers)
@@ -700,7 +702,7 @@ def execution_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
     rate = numbers["rate"]
     text = f"{rate:,.0f} runs/s"
     if numbers.get("limit_rate"):
-        text += f", {rate / numbers['limit_rate']:.2f} of the limit ({limit_text(numbers)})"
+        text += f", {of_limit(numbers):.2f} of the limit ({limit_text(numbers)})"
     elif numbers.get("floor"):
         text += f", {rate / numbers['floor']:.2f} of the floor"
     span = (
@@ -772,7 +774,7 @@ def due_summary(numbers: dict[str, float]) -> tuple[float, str, str]:
         done = "all" if numbers["succeeded"] == numbers["n"] else f"{numbers['succeeded']:,.0f}"
         text += (
             f"; {done} done in {numbers['last']:.1f} s, "
-            f"{numbers['last'] / limit:.1f}x the limit's {limit:.1f} s"
+            f"{of_limit(numbers):.1f}x the limit's {limit:.1f} s"
         )
     details = [
         f"{numbers['succeeded']:,.0f} succeeded in all, "
