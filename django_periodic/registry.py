@@ -100,7 +100,7 @@ def job(
 
     Keyword options ``cron``, ``interval`` (a timedelta), ``run_at`` or ``rrule`` (with
     ``start_at``), with any of
-    ``models.SCHEDULE_OPTIONS``, also define a schedule of the same name in code; it is
+    ``schedule_fields.SCHEDULE_OPTIONS``, also define a schedule of the same name in code; it is
     synced to the database when a scheduler starts. The function itself is returned
     unchanged. An ``async def`` function is awaited on an event loop when it runs.
 

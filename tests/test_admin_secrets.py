@@ -14,7 +14,8 @@ from django.test import RequestFactory
 from django.urls import reverse
 
 from django_periodic.admin import ScheduleAdmin
-from django_periodic.models import SECRET_FIELDS, Lease, Run, Schedule, SchedulerProcess
+from django_periodic.models import Lease, Run, Schedule, SchedulerProcess
+from django_periodic.models.schedule_fields import SECRET_FIELDS
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 
 pytestmark = pytest.mark.django_db

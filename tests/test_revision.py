@@ -9,7 +9,8 @@ from django.urls import reverse
 from django_periodic import job, registry
 from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.engine.runs import retries
-from django_periodic.models import REVISION_FIELDS, TRIGGER_FIELDS, Run, Schedule
+from django_periodic.models import Run, Schedule
+from django_periodic.models.schedule_fields import REVISION_FIELDS, TRIGGER_FIELDS
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 from tests.helpers import set_cursor
 

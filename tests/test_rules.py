@@ -28,21 +28,16 @@ from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.planning import planner
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import retries
-from django_periodic.models import (
-    ANCHORED_AT_CREATION,
+from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models.processes import held_through
+from django_periodic.models.run import (
     AWAITING_RELEASE,
     RELEASE,
     SNAPSHOT_FIELDS,
-    Lease,
-    Run,
-    Schedule,
-    kind_of,
-)
-from django_periodic.models.processes import held_through
-from django_periodic.models.run import (
     past_start_deadline,
     past_start_deadline_filter,
 )
+from django_periodic.models.trigger_rows import ANCHORED_AT_CREATION, kind_of
 from django_periodic.timing import bounds
 from tests.factories import LeaseFactory, RunFactory, ScheduleFactory
 from tests.helpers import set_cursor

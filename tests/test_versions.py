@@ -20,7 +20,6 @@ from django_periodic import job, registry
 from django_periodic.db import clock
 from django_periodic.engine.planning import code_schedules, planner
 from django_periodic.models import (
-    VERSIONED_FIELDS,
     Calendar,
     Schedule,
     SchedulerProcess,
@@ -28,6 +27,7 @@ from django_periodic.models import (
     changed_by,
     restore_version,
 )
+from django_periodic.models.schedule_fields import VERSIONED_FIELDS
 from django_periodic.operations import retention
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.models import Execution

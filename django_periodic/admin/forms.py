@@ -20,21 +20,20 @@ from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.conf import get_settings
-from django_periodic.models import (
+from django_periodic.models import Schedule
+from django_periodic.models import versions as versioning
+from django_periodic.models.calendars import closures_from, expect_calendars
+from django_periodic.models.schedule_fields import (
     ALERT_FIELDS,
     CALENDAR_FIELDS,
     JOB_FIELDS,
-    KIND_FIELDS,
     LIFECYCLE_FIELDS,
     PING_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
-    Schedule,
-    closures_from,
 )
-from django_periodic.models import versions as versioning
-from django_periodic.models.calendars import expect_calendars
+from django_periodic.models.trigger_rows import KIND_FIELDS
 from django_periodic.timing import triggers
 
 if TYPE_CHECKING:

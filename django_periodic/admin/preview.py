@@ -13,7 +13,8 @@ from django.utils.translation import ngettext
 
 from django_periodic.admin import display, dst_preview
 from django_periodic.admin.changes import overrides
-from django_periodic.models import Schedule, next_fire_times_of, open_trigger_of
+from django_periodic.models import Schedule
+from django_periodic.models.trigger_rows import next_fire_times_of, open_trigger_of
 from django_periodic.timing import business_days, open_fires, triggers
 from django_periodic.timing.business_days import Closures
 

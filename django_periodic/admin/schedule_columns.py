@@ -18,7 +18,8 @@ from django_periodic.admin import display, history, preview
 from django_periodic.admin.forms import KIND_LABELS
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
-from django_periodic.models import Run, Schedule, closures_of
+from django_periodic.models import Run, Schedule
+from django_periodic.models.calendars import closures_of
 from django_periodic.timing import triggers
 from django_periodic.timing.business_days import Closures
 

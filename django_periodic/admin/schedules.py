@@ -42,22 +42,20 @@ from django_periodic.admin.schedule_filters import (
 )
 from django_periodic.admin.secrets import SecretsUnfiltered, without_secrets
 from django_periodic.db import clock
-from django_periodic.models import (
+from django_periodic.models import Schedule, changed_by
+from django_periodic.models import versions as versioning
+from django_periodic.models.calendars import closures_from, closures_of
+from django_periodic.models.schedule_fields import (
     ALERT_FIELDS,
     CALENDAR_FIELDS,
     JOB_FIELDS,
-    KIND_FIELDS,
     LIFECYCLE_FIELDS,
     PING_FIELDS,
     POLICY_FIELDS,
     RETENTION_FIELDS,
     TRIGGER_FIELDS,
-    Schedule,
-    changed_by,
-    closures_from,
-    closures_of,
 )
-from django_periodic.models import versions as versioning
+from django_periodic.models.trigger_rows import KIND_FIELDS
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts, _FieldsetSpec

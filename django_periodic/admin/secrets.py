@@ -12,7 +12,8 @@ from django.db.models import Model
 from django.db.models.constants import LOOKUP_SEP
 from django.http import HttpRequest
 
-from django_periodic.models import SECRET_FIELDS, Schedule
+from django_periodic.models import Schedule
+from django_periodic.models.schedule_fields import SECRET_FIELDS
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts

@@ -29,8 +29,8 @@ from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine.overlap import announce_ended
 from django_periodic.engine.records import Due
-from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Run, Schedule, SchedulerProcess
-from django_periodic.models.run import past_start_deadline_filter
+from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.models.run import CLAIMABLE_STATUSES, RELEASE, past_start_deadline_filter
 
 logger = logging.getLogger("django_periodic")
 

@@ -20,7 +20,8 @@ from django_periodic import policies, signals
 from django_periodic.choices import ErrorCode
 from django_periodic.db import announcements
 from django_periodic.engine.backends import ledger
-from django_periodic.models import BACKFILLED, Run, RunQuerySet, Schedule
+from django_periodic.models import Run, RunQuerySet, Schedule
+from django_periodic.models.run import BACKFILLED
 
 SUPERSEDED_MESSAGE = "A newer fire of its schedule replaced it before it was retried."
 

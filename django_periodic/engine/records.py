@@ -22,8 +22,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from django_periodic.models import Run, planning_trigger_of
+from django_periodic.models import Run
 from django_periodic.models.run import past_start_deadline
+from django_periodic.models.trigger_rows import planning_trigger_of
 from django_periodic.timing import bounds, business_days, overridden, triggers
 
 
@@ -108,8 +109,8 @@ class Due:
         )
 
     def trigger(self) -> triggers.Trigger:
-        """What its cursor walks, built by the model's own rules (``models.trigger_of``),
-        under its calendars (``models.planning_trigger_of``) and its overrides."""
+        """What its cursor walks, built by the model's own rules (``trigger_rows.trigger_of``),
+        under its calendars (``trigger_rows.planning_trigger_of``) and its overrides."""
         return overridden.overridden(planning_trigger_of(self, self.calendars()), self.overrides)
 
     def calendars(self) -> business_days.Closures | None:

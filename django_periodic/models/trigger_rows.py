@@ -11,7 +11,7 @@ from typing import Protocol
 
 from django.db.models import Q
 
-# KIND_FIELDS is pure (@job reads it too); models.KIND_FIELDS is this name.
+# KIND_FIELDS is pure (@job reads it too): choices.py holds it, re-exported here.
 from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings

@@ -20,7 +20,8 @@ from django.db.models import Count, Q
 from django_periodic import signals
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
-from django_periodic.models import RELEASE, Run, Schedule, SchedulerProcess
+from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.models.run import RELEASE
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -32,7 +32,8 @@ from datetime import datetime, timedelta
 from django.db.models import F, Max, Min, OuterRef, Q, Subquery
 
 from django_periodic.conf import get_settings
-from django_periodic.models import OWN_RETENTION, RETENTION_FIELDS, Run, RunQuerySet, Schedule
+from django_periodic.models import Run, RunQuerySet, Schedule
+from django_periodic.models.schedule_fields import OWN_RETENTION, RETENTION_FIELDS
 
 # Schedules whose runs one statement selects, and whose N-th newest runs one statement reads
 # in a pass that looks at the changes since a mark.

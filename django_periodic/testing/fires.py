@@ -5,7 +5,9 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from django_periodic.models import Schedule, closures_of, open_trigger_of
+from django_periodic.models import Schedule
+from django_periodic.models.calendars import closures_of
+from django_periodic.models.trigger_rows import open_trigger_of
 from django_periodic.timing import triggers
 
 # More fires than this in one range is a mistake (a minute cron over years), not a test.

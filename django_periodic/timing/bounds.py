@@ -111,7 +111,7 @@ TIMES = Range(EARLIEST, LATEST, high_open=True)
 # any real use, so that a typo (days for seconds, an extra zero) is an error, and so that
 # no sum of a time and a duration leaves Python's or PostgreSQL's range.
 SCHEDULE: dict[str, Range[Any]] = {
-    # Also at least the MIN_INTERVAL setting (models.trigger_field_errors).
+    # Also at least the MIN_INTERVAL setting (trigger_rows.trigger_field_errors).
     "interval": Range(INTERVAL_FLOOR, CENTURY),
     "run_at": TIMES,
     "start_at": TIMES,

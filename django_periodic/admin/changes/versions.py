@@ -20,7 +20,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_periodic.models import SECRET_FIELDS, Run, Schedule, ScheduleVersion, restore_version
+from django_periodic.models import Run, Schedule, ScheduleVersion, restore_version
+from django_periodic.models.schedule_fields import SECRET_FIELDS
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin

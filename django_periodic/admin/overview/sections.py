@@ -14,7 +14,9 @@ from django.utils.translation import gettext as _
 from django_periodic.admin import display, history
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import truncated
-from django_periodic.models import Run, Schedule, closures_of, open_trigger_of
+from django_periodic.models import Run, Schedule
+from django_periodic.models.calendars import closures_of
+from django_periodic.models.trigger_rows import open_trigger_of
 from django_periodic.operations import health
 from django_periodic.timing import triggers
 

@@ -22,15 +22,13 @@ from django_periodic import signals
 from django_periodic.db import announcements, clock
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import BackfilledRow, InRange
-from django_periodic.models import (
-    Schedule,
-    closures_of,
-    open_trigger_of,
-)
+from django_periodic.models import Schedule
+from django_periodic.models.calendars import closures_of
 from django_periodic.models.run import (
     AWAITING_RELEASE_VALUES,
     taken_from_schedule,
 )
+from django_periodic.models.trigger_rows import open_trigger_of
 
 #: Runs released per second per schedule, unless a call says otherwise.
 DEFAULT_RATE = 1.0

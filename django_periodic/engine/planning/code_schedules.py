@@ -11,7 +11,8 @@ from django_periodic import registry
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.error_texts import shown
 from django_periodic.escaping import escaped
-from django_periodic.models import SCHEDULE_OPTIONS, Schedule, changed_by
+from django_periodic.models import Schedule, changed_by
+from django_periodic.models.schedule_fields import SCHEDULE_OPTIONS
 
 logger = logging.getLogger("django_periodic")
 # Who made the versions of the schedules the code defines (docs/versions.md).

@@ -18,8 +18,8 @@ from django_periodic.choices import ErrorCode, RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine.records import Decision, Due, Fire
 from django_periodic.engine.runs import storable
-from django_periodic.models import first_fire_time_of
 from django_periodic.models.pausing import pause_note
+from django_periodic.models.trigger_rows import first_fire_time_of
 from django_periodic.policies import Occupancy
 from django_periodic.timing import open_fires, overridden, triggers
 

@@ -42,15 +42,9 @@ from django_periodic.engine.planning.decisions import (
 )
 from django_periodic.engine.records import Decision, Due, PlanResult
 from django_periodic.error_texts import error_text
-from django_periodic.models import (
-    ANCHORED_AT_CREATION,
-    Calendar,
-    Run,
-    Schedule,
-    ScheduleQuerySet,
-    closures_from,
-)
-from django_periodic.models.calendars import RULE_FIELDS
+from django_periodic.models import Calendar, Run, Schedule, ScheduleQuerySet
+from django_periodic.models.calendars import RULE_FIELDS, closures_from
+from django_periodic.models.trigger_rows import ANCHORED_AT_CREATION
 from django_periodic.policies import Occupancy
 from django_periodic.timing import bounds
 from django_periodic.timing.business_days import Closures

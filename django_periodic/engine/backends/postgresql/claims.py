@@ -97,7 +97,7 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 # tests/test_rules.py checks they agree): those that may start now, or (ahead) those due
 # soon; those its own workers execute (not handed to a tasks backend), or the one run a
 # task names; of the jobs its code registers (RunQuerySet.of_jobs).
-# Written so that the index on claimable runs' release times (models.RELEASE, restated as
+# Written so that the index on claimable runs' release times (run.RELEASE, restated as
 # RELEASE below) serves every claim, in order, whatever the statistics say (a burst of new
 # runs makes them stale for up to a minute):
 # - "(SELECT now FROM t)", not a join on t: a value the index scan starts from. Joined,

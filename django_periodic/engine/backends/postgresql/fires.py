@@ -14,12 +14,9 @@ from django_periodic.db import arrays
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.records import Decision, PlannedRow, Recorded
-from django_periodic.models import (
-    AWAITING_RELEASE,
-    Run,
-    Schedule,
-)
+from django_periodic.models import Run, Schedule
 from django_periodic.models.run import (
+    AWAITING_RELEASE,
     COPIED_FROM_SCHEDULE,
     FINISHED_WHEN_RECORDED,
 )

@@ -16,10 +16,8 @@ from django_periodic.engine.backends.sqlite.reading import (
     series_window,
 )
 from django_periodic.engine.records import Bucket
-from django_periodic.models import (
-    RELEASE,
-    Run,
-)
+from django_periodic.models import Run
+from django_periodic.models.run import RELEASE
 
 
 def fire_lag(since: datetime, using: str) -> tuple[int, timedelta | None, timedelta | None]:

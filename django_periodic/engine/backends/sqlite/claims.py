@@ -23,7 +23,8 @@ from django_periodic.engine.records import (
     can_lease,
 )
 from django_periodic.escaping import escaped
-from django_periodic.models import RELEASE, Lease, Run, RunQuerySet
+from django_periodic.models import Lease, Run, RunQuerySet
+from django_periodic.models.run import RELEASE
 
 logger = logging.getLogger("django_periodic")
 

@@ -12,12 +12,9 @@ from django.db.models import Max
 from django_periodic import choices
 from django_periodic.engine import records
 from django_periodic.engine.records import Decision, Due, FireRow, PlannedRow, Recorded
-from django_periodic.models import (
-    AWAITING_RELEASE,
-    Run,
-    Schedule,
-)
+from django_periodic.models import Run, Schedule
 from django_periodic.models.run import (
+    AWAITING_RELEASE,
     finished_when_recorded,
     taken_from_schedule,
 )
@@ -159,7 +156,7 @@ def _run(
 
 
 # What planning loads of a due schedule besides planner.DECISION_FIELDS, for _fire_run to
-# copy into each run: the schedule's side of models.SNAPSHOT_FIELDS, with max_attempts and
+# copy into each run: the schedule's side of run.SNAPSHOT_FIELDS, with max_attempts and
 # tasks_backend, in Due's order. PostgreSQL's statement copies them itself (none).
 SNAPSHOT_COLUMNS_LOADED: tuple[str, ...] = (
     "args",

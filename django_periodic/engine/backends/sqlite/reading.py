@@ -13,7 +13,8 @@ from django.db.models.functions import RowNumber, TruncHour, TruncMinute
 
 from django_periodic.db import clock
 from django_periodic.engine.records import Bucket, Horizon, truncated
-from django_periodic.models import CLAIMABLE_STATUSES, RELEASE, Lease, Run, Schedule
+from django_periodic.models import Lease, Run, Schedule
+from django_periodic.models.run import CLAIMABLE_STATUSES, RELEASE
 
 LAG_SAMPLE = 10_000
 # The runs whose start measures the scheduler's promptness: first attempts (a retry's start
