@@ -4,6 +4,7 @@ A name added to ``__all__`` of ``django_periodic`` or ``django_periodic.models``
 added here and to docs/api.md; the engine's own names stay in the modules that define them.
 """
 
+import importlib
 import re
 from pathlib import Path
 
@@ -12,7 +13,8 @@ import pytest
 import django_periodic
 from django_periodic import models
 
-API_MD = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+API_MD = (DOCS / "api.md").read_text()
 
 PUBLIC = {
     django_periodic: ["InvalidTrigger", "JobContext", "UnknownJob", "job"],
@@ -52,3 +54,40 @@ def test_each_public_name_is_documented(name):
 
 def test_the_models_module_stays_small():
     assert len(models.__all__) <= 20
+
+
+# The modules a doc may import from, and its submodules it may import as modules.
+DOC_MODULES = {
+    "django_periodic",
+    "django_periodic.contrib",
+    "django_periodic.contrib.opentelemetry",
+    "django_periodic.contrib.sentry",
+    "django_periodic.models",
+    "django_periodic.scopes",
+    "django_periodic.signals",
+    "django_periodic.testing",
+    "django_periodic.views",
+}
+DOC_PAGES = sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"])
+IMPORT = re.compile(r"^(?:>>> |\.\.\. )?\s*from (django_periodic[\w.]*) import ([\w, ]+)", re.M)
+
+
+def doc_imports() -> list[tuple[str, str, str]]:
+    found = []
+    for path in DOC_PAGES:
+        for module, names in IMPORT.findall(path.read_text()):
+            for name in names.split(","):
+                found.append((path.name, module, name.split(" as ")[0].strip()))
+    return found
+
+
+@pytest.mark.parametrize(("page", "module", "name"), doc_imports())
+def test_the_docs_import_public_names_only(page, module, name):
+    """Each name a page imports is a public module, or a name of a public module that its
+    ``__all__`` or docs/api.md lists."""
+    assert module in DOC_MODULES, f"{page} imports from the private module {module}"
+    if f"{module}.{name}" in DOC_MODULES:
+        return
+    listed = getattr(importlib.import_module(module), "__all__", None)
+    documented = re.search(rf"\.\. \w+:: {re.escape(module)}\.{name}\b", API_MD)
+    assert (listed is not None and name in listed) or documented, f"{page}: {module}.{name}"

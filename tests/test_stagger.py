@@ -82,9 +82,11 @@ def test_a_fire_records_its_release_and_a_deadline_counted_from_it(monkeypatch):
         assert run.plan_time == T0  # the ledger's key
         assert run.release_at == T0 + stagger.offset(JITTER, staggered.pk, run.scope, T0)
         assert run.start_deadline == run.release_at + grace
+        assert staggered.release_time(T0, run.scope) == run.release_at  # what users ask
     assert len({run.release_at for run in runs}) > 40  # spread, not one time
     plain_run = Run.objects.get(schedule=plain)
     assert plain_run.release_at is None and plain_run.release_time == T0
+    assert plain.release_time(T0) == T0
 
 
 @pytest.fixture

@@ -41,7 +41,7 @@ from django_periodic.models.schedule_fields import (
 )
 from django_periodic.models.trigger_rows import KIND_FILTERS, first_fire_time_of, next_fire_times_of
 from django_periodic.models.versions import TrackedChanges
-from django_periodic.timing import bounds, triggers
+from django_periodic.timing import bounds, stagger, triggers
 
 logger = logging.getLogger("django_periodic")
 
@@ -185,6 +185,12 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
         """The next ``n`` fire times strictly after ``after`` (default: now), aware UTC: the
         fires that run, its calendars' closed fires left out or shifted (docs/calendars.md)."""
         return next_fire_times_of(self, closures_of(self), n, after or clock.wall_now())
+
+    def release_time(self, plan_time: datetime, scope: str = "") -> datetime:
+        """When this schedule's run for ``scope`` at ``plan_time`` may start: its plan time,
+        later by a share of ``jitter`` fixed by the schedule's id, the scope and the plan
+        time, the same in every process (docs/stagger.md)."""
+        return stagger.release_time(self.jitter, self.pk, scope, plan_time) or plan_time
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
