@@ -11,7 +11,7 @@ source scripts/lib/postgres.sh
 venv_ensure py311-django52 3.11 -e '.[postgres]' --group test ruff 'django>=5.2,<6'
 python=$PWD/.venv/py311-django52/bin/python
 trap pg_stop EXIT
-# Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
+# Durability on (fsync, synchronous_commit), as in production.
 PG_DURABLE=1 pg_start
 PERIODIC_TEST_DB=postgres PERIODIC_TEST_DB_NAME=$PG_DB_NAME \
     PERIODIC_TEST_POSTGRES_URL="postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB_NAME" \

@@ -185,8 +185,8 @@ def page(results: dict, figures: Figures, peers: list[str]) -> str:
         "",
         *(f"- {key}: {value}" for key, value in machine.items()),
         "",
-        "`../shared/LIMITS.md` measured the same machine's limits: planning set-based "
-        "35,000-46,000 rows/s, claim + finish at best 3,300 runs/s with synchronous commit.",
+        "Each limit in the table was measured on this machine in the same run as the figure "
+        "beside it: the machine's state of that moment is in both.",
         "",
         DEFINITIONS.format(
             reps=plan["reps"],

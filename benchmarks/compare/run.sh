@@ -35,7 +35,7 @@ fi
 
 # PgBouncer first: it finds its files under PG_DIR, which pg_stop deletes.
 trap 'redis_stop; pgbouncer_stop; pg_stop' EXIT
-# Durability on (fsync, synchronous_commit), as in production and in shared/LIMITS.md.
+# Durability on (fsync, synchronous_commit), as in production.
 PG_DURABLE=1 pg_start
 # Without PgBouncer only lag-pgbouncer is lost (reported as not run), not the whole run.
 pgbouncer_start || echo "compare: PgBouncer did not start; lag-pgbouncer is not run" >&2
