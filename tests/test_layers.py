@@ -20,7 +20,6 @@ the pure core and the records, nothing else of the engine.
 """
 
 import ast
-import re
 import subprocess
 import sys
 from graphlib import CycleError, TopologicalSorter
@@ -41,12 +40,6 @@ INTERFACE_MODULES = {"", "admin", "management", "testing", "contrib", "views", "
 INTERFACE_MODULES |= {"apps"}
 # Imports of the machinery one level down: the engine, the admin's and the models' modules,
 # and operations but for the documented health and metrics.
-INTERNAL_IMPORT = re.compile(
-    r"(?:from|import)\s+django_periodic\."
-    r"(?:engine|admin\.\w+|models\.\w+|operations\.(?!health\b|metrics\b)\w+)\b"
-)
-# Pages for contributors, which show the machinery on purpose.
-CONTRIBUTOR_PAGES = {"contributing.md", "performance.md"}
 PURE_CORE = (
     "choices", "conf", "error_texts", "escaping", "policies", "registry", "scopes", "signals",
     "taskbackends", "timing",
@@ -179,18 +172,6 @@ def test_the_pure_core_never_reaches_the_models(module):
             reached.add(imported)
             todo.append(imported)
     assert "django_periodic.models" not in reached, sorted(reached)
-
-
-def test_the_docs_import_only_public_paths():
-    root = PACKAGE.parent
-    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
-    found = [
-        f"{page.name}: {match[0]}"
-        for page in pages
-        if page.name not in CONTRIBUTOR_PAGES
-        for match in INTERNAL_IMPORT.finditer(page.read_text())
-    ]
-    assert found == []
 
 
 # The engine's layers (see the module's docstring), by the part under django_periodic.engine;
