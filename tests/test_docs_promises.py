@@ -55,3 +55,13 @@ def test_a_removed_job_is_not_said_to_be_a_planning_failure():
     assert f"`PLANNING_FAILURE_LIMIT` ({DEFAULTS.PLANNING_FAILURE_LIMIT})" in comparison
     for name in ("comparison.md", "semantics.md"):
         assert not re.search(r"disabled after 3 (ticks|failures)", page(name))
+
+
+def test_the_guide_names_every_field_of_a_schedule():
+    """The guide's schedule table and its read-only fields: a new field is documented with
+    its model."""
+    guide = page("guide.md")
+    section = guide[guide.index("## Schedules") :]
+    fields = [f.name for f in Schedule._meta.get_fields() if f.concrete or f.many_to_many]
+    missing = [name for name in fields if name != "id" and f"`{name}`" not in section]
+    assert missing == []
