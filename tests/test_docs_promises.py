@@ -65,3 +65,49 @@ def test_the_guide_names_every_field_of_a_schedule():
     fields = [f.name for f in Schedule._meta.get_fields() if f.concrete or f.many_to_many]
     missing = [name for name in fields if name != "id" and f"`{name}`" not in section]
     assert missing == []
+
+
+def guide_defaults() -> dict[str, str]:
+    """The guide's schedule table: each field named in a row's first cell, with the default
+    the second cell gives it (a cell of several fields gives one default each, or one for
+    all)."""
+    guide = (DOCS / "guide.md").read_text()
+    section = guide[guide.index("## Schedules") :]
+    defaults = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.split("|")[1:-1]]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        names = re.findall(r"`(\w+)`", cells[0])
+        values = [value.strip() for value in cells[1].split(",")]
+        values = values if len(values) == len(names) else [cells[1]] * len(names)
+        defaults.update(zip(names, values, strict=True))
+    return defaults
+
+
+def in_words(value: object) -> str:
+    """A model default as the guide writes it."""
+    if value is None:
+        return "`None`"
+    if isinstance(value, bool | list | dict):
+        return f"`{value!r}`".replace("'", '"')
+    if isinstance(value, str):
+        return f'`"{value}"`'
+    if isinstance(value, timedelta):
+        seconds_ = seconds(value)
+        minutes, rest = divmod(seconds_, 60)
+        if rest == 0:
+            return f"{minutes} minute" + "s" * (minutes != 1)
+        return f"{seconds_} seconds"
+    return str(value)
+
+
+@pytest.mark.parametrize("name", sorted(guide_defaults()))
+def test_the_guide_gives_each_field_its_model_default(name):
+    field = Schedule._meta.get_field(name)
+    written = guide_defaults()[name]
+    if written in ("(required)", "`settings.TIME_ZONE`", "none"):
+        return  # no default of its own: the name, the job, the time zone, the calendars
+    default = field.get_default() if field.has_default() else None
+    default = list(default) if isinstance(default, list | tuple) else default
+    assert written == in_words(default), f"{name}: the guide says {written}"
