@@ -148,8 +148,17 @@ def _extra_run(
     reason: str,
     snapshot: dict[str, Any],
 ) -> Run:
+    # A retry repeats an old plan time: its deadline counts from now, or it would be late
+    # as it is recorded.
+    finish_by = policies.finish_by(max(plan_time, now), schedule.finish_within)
     run = Run.for_schedule(
-        schedule, plan_time, trigger=trigger, status=status, error_code=reason, **snapshot
+        schedule,
+        plan_time,
+        trigger=trigger,
+        status=status,
+        error_code=reason,
+        finish_by=finish_by,
+        **snapshot,
     )
     run.scope, run.created_at = scope, now
     if status == Run.Status.SKIPPED:
