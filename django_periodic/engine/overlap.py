@@ -149,8 +149,9 @@ def _extra_run(
     snapshot: dict[str, Any],
 ) -> Run:
     # A retry repeats an old plan time: its deadline counts from now, or it would be late
-    # as it is recorded.
-    finish_by = policies.finish_by(max(plan_time, now), schedule.finish_within)
+    # as it is recorded. A run recorded skipped is finished already: it has none.
+    skipped = status == Run.Status.SKIPPED
+    finish_by = None if skipped else policies.finish_by(max(plan_time, now), schedule.finish_within)
     run = Run.for_schedule(
         schedule,
         plan_time,

@@ -15,8 +15,6 @@ to judge (``models.alerting``), from ``late_at``.
 import logging
 from datetime import datetime
 
-from django.db import transaction
-
 from django_periodic import signals
 from django_periodic.db import announcements
 from django_periodic.engine import tracing
@@ -31,18 +29,20 @@ logger = logging.getLogger("django_periodic")
 
 def flag_late(now: datetime, using: str = "default") -> list[LateRun]:
     """Find the runs late at ``now`` (the database's clock), flag them, cancel those whose
-    schedule says so, and announce each once; return them."""
+    schedule says so, and announce each once; return them.
+
+    The loop calls it in its tick's transaction, so that a run is flagged and cancelled
+    together; with nothing late, it is the one statement that found nothing."""
     late = ledger(using).flag_late(now)
     if not late:
         return late
     cancelled = [run.pk for run in late if run.cancel]
-    with transaction.atomic(using=using):
-        if cancelled:
-            # As a user's cancel: not started, it ends cancelled; running, its job is asked
-            # to stop (its context's ``cancelled``), and ends cancelled when it does.
-            leases.request_cancel(Run.objects.using(using).filter(pk__in=cancelled), now)
-        if signals.listened(signals.run_late):
-            announcements.send_on_commit((_event(run, now, using) for run in late), using)
+    if cancelled:
+        # As a user's cancel: not started, it ends cancelled; running, its job is asked to
+        # stop (its context's ``cancelled``), and the run ends cancelled when it does.
+        leases.request_cancel(Run.objects.using(using).filter(pk__in=cancelled), now)
+    if signals.listened(signals.run_late):
+        announcements.send_on_commit((_event(run, now, using) for run in late), using)
     for run in late:
         _log(run, now)
     if tracing.tracer is not None:
