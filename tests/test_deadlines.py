@@ -18,7 +18,7 @@ from django_periodic.admin.forms import ScheduleForm
 from django_periodic.db import clock
 from django_periodic.engine.planning import attention, planner
 from django_periodic.engine.runs import deadlines
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import set_cursor
 from tests.processes import wait_for
@@ -284,33 +284,37 @@ def test_a_bad_value_written_past_the_checks_disables_that_schedule_alone(settin
 # -- a real scheduler ---------------------------------------------------------------------------
 
 # The deadline pass runs with the attention pass, once an ALERT_INTERVAL; cancel requests
-# reach a running job by NOTIFY on PostgreSQL, else once a heartbeat interval.
-CHILD_SETTINGS = {"ALERT_INTERVAL": 1, "HEARTBEAT_INTERVAL": 1}
+# reach a running job by NOTIFY on PostgreSQL, else once a heartbeat interval; a run made
+# while the child sleeps is seen by NOTIFY, else within a POLL_INTERVAL.
+CHILD_SETTINGS = {"ALERT_INTERVAL": 1, "HEARTBEAT_INTERVAL": 1, "POLL_INTERVAL": 0.2}
 
 
-def due_soon(**fields) -> Schedule:
-    """A schedule due in 5 seconds: a child started now has booted by then, so its run
-    starts on time, and is late only for what its job does."""
-    schedule = ScheduleFactory(interval=HOUR, **fields)
-    set_cursor(schedule, clock.now() + 5 * SECOND)
-    return schedule
+def run_when_ready(child, **fields) -> tuple[Schedule, Run]:
+    """A schedule whose next fire is far off, and a run of it made now (``run_now()``: its
+    deadline counts from now) once ``child`` is up, so that its job starts at once
+    however long the child took to boot."""
+    schedule = ScheduleFactory(interval=HOUR, start_at=clock.now() + HOUR, **fields)
+    wait_for(lambda: SchedulerProcess.objects.exists(), 60, "the child to be up")
+    return schedule, schedule.run_now()
 
 
 @pytest.mark.processes
 def test_a_running_scheduler_finds_a_job_that_overruns_late_and_cancels_it(children, tmp_path):
     notes = tmp_path / "notes"
-    slow = due_soon(
+    child = children.start("--workers", "1", settings=CHILD_SETTINGS)
+    slow, made = run_when_ready(
+        child,
         job="tests.jobs.work_until_stopped",
         kwargs={"notes": str(notes), "seconds": 60},
         finish_within=3 * SECOND,
         cancel_when_late=True,
     )
-    child = children.start("--workers", "1", settings=CHILD_SETTINGS)
+    assert made.finish_by == made.plan_time + 3 * SECOND
+    wait_for(lambda: _lines(notes) == [f"{made.pk} started"], 30, "the job to start")
     run = wait_for(
-        lambda: Run.objects.filter(schedule=slow, status="cancelled").first(), 60, "the cancel"
+        lambda: Run.objects.filter(pk=made.pk, status="cancelled").first(), 60, "the cancel"
     )
     assert run.late_at is not None and run.late_at >= run.finish_by
-    assert run.finish_by == run.plan_time + 3 * SECOND
     # The job itself saw its token and stopped, well before its 60 seconds.
     wait_for(lambda: _lines(notes) == [f"{run.pk} started", f"{run.pk} stopped"], 10, "notes")
     wait_for(lambda: _attention(slow) == "late", 30, "the schedule to need attention")
@@ -321,19 +325,19 @@ def test_a_running_scheduler_finds_a_job_that_overruns_late_and_cancels_it(child
 @pytest.mark.processes
 def test_a_running_scheduler_lets_a_late_job_run_on_without_cancel_when_late(children, tmp_path):
     notes = tmp_path / "notes"
-    slow = due_soon(
+    child = children.start("--workers", "1", settings=CHILD_SETTINGS)
+    slow, made = run_when_ready(
+        child,
         job="tests.jobs.work_until_stopped",
         kwargs={"notes": str(notes), "seconds": 6},
         finish_within=3 * SECOND,
     )
-    child = children.start("--workers", "1", settings=CHILD_SETTINGS)
     wait_for(lambda: _attention(slow) == "late", 30, "the schedule to need attention")
-    run = Run.objects.get(schedule=slow)
-    assert run.status == "running" and run.late_at is not None
     # It finished its work; its success, late, is its last: the schedule recovers.
     wait_for(lambda: _attention(slow) == "", 30, "the schedule to recover")
-    run.refresh_from_db()
-    assert run.status == "succeeded"
+    run = Run.objects.get(pk=made.pk)
+    assert run.status == "succeeded" and run.late_at is not None
+    assert run.finish_by < run.late_at < run.finished_at  # found late while it ran on
     assert _lines(notes) == [f"{run.pk} started", f"{run.pk} finished"]
     assert child.terminate() == 0
 
