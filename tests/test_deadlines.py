@@ -194,6 +194,7 @@ def test_a_late_run_makes_its_schedule_need_attention_until_a_success():
     (change,) = attention.evaluate(now, "default").changes
     assert (change.reason, change.schedule) == ("late", schedule.name)
     assert change.message == "a run was not finished within 10 minutes of its plan time"
+    assert list(Schedule.objects.needing_attention()) == [schedule]
     schedule.refresh_from_db()
     assert schedule.attention_reason == "late"
     # It ends succeeded after all: that success is its last, and it recovers.
