@@ -88,6 +88,7 @@ class AttentionReason(models.TextChoices):
 
     NO_SUCCESS = "no_success", _("no success in time")
     FAILING = "failing", _("its last runs failed")
+    LATE = "late", _("a run was late")
 
 
 class DstGap(models.TextChoices):

@@ -58,6 +58,20 @@ def start_deadline(misfire_grace: timedelta, plan_time: datetime, now: datetime)
     return None if deadline == bounds.LATEST else deadline
 
 
+def finish_by(plan_time: datetime, finish_within: timedelta | None) -> datetime | None:
+    """A run's deadline to finish (``Schedule.finish_within``): late if still unfinished
+    then, whatever held it back; None: no deadline.
+
+    Raises ValueError for a ``finish_within`` out of its range (a row stored past its
+    CHECK): the run's schedule fails to plan, alone."""
+    if finish_within is None:
+        return None
+    error = bounds.SCHEDULE["finish_within"].error("finish_within", finish_within)
+    if error:
+        raise ValueError(error)
+    return shifted(plan_time, finish_within)
+
+
 def misfire_deadline(misfire_grace: timedelta, now: datetime) -> datetime:
     """Plan times before this are late at ``now``: older than the misfire grace."""
     if misfire_grace >= now - bounds.EARLIEST:

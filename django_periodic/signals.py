@@ -3,7 +3,8 @@
 Every run signal is sent with ``sender=Run`` (the model class) and the keyword arguments
 of ``RUN_ARGUMENTS``; ``run_started`` adds ``started_at`` and ``release_time``,
 ``run_finished`` adds
-``duration``, ``lease_lost`` adds ``reentered``. ``schedule_disabled`` is sent with
+``duration``, ``lease_lost`` adds ``reentered``, ``run_late`` adds ``finish_by``,
+``late_by`` and ``cancelled``. ``schedule_disabled`` is sent with
 ``sender=Schedule`` and ``schedule_id``, ``schedule`` (its name), ``error`` and ``using``;
 ``schedule_needs_attention`` and ``schedule_recovered`` with ``sender=Schedule`` and the
 keyword arguments of ``ATTENTION_ARGUMENTS``; ``schedule_paused`` with ``sender=Schedule``
@@ -51,6 +52,11 @@ lease_lost = Signal()
 #: ``SHUTDOWN_GRACE``: its attempt ended unfinished, and the run goes back to pending to
 #: run again (a run not run again ends failed ``interrupted``: ``run_finished``).
 run_released = Signal()
+#: The run was not finished by its deadline (its plan time plus its schedule's
+#: ``finish_within``): sent once per run, by the one scheduler that found it late, with
+#: ``finish_by``, ``late_by`` (how far past it when found) and ``cancelled`` (whether its
+#: schedule's ``cancel_when_late`` cancelled it, or asked its running job to stop).
+run_late = Signal()
 #: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times.
 schedule_disabled = Signal()
 #: A schedule that was fine needs attention now (models/alerting.py): sent once, by the
@@ -78,6 +84,7 @@ RUN_SIGNALS = (
     run_skipped,
     lease_lost,
     run_released,
+    run_late,
 )
 
 #: What every run signal sends (besides ``sender`` and ``signal``).

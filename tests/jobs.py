@@ -375,3 +375,25 @@ def open_a_span(name: str = "inside the job"):
 
     with trace.get_tracer("tests").start_as_current_span(name):
         return name
+
+
+@job(takes_context=True)
+def work_until_stopped(context, notes: str, seconds: float = 60.0):
+    """Loops for ``seconds``, checking its cancel token, and appends how it ended to the file
+    ``notes`` ("<run> started", then "<run> stopped" or "<run> finished"): a record kept
+    outside the ledger of what the job itself saw."""
+    run = context.run.pk
+
+    def write(line: str) -> None:
+        with open(notes, "a") as file:
+            file.write(f"{run} {line}\n")
+
+    write("started")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if context.cancelled:
+            write("stopped")
+            return "stopped"
+        time.sleep(0.05)
+    write("finished")
+    return "finished"

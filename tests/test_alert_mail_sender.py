@@ -15,6 +15,7 @@ import pytest
 
 from django_periodic.db import clock
 from django_periodic.engine.planning import attention
+from django_periodic.engine.runs import deadlines
 from django_periodic.models import Schedule
 from django_periodic.operations import alert_mail
 from tests import legacy_mail
@@ -258,3 +259,20 @@ def test_a_silent_mail_server_holds_up_neither_the_schedules_nor_the_stop(
     stopped_in = time.monotonic() - stopping
     assert stopped_in < GRACE, child.output()
     print(f"{ran.count()} of {HEALTHY * WATCHED} fires ran; stopped in {stopped_in:.1f} s")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_late_run_is_mailed_with_its_deadline(mailing, outbox, mailoutbox):
+    schedule = ScheduleFactory(name="export", finish_within=timedelta(minutes=10))
+    now = clock.now()
+    RunFactory(
+        schedule=schedule, plan_time=now - HOUR, finish_by=now - HOUR + timedelta(minutes=10)
+    )
+    assert len(deadlines.flag_late(now)) == 1
+    assert len(attention.evaluate(now).changes) == 1
+    assert outbox.flush(timeout=30)
+    (mail,) = mailoutbox
+    assert mail.subject.endswith(
+        "Schedule 'export' needs attention: "
+        "a run was not finished within 10 minutes of its plan time"
+    )

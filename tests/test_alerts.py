@@ -231,7 +231,8 @@ def test_the_scheduler_judges_at_most_once_an_alert_interval(received):
         return found, len(queries)
 
     found, queries = attend(now)
-    assert found is not None and (found.watched, found.changes, queries) == (1, [], 1)
+    # Two: the deadline watcher's probe (engine/runs/deadlines.py), then the judging.
+    assert found is not None and (found.watched, found.changes, queries) == (1, [], 2)
     runs(schedule, "failed", start=now - HOUR)  # it needs attention from now on
     for at in (now, now + interval / 2, now + interval - timedelta(microseconds=1)):
         assert attend(at) == (None, 0)  # too soon: not judged, not one query

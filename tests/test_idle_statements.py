@@ -1,9 +1,10 @@
 """An idle scheduler's periodic passes cost the same statements whatever the number of
 schedules, and on PostgreSQL read the same rows of the schedules table: the look ahead, the
 heartbeat, the sweep (expired leases, undeployed jobs, queued runs, late fires, forgotten
-processes), judging attention and self-pausing (on the index of the schedules it judges),
-and retention (versions are trimmed as they are written; the schedules with a count rule are
-walked by a pruner's first pass only, a later one reads the changes since)."""
+processes), the deadline watcher (on the index of runs with a deadline), judging attention
+and self-pausing (on the index of the schedules it judges), and retention (versions are
+trimmed as they are written; the schedules with a count rule are walked by a pruner's first
+pass only, a later one reads the changes since)."""
 
 from collections.abc import Callable
 from datetime import timedelta
@@ -16,7 +17,7 @@ from django_periodic.db import clock
 from django_periodic.engine import fleet, overlap
 from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention
-from django_periodic.engine.runs import claims, leases
+from django_periodic.engine.runs import claims, deadlines, leases
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from django_periodic.operations import pruner
 from tests.factories import ScheduleFactory, SchedulerProcessFactory
@@ -110,6 +111,7 @@ PASSES: dict[str, Callable[[], Callable[[], object]]] = {
     "heartbeat": lambda: heartbeat,
     "sweep": lambda: sweep,
     "attention and self-pausing": lambda: lambda: attention.evaluate(clock.now(), "default"),
+    "deadlines": lambda: lambda: deadlines.flag_late(clock.now(), "default"),
     "a pruner's first pass, by age": lambda: pruner.Pruner("default").prune_once,
     "a pruner's later pass": later_pruning_pass,
 }

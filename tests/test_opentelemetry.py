@@ -22,10 +22,11 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from django_periodic import checks, job, taskbackends, tasks
 from django_periodic.contrib import opentelemetry
+from django_periodic.db import clock
 from django_periodic.engine import tracing
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.scheduler import Scheduler
-from django_periodic.engine.runs import handoff
+from django_periodic.engine.runs import deadlines, handoff
 from django_periodic.models import Run
 from tests import ledger
 from tests import spans as child_spans
@@ -430,3 +431,25 @@ def test_a_db_workers_attempt_links_to_the_schedulers_dispatch(children, postgre
     assert attempt["context"]["trace_id"] != dispatch["context"]["trace_id"]
     (inside,) = child_spans.named(worker_spans, "inside the job")
     assert inside["parent_id"] == attempt["context"]["span_id"]
+
+
+@pytest.mark.django_db
+def test_a_late_run_is_one_error_span_once(spans):
+    schedule = ScheduleFactory(finish_within=timedelta(minutes=10), cancel_when_late=True)
+    now = clock.now()
+    run = RunFactory(
+        schedule=schedule,
+        plan_time=now - timedelta(hours=1),
+        finish_by=now - timedelta(minutes=50),
+        status="retrying",
+    )
+    deadlines.flag_late(now)
+    deadlines.flag_late(now)  # found once
+    (span,) = spans.get_finished_spans()
+    assert span.name == f"late {schedule.name}"
+    assert span.status.status_code == StatusCode.ERROR
+    attributes = dict(span.attributes)
+    assert attributes["django_periodic.run_id"] == run.pk
+    assert attributes["django_periodic.late_by"] == 3000.0
+    assert attributes["django_periodic.status"] == "retrying"
+    assert attributes["django_periodic.cancelled"] is True

@@ -19,7 +19,7 @@ from django_periodic import signals
 from django_periodic.contrib import sentry
 from django_periodic.contrib.sentry import monitors
 from django_periodic.db import clock
-from django_periodic.engine.runs import claims, leases
+from django_periodic.engine.runs import claims, deadlines, leases
 from django_periodic.models import Calendar, Run, Schedule
 from django_periodic.testing import run_due
 from tests import ledger, sentry_transport
@@ -335,3 +335,20 @@ def test_the_configs_of_a_burst_of_runs_are_read_together(crons):
     # The sender's thread opens a connection for each read, and closes it after: one read
     # for the first check-in, one for all the others queued meanwhile (not one per schedule).
     assert 1 <= opened.count("django_periodic.Sentry check-ins") <= 2
+
+
+def test_a_late_run_checks_in_error_once_for_its_attempt(crons):
+    schedule = ScheduleFactory(finish_within=timedelta(minutes=10))
+    now = clock.now()
+    run = RunFactory(
+        schedule=schedule,
+        plan_time=now - timedelta(hours=1),
+        finish_by=now - timedelta(minutes=50),
+        status="retrying",
+        attempt=1,
+    )
+    deadlines.flag_late(now)
+    deadlines.flag_late(now)  # found once
+    (check_in,) = sent(crons)
+    assert check_in["status"] == "error"
+    assert check_in["check_in_id"] == sentry.checkins.check_in_id(run.pk, 1)

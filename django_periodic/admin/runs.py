@@ -112,6 +112,8 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
     finished = display.timestamp(Run, "finished_at")
     next_retry = display.timestamp(Run, "next_retry_at")
     start_deadline_at = display.timestamp(Run, "start_deadline")
+    finish_by_at = display.timestamp(Run, "finish_by")
+    late = display.timestamp(Run, "late_at")
     cancel_requested = display.timestamp(Run, "cancel_requested_at")
 
     class Media:
@@ -174,6 +176,8 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
                         "lag",
                         "next_retry",
                         "start_deadline_at",
+                        "finish_by_at",
+                        "late",
                         "cancel_requested",
                     ]
                 },

@@ -24,7 +24,7 @@ from django_periodic.engine import tracing
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from django_periodic.engine.records import AttemptOutcome, Claim, PlanResult
+    from django_periodic.engine.records import AttemptOutcome, Claim, LateRun, PlanResult
 
 MISSING = (
     "OpenTelemetry is not installed: install django-periodic[opentelemetry] "
@@ -121,6 +121,18 @@ class _Tracer:
         )
         span.end()
 
+    def late(self, runs: "list[LateRun]", now: datetime) -> None:
+        # One span per late run, an error as a failed attempt's is: the run missed its
+        # deadline to finish, whatever becomes of it.
+        from opentelemetry.trace import Status, StatusCode
+
+        for run in runs:
+            span = self._tracer.start_span(f"late {run.schedule}", attributes=_late_attributes(run))
+            span.set_attribute(f"{SCOPE}.late_by", run.late_by(now).total_seconds())
+            message = f"Not finished by {run.finish_by.isoformat()}."
+            span.set_status(Status(StatusCode.ERROR, message))
+            span.end()
+
     @contextmanager
     def dispatching(self, runs: int) -> Iterator[tracing.Carrier]:
         from opentelemetry import propagate
@@ -195,6 +207,19 @@ def _run_attributes(claim: "Claim", started_at: datetime | None) -> dict[str, An
         lag = (started_at - run.release_time).total_seconds()
         attributes[f"{SCOPE}.start_lag"] = max(lag, 0.0)
     return attributes
+
+
+def _late_attributes(run: "LateRun") -> dict[str, Any]:
+    return {
+        f"{SCOPE}.run_id": run.pk,
+        f"{SCOPE}.schedule": run.schedule,
+        f"{SCOPE}.plan_time": run.plan_time.isoformat(),
+        f"{SCOPE}.finish_by": run.finish_by.isoformat(),
+        f"{SCOPE}.attempt": run.attempt,
+        f"{SCOPE}.scope": run.scope,
+        f"{SCOPE}.status": run.status,
+        f"{SCOPE}.cancelled": run.cancel,
+    }
 
 
 def _links(origin: tracing.Carrier | None) -> list[Any]:

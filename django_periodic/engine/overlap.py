@@ -149,8 +149,18 @@ def _extra_run(
     reason: str,
     snapshot: dict[str, Any],
 ) -> Run:
+    # A retry repeats an old plan time: its deadline counts from now, or it would be late
+    # as it is recorded. A run recorded skipped is finished already: it has none.
+    skipped = status == Run.Status.SKIPPED
+    finish_by = None if skipped else policies.finish_by(max(plan_time, now), schedule.finish_within)
     run = Run.for_schedule(
-        schedule, plan_time, trigger=trigger, status=status, error_code=reason, **snapshot
+        schedule,
+        plan_time,
+        trigger=trigger,
+        status=status,
+        error_code=reason,
+        finish_by=finish_by,
+        **snapshot,
     )
     run.scope, run.created_at = scope, now
     if status == Run.Status.SKIPPED:

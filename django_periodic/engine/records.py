@@ -75,6 +75,7 @@ class Due:
     fire_count: int = 0
     has_overrides: bool = False  # fires skipped or moved from its cursor on (overrides.py)
     rrule: str = ""  # an RRULE's text (Schedule.rrule)
+    finish_within: timedelta | None = None  # its runs' deadline (policies.finish_by)
     # The runs' snapshot; on PostgreSQL the INSERT takes it from the locked rows instead.
     args: Any = None
     kwargs: Any = None
@@ -155,19 +156,40 @@ class PlanResult:
         )
 
 
-# A fire as recorded: the fire, its run's release and its start deadline.
-FireRow = tuple[Fire, datetime | None, datetime | None]
+# A fire as recorded: the fire, its run's release, its start deadline and its deadline to
+# finish (finish_by).
+FireRow = tuple[Fire, datetime | None, datetime | None, datetime | None]
 
 
 @dataclass(frozen=True)
 class Recorded:
     """A decision as the ledger records it, with what planning worked out for its statement
     (``planning/recording.py``): how many fires ``fire_count`` counts, and each fire's
-    release and start deadline."""
+    release, start deadline and deadline to finish."""
 
     decision: Decision
     counted: int
     fires: tuple[FireRow, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LateRun:
+    """A run found unfinished past its deadline to finish (``Run.finish_by``), flagged late
+    by the pass that found it (engine/runs/deadlines.py)."""
+
+    pk: int
+    schedule_id: int
+    schedule: str  # its name
+    scope: str
+    plan_time: datetime
+    attempt: int
+    status: str
+    finish_by: datetime
+    cancel: bool  # its schedule's cancel_when_late
+
+    def late_by(self, now: datetime) -> timedelta:
+        """How far past its deadline it is at ``now``."""
+        return now - self.finish_by
 
 
 LATE_MESSAGE = "No worker could start it within its misfire grace."

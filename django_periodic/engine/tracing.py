@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from django_periodic.engine.records import AttemptOutcome, Claim, PlanResult
+    from django_periodic.engine.records import AttemptOutcome, Claim, LateRun, PlanResult
 
 # A trace context as text headers (W3C ``traceparent``, ``tracestate``), as carried by a
 # handed-off run's task.
@@ -45,6 +45,10 @@ class Tracer(Protocol):
     def dispatching(self, runs: int) -> AbstractContextManager[Carrier]:
         """``runs`` handed-off runs are being enqueued: within, the trace context each of
         their tasks carries."""
+
+    def late(self, runs: "list[LateRun]", now: datetime) -> None:
+        """These runs were found at ``now`` unfinished past their deadline to finish
+        (engine/runs/deadlines.py), each once across every process."""
 
 
 #: The tracer the engine reports to; None (the default) when tracing is off.

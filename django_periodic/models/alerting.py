@@ -12,9 +12,14 @@ last success*, that is with a plan time after the latest plan time of its succee
   success; so its last ``alert_failures`` runs that ended succeeded or failed, by plan
   time, all failed. Cancelled and skipped runs neither count nor end a streak.
 
-Failing is the reason given when both hold. The scheduler judges every schedule at once
-(engine/planning/attention.py) and stores the verdict on it (``attention_reason``,
-``attention_since``); a schedule disabled, or with neither field set, needs no attention.
+- **late** (``finish_within``): one of its runs since its last success was not finished
+  ``finish_within`` after its plan time (``Run.late_at``, set by engine/runs/deadlines.py).
+  A late run that ends succeeded is that last success: the schedule recovers with it.
+
+Failing is the reason given when more than one holds, then late. The scheduler judges
+every schedule at once (engine/planning/attention.py) and stores the verdict on it
+(``attention_reason``, ``attention_since``); a schedule disabled, or with none of these
+fields set, needs no attention.
 """
 
 from dataclasses import dataclass
@@ -34,7 +39,9 @@ PING_URL_MAX_LENGTH = 500
 NOT_EXPECTED = (ErrorCode.PAUSED, ErrorCode.CLOSED)
 
 # The schedules whose alerts are judged: enabled, with at least one alert set.
-WITH_ALERTS = Q(enabled=True) & (Q(alert_after__isnull=False) | Q(alert_failures__isnull=False))
+WITH_ALERTS = Q(enabled=True) & (
+    Q(alert_after__isnull=False) | Q(alert_failures__isnull=False) | Q(finish_within__isnull=False)
+)
 # The schedules the attention pass reads (engine/planning/attention.py): with an alert set,
 # stored as needing attention, or that may pause themselves for their failures. It is the
 # condition of their index (periodic_schedule_judged): a pass reads these rows alone, so
@@ -42,6 +49,7 @@ WITH_ALERTS = Q(enabled=True) & (Q(alert_after__isnull=False) | Q(alert_failures
 JUDGED = (
     Q(alert_after__isnull=False)
     | Q(alert_failures__isnull=False)
+    | Q(finish_within__isnull=False)
     | Q(pause_after_failures__isnull=False)
     | ~Q(attention_reason="")
 )
@@ -57,6 +65,8 @@ class Facts:
     oldest_unsucceeded: datetime | None
     # Its runs failed since its last success.
     failures: int
+    # Whether one of its runs since its last success was late (Run.late_at).
+    late: bool = False
 
 
 def failing(failures: int, threshold: int | None) -> bool:
@@ -71,18 +81,27 @@ def reason(facts: Facts, now: datetime) -> str:
     str), "" if it does not."""
     if failing(facts.failures, facts.alert_failures):
         return AttentionReason.FAILING.value
+    if facts.late:
+        return AttentionReason.LATE.value
     oldest = facts.oldest_unsucceeded
     if facts.alert_after is not None and oldest is not None and oldest < now - facts.alert_after:
         return AttentionReason.NO_SUCCESS.value
     return ""
 
 
-def note(reason: str, alert_after: timedelta | None, alert_failures: int | None) -> str:
+def note(
+    reason: str,
+    alert_after: timedelta | None,
+    alert_failures: int | None,
+    finish_within: timedelta | None = None,
+) -> str:
     """A reason in words, with the schedule's threshold: "no success for 2 hours"."""
     if reason == AttentionReason.FAILING and alert_failures is not None:
         return f"its last {alert_failures} run(s) failed"
     if reason == AttentionReason.NO_SUCCESS and alert_after is not None:
         return f"a fire has gone without a success for over {bounds.show(alert_after)}"
+    if reason == AttentionReason.LATE and finish_within is not None:
+        return f"a run was not finished within {bounds.show(finish_within)} of its plan time"
     try:
         return str(AttentionReason(reason).label)
     except ValueError:  # written by hand or by something newer
@@ -105,6 +124,21 @@ class Alerting(models.Model):
         help_text=_("Needs attention after this many failed runs in a row; empty: never."),
     )
     # A secret (schedule_fields.SECRET_FIELDS): a healthchecks.io ping URL embeds its check's key.
+    # Deadlines (engine/runs/deadlines.py): a run not finished this long after its plan time
+    # is late, whatever held it back (waiting, overlap, retries).
+    finish_within = models.DurationField(
+        null=True,
+        blank=True,
+        help_text=_(
+            "A run not finished this long after its plan time (waiting and retries "
+            "included) is late, and its schedule needs attention; empty: no deadline."
+        ),
+    )
+    cancel_when_late = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_("Cancel a run once it is late (a running job is asked to stop)."),
+    )
     ping_url = models.CharField(
         max_length=PING_URL_MAX_LENGTH,
         blank=True,

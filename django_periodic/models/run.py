@@ -17,6 +17,8 @@ from django_periodic.models.schedule_fields import ScheduleFields
 
 # The statuses of runs a worker may claim (when due): choices.py holds every status set.
 CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
+# Runs not finished: a deadline watches these (engine/runs/deadlines.py, its index below).
+ACTIVE_STATUSES = choices.ACTIVE_STATUSES
 # Backfilled runs wait as retries do, until their release (see backfill.py); a newer fire
 # neither supersedes them nor counts them as a retry of its own.
 BACKFILLED = Q(trigger=choices.RunTrigger.BACKFILL)
@@ -45,6 +47,17 @@ def past_start_deadline_filter(at: datetime) -> Q:
     """``past_start_deadline`` as a query: the runs whose start deadline comes before
     ``at`` (none without one). ``too_late_to_start`` and fleet.py's skip read it."""
     return Q(start_deadline__lt=at)
+
+
+# The runs a deadline watches: unfinished, with a deadline to finish, not found late yet.
+# The condition of their index (periodic_run_deadline), which the watcher reads alone.
+DEADLINE_WATCHED = Q(finish_by__isnull=False, late_at__isnull=True, status__in=ACTIVE_STATUSES)
+
+
+def past_finish_by(at: datetime) -> Q:
+    """The watched runs whose deadline to finish came before ``at``: late, to be flagged
+    (engine/runs/deadlines.py; the PostgreSQL statement is built from this)."""
+    return DEADLINE_WATCHED & Q(finish_by__lt=at)
 
 
 # When a run may first start: its plan time, or later by its schedule's stagger
@@ -136,6 +149,11 @@ class RunQuerySet(models.QuerySet["Run"]):
     def failed(self) -> "RunQuerySet":
         """Runs that ended failed."""
         return self.filter(status=Run.Status.FAILED)
+
+    def late(self) -> "RunQuerySet":
+        """Runs found unfinished past their deadline (``Schedule.finish_within``), whatever
+        became of them after."""
+        return self.filter(late_at__isnull=False)
 
     def cancel(self, now: datetime | None = None) -> tuple[int, int]:
         """Cancel these runs that have not started, and ask running ones to stop (their
@@ -241,6 +259,20 @@ class Run(models.Model):
         null=True, blank=True, help_text=_("Skipped if not started by then.")
     )
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Its deadline (engine/runs/deadlines.py): its plan time plus its schedule's
+    # finish_within when it was recorded; late_at when it was found unfinished past it.
+    finish_by = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("Late if not finished by then; empty: no deadline."),
+    )
+    late_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When it was found unfinished past its deadline; empty: never."),
+    )
     next_retry_at = models.DateTimeField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -323,6 +355,14 @@ class Run(models.Model):
                 condition=Q(status__in=choices.ACTIVE_STATUSES),
                 name="periodic_run_active",
             ),
+            # Unfinished runs with a deadline not yet found late: what the deadline watcher
+            # reads (engine/runs/deadlines.py), earliest first. Partial: a run without a
+            # deadline writes nothing to it, and an idle watcher reads an empty range.
+            models.Index(
+                fields=["finish_by"],
+                condition=DEADLINE_WATCHED,
+                name="periodic_run_deadline",
+            ),
             # Handed-off runs waiting for their task: the oldest enqueue, to redeliver.
             models.Index(
                 fields=["enqueued_at"],
@@ -362,6 +402,7 @@ class Run(models.Model):
         """An unsaved run of ``schedule`` with what it takes from it
         (``taken_from_schedule``: a snapshot of what it will call, ...); ``fields`` set the
         rest, or override them."""
-        fields = {**taken_from_schedule(schedule), **fields}
+        deadline = policies.finish_by(plan_time, schedule.finish_within)
+        fields = {**taken_from_schedule(schedule), "finish_by": deadline, **fields}
         # ``schedule`` is a Schedule, the model the key names (``ScheduleFields`` is its base).
         return cls(schedule=schedule, plan_time=plan_time, **fields)  # type: ignore[misc]

@@ -64,7 +64,7 @@ OWN_RETENTION = (
     | Q(keep_failed_runs_for__isnull=False)
 )
 # When a schedule needs attention (alerting.py); empty: never for that reason.
-ALERT_FIELDS = ("alert_after", "alert_failures")
+ALERT_FIELDS = ("alert_after", "alert_failures", "finish_within", "cancel_when_late")
 # Who is told from outside when its runs start and end (operations/pings.py, docs/pings.md).
 PING_FIELDS = ("ping_url",)
 # Fields that hold secrets (a ping URL embeds its check's key): never shown to a user who
@@ -373,4 +373,6 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
         """Why it needs attention, in words ("" if it does not)."""
         if not self.attention_reason:
             return ""
-        return alerting.note(self.attention_reason, self.alert_after, self.alert_failures)
+        return alerting.note(
+            self.attention_reason, self.alert_after, self.alert_failures, self.finish_within
+        )

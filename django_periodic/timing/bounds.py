@@ -144,6 +144,8 @@ SCHEDULE: dict[str, Range[Any]] = {
     # a row. A century is "never"; a thousand failures in a row is no alert worth having.
     "alert_after": Range(_ZERO, CENTURY, low_open=True),
     "alert_failures": Range(1, 1000),
+    # A fire's deadline from its plan time (engine/runs/deadlines.py): a year, as a timeout.
+    "finish_within": Range(_ZERO, timedelta(days=365), low_open=True),
     # Lifecycle (docs/policies.md): fires run before it stops; a billion is "no end" in
     # practice. Failed runs in a row before it pauses itself, as alert_failures.
     "max_runs": Range(1, 1_000_000_000),

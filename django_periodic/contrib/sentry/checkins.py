@@ -102,6 +102,12 @@ def skipped(reason: str, **event: Any) -> None:
         _post(event, MonitorStatus.ERROR)
 
 
+def late(**event: Any) -> None:
+    # Not finished by its deadline (finish_within): the attempt's check-in ends in error,
+    # as an overrun of Sentry's own max_runtime does; a later ok is ignored by Sentry.
+    _post(event, MonitorStatus.ERROR)
+
+
 RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.run_started: started,
     signals.run_finished: finished,
@@ -109,6 +115,7 @@ RECEIVERS: dict[Signal, Callable[..., None]] = {
     signals.lease_lost: lease_lost,
     signals.run_released: released,
     signals.run_skipped: skipped,
+    signals.run_late: late,
 }
 
 

@@ -18,7 +18,7 @@ from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.planning import attention
-from django_periodic.engine.runs import claims, leases, presence
+from django_periodic.engine.runs import claims, deadlines, leases, presence
 from django_periodic.models import SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
@@ -103,8 +103,10 @@ class Housekeeper:
         return timedelta(seconds=max(until, 0.0)) + AFTER_RELEASE
 
     def attend(self, now: datetime) -> attention.Evaluation | None:
-        """Judge which schedules need attention, at most once an ``ALERT_INTERVAL``; in the
-        tick's transaction (an idle wake-up stays one transaction).
+        """Flag the runs late for their deadline (deadlines.py: one statement when none
+        is), then judge which schedules need attention, at most once an
+        ``ALERT_INTERVAL``; in the tick's transaction (an idle wake-up stays one
+        transaction).
 
         Any error is logged and waits for the next evaluation: alerts must never stop the
         scheduling (a database gone away fails the tick's next statement anyway)."""
@@ -113,8 +115,9 @@ class Housekeeper:
         self.next_attention = now + self.settings.ALERT_INTERVAL
         try:
             # A savepoint in the tick's transaction: an error here undoes this alone, never
-            # the heartbeat and sweep before it.
+            # the heartbeat and sweep before it. Late runs first: attention judges them.
             with transaction.atomic(using=self.using):
+                deadlines.flag_late(now, self.using)
                 found = attention.evaluate(now, self.using)
         except Exception:
             logger.exception("Could not judge which schedules need attention.")

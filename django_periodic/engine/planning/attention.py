@@ -27,6 +27,7 @@ from django.db.models import (
     Case,
     Count,
     DateTimeField,
+    Exists,
     ExpressionWrapper,
     F,
     IntegerField,
@@ -50,7 +51,7 @@ logger = logging.getLogger("django_periodic")
 # A schedule's facts as _facts() reads them.
 Row = dict[str, Any]
 
-FACT_FIELDS = ("pk", "name", "alert_after", "alert_failures", "attention_reason")
+FACT_FIELDS = ("pk", "name", "alert_after", "alert_failures", "finish_within", "attention_reason")
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,7 @@ def _verdict(row: Row, now: datetime) -> str | None:
             alert_failures=row["alert_failures"],
             oldest_unsucceeded=row["oldest_unsucceeded"],
             failures=row["failures"] or 0,
+            late=bool(row["late"]),
         )
         return alerting.reason(facts, now)
     except (ArithmeticError, TypeError, ValueError) as exc:
@@ -162,6 +164,7 @@ def _facts(now: datetime, using: str) -> list[Row]:
         .annotate(
             oldest_unsucceeded=Subquery(fires.order_by("plan_time").values("plan_time")[:1]),
             failures=_failures(using, _since_success()),
+            late=Exists(runs.filter(_since_success(), late_at__isnull=False)),
             watched=ExpressionWrapper(alerting.WITH_ALERTS, output_field=BooleanField()),
             self_pausing=ExpressionWrapper(pausing, output_field=BooleanField()),
             failures_since_saved=Case(When(pausing, then=since_saved)),
@@ -171,6 +174,7 @@ def _facts(now: datetime, using: str) -> list[Row]:
             *self_pausing.FACT_FIELDS,
             "oldest_unsucceeded",
             "failures",
+            "late",
             "watched",
             "self_pausing",
             "failures_since_saved",
@@ -205,7 +209,7 @@ def _write(judged: dict[int, tuple[Row, str]], now: datetime, using: str) -> lis
 def _change(row: Row, reason: str, since: datetime) -> Change:
     previous = str(row["attention_reason"])
     shown = reason or previous
-    message = alerting.note(shown, row["alert_after"], row["alert_failures"])
+    message = alerting.note(shown, row["alert_after"], row["alert_failures"], row["finish_within"])
     return Change(row["pk"], row["name"], reason, previous, message, since)
 
 

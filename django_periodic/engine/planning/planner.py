@@ -56,7 +56,7 @@ DECISION_FIELDS = (
     "anchor", "next_fire_at", "overlap", "max_queued", "max_concurrent", "misfire",
     "misfire_grace", "planning_failures", "scopes", "paused_until", "pause_reason", "paused_by",
     "dst_gap", "dst_repeat", "on_closed_day", "has_calendars", "jitter", "job_unknown_since",
-    "max_runs", "fire_count", "has_overrides", "rrule",
+    "max_runs", "fire_count", "has_overrides", "rrule", "finish_within",
 )  # fmt: skip
 
 

@@ -87,12 +87,14 @@ def _record(
 
 def recorded(decision: Decision, now: datetime) -> Recorded:
     """A decision with what its statement writes: the fires ``fire_count`` counts, each run's
-    release and start deadline."""
+    release, start deadline and deadline to finish (raises ValueError for a schedule whose
+    ``finish_within`` is out of its range: it fails alone)."""
     schedule = decision.schedule
     rows = []
     for fire in decision.fires:
         released = release(schedule, fire)
-        rows.append((fire, released, start_deadline(schedule, fire, released, now)))
+        deadline = start_deadline(schedule, fire, released, now)
+        rows.append((fire, released, deadline, finish_by(schedule, fire)))
     return Recorded(decision, counted(decision.fires), tuple(rows))
 
 
@@ -160,6 +162,14 @@ def start_deadline(
     if fire.status != Run.Status.PENDING:
         return None
     return policies.start_deadline(schedule.misfire_grace, release or fire.plan_time, now)
+
+
+def finish_by(schedule: Due, fire: Fire) -> datetime | None:
+    """A fire's deadline to finish, from its plan time; none for a fire recorded skipped
+    (it is finished as it is recorded)."""
+    if fire.status == Run.Status.SKIPPED:
+        return None
+    return policies.finish_by(fire.plan_time, schedule.finish_within)
 
 
 def counted(fires: tuple[Fire, ...]) -> int:

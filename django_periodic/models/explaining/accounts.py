@@ -4,7 +4,7 @@ details in words and the run that says so; and an account read off a fire's runs
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.db import models
@@ -56,6 +56,16 @@ class RunRow(NamedTuple):
     status: str
     error_code: str
     error_message: str
+    finish_by: datetime | None = None  # its deadline (Run.finish_by)
+    late_at: datetime | None = None  # when it was found late
+    finished_at: datetime | None = None
+
+    def late_by(self, now: datetime) -> timedelta | None:
+        """How far past its deadline it finished, or is at ``now`` unfinished; None: it
+        was not late."""
+        if self.late_at is None or self.finish_by is None:
+            return None
+        return max((self.finished_at or now) - self.finish_by, timedelta(0))
 
 
 RUN_FIELDS = RunRow._fields
@@ -77,6 +87,8 @@ class FireAccount:
     run_id: int | None = None
     scope: str = ""
     scopes: dict[str, int] = field(default_factory=dict)
+    # How far its run went past its deadline (``finish_within``); None: it was not late.
+    late_by: timedelta | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The account as JSON values (the time in ISO 8601, UTC)."""
@@ -88,6 +100,7 @@ class FireAccount:
             "run_id": self.run_id,
             "scope": self.scope,
             "scopes": dict(self.scopes),
+            "late_by": None if self.late_by is None else self.late_by.total_seconds(),
         }
 
 
@@ -98,18 +111,36 @@ def status_of_run(run: RunRow) -> str:
     return str(run.status)
 
 
-def from_runs(plan_time: datetime, runs: Sequence[RunRow], note: str = "") -> FireAccount:
+def from_runs(
+    plan_time: datetime, runs: Sequence[RunRow], now: datetime, note: str = ""
+) -> FireAccount:
     """The account of a fire recorded by ``runs`` (one per scope on a fanned-out schedule):
-    one run's own, or, for several, their statuses counted (``MIXED`` when they differ)."""
+    one run's own, or, for several, their statuses counted (``MIXED`` when they differ);
+    with how late the latest of them was, at ``now``, if any was."""
+    lates = [by for run in runs if (by := run.late_by(now)) is not None]
+    late_by = max(lates, default=None)
+    late = f"Late by {_duration(late_by)}." if late_by is not None else ""
     if len(runs) == 1:
         (run,) = runs
-        detail = _joined(note, run.error_message)
-        return FireAccount(plan_time, status_of_run(run), run.error_code, detail, run.pk, run.scope)
+        detail = _joined(note, run.error_message, late)
+        status = status_of_run(run)
+        return FireAccount(
+            plan_time, status, run.error_code, detail, run.pk, run.scope, {}, late_by
+        )
     counts = Counter(status_of_run(run) for run in runs)
     status = next(iter(counts)) if len(counts) == 1 else FireStatus.MIXED
     shown = ", ".join(f"{n} {word}" for word, n in sorted(counts.items()))
-    detail = _joined(note, f"{len(runs)} scopes: {shown}.")
-    return FireAccount(plan_time, status, detail=detail, scopes=dict(counts))
+    detail = _joined(note, f"{len(runs)} scopes: {shown}.", late)
+    return FireAccount(plan_time, status, detail=detail, scopes=dict(counts), late_by=late_by)
+
+
+def _duration(value: timedelta) -> str:
+    """A lateness in words, to the second: "1:02:03" reads badly in a sentence."""
+    seconds = int(value.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [(hours, "h"), (minutes, "min"), (seconds, "s")]
+    return " ".join(f"{n} {unit}" for n, unit in parts if n) or "under a second"
 
 
 def _joined(*parts: str) -> str:

@@ -224,7 +224,9 @@ class _Facts:
         override = self.overrides.get(plan_time)
         note = _override_note(override)
         if runs := self.runs.pop(plan_time, None):
-            return from_runs(plan_time, runs, note)  # a moved fire's run keeps its plan time
+            return from_runs(
+                plan_time, runs, self.now, note
+            )  # a moved fire's run keeps its plan time
         if override is not None and override.action == OverrideAction.SKIP:
             return FireAccount(plan_time, FireStatus.OVERRIDDEN, ErrorCode.OVERRIDDEN, note)
         return self._before(plan_time) or self._unrecorded(plan_time, note)
@@ -295,7 +297,7 @@ class _Facts:
         shifted = self.shifts.get(plan_time)
         if shifted is not None and (runs := self.runs.pop(shifted, None)):
             moved = f"Closed ({closure}): run on {_show(shifted)} instead."
-            return from_runs(plan_time, runs, moved)
+            return from_runs(plan_time, runs, self.now, moved)
         if shifted is not None:
             note = f"{note} It runs at {_show(shifted)}."
         return FireAccount(plan_time, FireStatus.CLOSED, ErrorCode.CLOSED, note)
@@ -307,7 +309,7 @@ class _Facts:
         for plan_time, runs in self.runs.items():
             if start <= plan_time < stop and not self._shifted_to(plan_time):
                 note = "Not a fire of its trigger as it is now (an earlier trigger's)."
-                yield from_runs(plan_time, runs, note)
+                yield from_runs(plan_time, runs, self.now, note)
 
     def _shifted_to(self, plan_time: datetime) -> bool:
         """Whether a closed fire runs at ``plan_time``, shifted there by its calendars (a

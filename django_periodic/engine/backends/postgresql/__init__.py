@@ -20,6 +20,7 @@ from django_periodic.engine.records import (
     Decision,
     Horizon,
     InRange,
+    LateRun,
     PlannedRow,
     Recorded,
 )
@@ -65,6 +66,9 @@ class PostgreSQLLedger(SQLiteLedger):
 
     def expired_or_orphaned(self, now: datetime) -> LeaseQuerySet:
         return runs.expired_or_orphaned(now, self.using)
+
+    def flag_late(self, now: datetime) -> list[LateRun]:
+        return runs.flag_late(now, self.using)
 
     def record_outcomes(self, outcomes: Sequence[AttemptOutcome], now: datetime | None) -> set[int]:
         return runs.record_outcomes(outcomes, now, self.using)

@@ -56,11 +56,11 @@ WITH batch AS (
 ), inserted AS (
     INSERT INTO {run} (
         schedule_id, scope, plan_time, release_at, trigger, status, attempt,
-        interruptions, exclusive, start_deadline, finished_at, error_code, error_message, traceback,
-        tasks_backend, task_id, created_at, {copied}
+        interruptions, exclusive, start_deadline, finish_by, finished_at, error_code,
+        error_message, traceback, tasks_backend, task_id, created_at, {copied}
     )
     SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, 0,
-           f.exclusive, f.start_deadline,
+           f.exclusive, f.start_deadline, f.finish_by,
            CASE WHEN f.status IN ({finished_when_recorded}) THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '',
            COALESCE(NULLIF(m.tasks_backend, ''), %(tasks_backend)s), '', %(now)s,
@@ -68,10 +68,11 @@ WITH batch AS (
     FROM moved AS m JOIN unnest(
         %(fire_shape)s::bigint[], %(plan_time)s::timestamptz[], %(status)s::text[],
         %(error_code)s::text[], %(error_message)s::text[], %(exclusive)s::boolean[],
-        %(start_deadline)s::timestamptz[], %(scope)s::text[], %(release_at)s::timestamptz[]
+        %(start_deadline)s::timestamptz[], %(scope)s::text[], %(release_at)s::timestamptz[],
+        %(finish_by)s::timestamptz[]
     ) AS f (
         shape, plan_time, status, error_code, error_message, exclusive, start_deadline, scope,
-        release_at
+        release_at, finish_by
     )
     USING (shape)
     ON CONFLICT {ledger} DO NOTHING
@@ -149,16 +150,17 @@ def _shapes(decisions: list[Recorded]) -> dict[str, str]:
         exclusive = policies.is_exclusive(schedule.overlap)
         # A stagger is the schedule's own: a staggered schedule shares its shape with none.
         staggered = schedule.pk if schedule.jitter else None
-        key = (schedule.next_fire_at, d.cursor, d.fires, schedule.misfire_grace, exclusive)
+        deadlines = (schedule.misfire_grace, schedule.finish_within)
+        key = (schedule.next_fire_at, d.cursor, d.fires, deadlines, exclusive)
         shape = shapes.get((*key, staggered))
         if shape is None:
             shape = shapes[(*key, staggered)] = len(shapes) + 1  # ORDINALITY counts from 1
             cursors["old_cursor"].append(schedule.next_fire_at)
             cursors["new_cursor"].append(d.cursor)
             cursors["counted"].append(recorded.counted)
-            for fire, release, deadline in recorded.fires:
+            for fire, release, deadline, finish_by in recorded.fires:
                 row = (shape, fire.plan_time, fire.status, fire.error_code, fire.error_message)
-                values = (*row, exclusive, deadline, fire.scope, release)
+                values = (*row, exclusive, deadline, fire.scope, release, finish_by)
                 for name, value in zip(FIRE_COLUMNS, values, strict=True):
                     fires[name].append(value)
         ids.append(schedule.pk)
@@ -177,6 +179,7 @@ FIRE_COLUMNS = (
     "start_deadline",
     "scope",
     "release_at",
+    "finish_by",
 )
 
 

@@ -12,8 +12,10 @@ from django.db.models.expressions import RawSQL
 
 from django_periodic.db import arrays, postgresql, prepared
 from django_periodic.db.postgresql import HELD_SQL, RELEASE_SQL
-from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome
-from django_periodic.models import Lease, LeaseQuerySet, Run, SchedulerProcess
+from django_periodic.engine.backends.postgresql import rules
+from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome, LateRun
+from django_periodic.models import Lease, LeaseQuerySet, Run, Schedule, SchedulerProcess
+from django_periodic.models.run import past_finish_by
 
 
 def of_schedules(using: str, schedule_ids: list[int]) -> Q | RawSQL:
@@ -162,3 +164,34 @@ def record_outcomes(
 
 def _interval(value: timedelta | None) -> str | None:
     return None if value is None else f"{value.total_seconds()} seconds"
+
+
+# Flag every run past its deadline in one statement, on the deadline index (its condition,
+# models.run.past_finish_by, compiled into the WHERE). Two processes flagging at once: the
+# second's UPDATE waits for the first's row locks, then finds late_at set and skips those
+# rows (READ COMMITTED re-reads them), so each run is returned by one process only.
+FLAG_LATE_SQL = """
+WITH late AS (
+    UPDATE {run} SET late_at = %(now)s
+    WHERE {past_finish_by}
+    RETURNING id, schedule_id, scope, plan_time, attempt, status, finish_by
+)
+SELECT late.id, late.schedule_id, s.name, late.scope, late.plan_time, late.attempt,
+       late.status, late.finish_by, s.cancel_when_late
+FROM late JOIN {schedule} s ON s.id = late.schedule_id
+"""
+
+
+def flag_late(now: datetime, using: str) -> list[LateRun]:
+    """Flag the runs past their deadline to finish at ``now`` (``late_at``); return them."""
+    quote = connections[using].ops.quote_name
+    runs = Run.objects.using(using).filter(past_finish_by(now))
+    past, params = rules.condition(runs, "late")
+    sql = FLAG_LATE_SQL.format(
+        run=quote(Run._meta.db_table),
+        schedule=quote(Schedule._meta.db_table),
+        past_finish_by=past,
+    )
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, {"now": now, **params})
+        return [LateRun(*row) for row in cursor.fetchall()]

@@ -24,6 +24,7 @@ from django_periodic.engine.records import (
     Decision,
     Horizon,
     InRange,
+    LateRun,
     PlannedRow,
     Recorded,
 )
@@ -116,6 +117,11 @@ class SQLiteLedger:
     def expired_or_orphaned(self, now: datetime) -> LeaseQuerySet:
         """Leases held past their expiry, or by a process known to be dead."""
         return runs.expired_or_orphaned(now, self.using)
+
+    def flag_late(self, now: datetime) -> list[LateRun]:
+        """Flag the runs unfinished past their deadline to finish at ``now`` (``late_at``)
+        and return them, each to one caller only, however many flag at once."""
+        return runs.flag_late(now, self.using)
 
     def record_outcomes(self, outcomes: Sequence[AttemptOutcome], now: datetime | None) -> set[int]:
         """Release each outcome's lease if still held and write its run, in one

@@ -54,7 +54,7 @@ def _insert_runs(decisions: list[Recorded], now: datetime, using: str) -> list[R
 
 def _fire_run(schedule: Due, row: FireRow, now: datetime) -> Run:
     # Run.for_schedule, from the columns loaded for it.
-    fire, release, start_deadline = row
+    fire, release, start_deadline, finish_by = row
     return Run(
         schedule_id=schedule.pk,
         scope=fire.scope,
@@ -65,6 +65,7 @@ def _fire_run(schedule: Due, row: FireRow, now: datetime) -> Run:
         error_code=fire.error_code,
         error_message=fire.error_message,
         start_deadline=start_deadline,
+        finish_by=finish_by,
         finished_at=finished_when_recorded(fire.status, now),
         created_at=now,
     )

@@ -11,8 +11,9 @@ from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from django_periodic.db import clock
-from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome
+from django_periodic.engine.records import NEVER_STARTED, NOT_ENDED, AttemptOutcome, LateRun
 from django_periodic.models import Lease, LeaseQuerySet, Run
+from django_periodic.models.run import past_finish_by
 
 
 def of_schedules(using: str, schedule_ids: list[int]) -> Q:
@@ -74,3 +75,32 @@ def _run_fields(outcome: AttemptOutcome, now: datetime) -> dict[str, Any]:
         "duration": now - started_at if ended and started_at else None,
         "interruptions": F("interruptions") + int(outcome.interrupted),
     }
+
+
+# What a late run's record reads, in LateRun's order.
+LATE_FIELDS = (
+    "pk",
+    "schedule_id",
+    "schedule__name",
+    "scope",
+    "plan_time",
+    "attempt",
+    "status",
+    "finish_by",
+    "schedule__cancel_when_late",
+)
+
+
+def flag_late(now: datetime, using: str) -> list[LateRun]:
+    """Flag the runs past their deadline to finish at ``now`` (``late_at``); return them.
+
+    One SELECT on the deadline index when none is late. When some are, they are read again
+    and flagged in one transaction, which SQLite runs alone (BEGIN IMMEDIATE): a run
+    another process flagged meanwhile is not read again, so each is returned once."""
+    late = Run.objects.using(using).filter(past_finish_by(now))
+    if not late.exists():
+        return []
+    with transaction.atomic(using=using):
+        rows = [LateRun(*row) for row in late.values_list(*LATE_FIELDS)]
+        late.filter(pk__in=[row.pk for row in rows]).update(late_at=now)
+    return rows
