@@ -334,8 +334,12 @@ def test_a_running_scheduler_pauses_at_the_third_failure_and_starts_no_more(post
     target = ticked.count() + 4  # several more fires of its twin: the scheduler went on
     wait_for(lambda: ticked.count() >= target, 30, "more fires of the ticking schedule")
     assert child.terminate() == 0
-    # One worker: the run after the third (its plan time a second later) is at most claimed
-    # ahead and not started when the third's outcome pauses it; it is withdrawn.
+    # Exactly three. While a run of a schedule that skips overlaps is active, no planner
+    # locks or plans its next fire before that fire is due (planner._without_waiting), and
+    # the pass that could lock it sees two failures until the third's outcome commits: so
+    # that outcome, a second before the fourth fire is due, finds its row free and pauses
+    # it, and the fourth fire is then planned skipped (paused). Had it been planned or
+    # claimed ahead, the pause would have withdrawn it (test_runs_not_started_...).
     calls = Execution.objects.filter(schedule="failing")
     assert calls.count() == 3
     runs = Run.objects.filter(schedule=failing)
