@@ -173,8 +173,9 @@ break_8a() {
 
 TITLE[8b]="a pause for failures that withdraws no fire"
 # The schedule pauses at the failure, but its fires planned or claimed ahead still start.
-GUARDS[8b]="tests/test_self_pausing.py::test_runs_not_started_when_it_pauses_never_start
-tests/test_self_pausing.py::test_a_running_scheduler_pauses_at_the_third_failure_and_starts_no_more"
+# Left out: the running scheduler's test, which passes: with overlap "skip", the next fire
+# is planned only once the failing run has ended, so it is planned skipped (paused).
+GUARDS[8b]="tests/test_self_pausing.py::test_runs_not_started_when_it_pauses_never_start"
 break_8b() {
     replace_once django_periodic/engine/planning/self_pausing.py \
         "        withdrawn = _withdraw(paused, now, using)" \
