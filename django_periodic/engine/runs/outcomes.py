@@ -300,8 +300,9 @@ def _transaction(
     outcomes: Sequence[AttemptOutcome], using: str, savepoint: bool
 ) -> contextlib.AbstractContextManager[Any]:
     """The batch's transaction, or none in autocommit where the batch is one statement
-    (``RECORDS_IN_ONE_STATEMENT``) and moves up no queued run: a BEGIN and a COMMIT saved,
-    two round trips of three, on every batch the outcome writer records."""
+    (``RECORDS_IN_ONE_STATEMENT``), moves up no queued run and may pause no schedule
+    (``_may_pause``): a BEGIN and a COMMIT saved, two round trips of three, on most
+    batches the outcome writer records."""
     alone = ledger(using).RECORDS_IN_ONE_STATEMENT and not any(
         _moves_a_queue(o) or _may_pause(o) for o in outcomes
     )
