@@ -250,6 +250,46 @@ def test_a_failure_recorded_without_an_outcome_is_paused_by_the_attention_pass()
 
 
 @pytest.fixture
+def pauses_refused():
+    """The database refuses every pause the scheduler writes, as a bug or a constraint
+    would; the trigger is dropped after."""
+    table = connection.ops.quote_name(Schedule._meta.db_table)
+    condition = "NEW.paused_by = 'scheduler'"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "CREATE FUNCTION periodic_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$"
+                f" BEGIN IF {condition} THEN RAISE EXCEPTION 'refused'; END IF; RETURN NEW; END $$"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER periodic_test_refuse BEFORE UPDATE ON {table}"
+                " FOR EACH ROW EXECUTE FUNCTION periodic_test_refuse()"
+            )
+        else:
+            cursor.execute(
+                f"CREATE TRIGGER periodic_test_refuse BEFORE UPDATE ON {table} FOR EACH ROW"
+                f" WHEN {condition} BEGIN SELECT RAISE(ABORT, 'refused'); END"
+            )
+    yield
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"DROP TRIGGER periodic_test_refuse ON {table}")
+            cursor.execute("DROP FUNCTION periodic_test_refuse()")
+        else:
+            cursor.execute("DROP TRIGGER periodic_test_refuse")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pause_the_database_refuses_loses_no_outcome(process, pauses_refused):
+    schedule = pausing_after(1)
+    (outcome,) = failures_of(process, schedule, 1, later())
+    assert outcomes.record([outcome]) == {outcome.claim.values.pk}
+    run = Run.objects.get(pk=outcome.claim.values.pk)
+    assert (run.status, run.error_code) == (RunStatus.FAILED, "boom")  # as the job failed
+    assert not is_paused(schedule)  # left to the next failure, or the attention pass
+
+
+@pytest.fixture
 def locked_schedule(postgres):
     """``lock(schedule)``: another session holds ``schedule``'s row, as a planner does,
     until the test ends or calls ``release()``."""
