@@ -222,6 +222,7 @@ class ClaimedValues:
     started_at: datetime | None
     timeout: timedelta | None  # the schedule's
     overlap: str  # the schedule's
+    pause_after_failures: int | None  # the schedule's (planning/self_pausing.py)
 
     @classmethod
     def of(cls, run: Run) -> ClaimedValues:
@@ -240,6 +241,7 @@ class ClaimedValues:
             run.started_at,
             schedule.timeout,
             schedule.overlap,
+            schedule.pause_after_failures,
         )
 
 

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q
+from django.db.models.functions import Now
 
 from django_periodic.db import clock
 from django_periodic.models import versions as versioning
@@ -33,8 +34,9 @@ def holds(paused_until: datetime | None, now: datetime) -> bool:
     return paused_until is not None and paused_until > now
 
 
-def paused(now: datetime) -> Q:
-    """The schedules a pause holds at ``now`` (``holds``, as a query)."""
+def paused(now: datetime | Now) -> Q:
+    """The schedules a pause holds at ``now`` (``holds``, as a query; ``Now()``: at the
+    database's clock)."""
     return Q(paused_until__gt=now)
 
 

@@ -25,14 +25,10 @@ from django.db import transaction
 from django.db.models import (
     BooleanField,
     Case,
-    Count,
-    DateTimeField,
     Exists,
     ExpressionWrapper,
     F,
-    IntegerField,
     OuterRef,
-    Q,
     Subquery,
     Value,
     When,
@@ -42,9 +38,8 @@ from django.db.models.functions import Coalesce
 from django_periodic import signals
 from django_periodic.choices import RunStatus, RunTrigger
 from django_periodic.db import announcements
-from django_periodic.engine.planning import self_pausing
+from django_periodic.engine.planning import self_pausing, streaks
 from django_periodic.models import Run, Schedule, alerting
-from django_periodic.timing import bounds
 
 logger = logging.getLogger("django_periodic")
 
@@ -120,36 +115,12 @@ def _verdict(row: Row, now: datetime) -> str | None:
         return None
 
 
-def _last_success(using: str) -> Subquery:
-    """The plan time of the latest succeeded run of the schedule (``OuterRef("pk")``), of
-    any trigger; NULL: none."""
-    runs = Run.objects.using(using).filter(schedule=OuterRef("pk"), status=RunStatus.SUCCEEDED)
-    return Subquery(runs.order_by("-plan_time").values("plan_time")[:1])
-
-
-def _since_success(after: Any = None) -> Q:
-    """The runs planned after the schedule's last success (annotated ``last_success``), and
-    after ``after`` (an expression of the schedule's row) if given."""
-    start = Coalesce(
-        OuterRef("last_success"), Value(bounds.UNPLANNED, output_field=DateTimeField())
-    )
-    return Q(plan_time__gt=start) & (Q() if after is None else Q(plan_time__gt=after))
-
-
-def _failures(using: str, since: Q) -> Subquery:
-    """How many runs of the schedule (``OuterRef("pk")``) that ``since`` selects failed:
-    its failures in a row (``alerting.failing``); NULL: none."""
-    runs = Run.objects.using(using).filter(since, schedule=OuterRef("pk"), status=RunStatus.FAILED)
-    counted = runs.values("schedule").annotate(n=Count("pk")).values("n")
-    return Subquery(counted, output_field=IntegerField())
-
-
 def _facts(now: datetime, using: str) -> list[Row]:
     """Every schedule with alerts, stored as needing attention, or that may pause itself,
     with the facts the rules read. One query; each subquery reads one schedule's runs by
     the index on (schedule, -plan_time), newest first, from its last success on."""
     runs = Run.objects.using(using).filter(schedule=OuterRef("pk"))
-    fires = runs.filter(_since_success(), trigger=RunTrigger.SCHEDULE).exclude(
+    fires = runs.filter(streaks.since_success(), trigger=RunTrigger.SCHEDULE).exclude(
         status=RunStatus.SKIPPED, error_code__in=alerting.NOT_EXPECTED
     )
     schedules = Schedule.objects.using(using)
@@ -157,17 +128,16 @@ def _facts(now: datetime, using: str) -> list[Row]:
     candidates = schedules.with_alerts() | schedules.needing_attention() | schedules.filter(pausing)
     # Each of them is in the index's condition: stated, the database reads that index alone.
     candidates = candidates.filter(alerting.JUDGED)
-    # A self-pausing schedule counts from its last save too (self_pausing.py).
-    since_saved = _failures(using, _since_success(after=OuterRef("updated_at")))
     return list(
-        candidates.annotate(last_success=_last_success(using))
+        candidates.annotate(last_success=streaks.last_success(using))
         .annotate(
             oldest_unsucceeded=Subquery(fires.order_by("plan_time").values("plan_time")[:1]),
-            failures=_failures(using, _since_success()),
-            late=Exists(runs.filter(_since_success(), late_at__isnull=False)),
+            failures=streaks.failures(using, streaks.since_success()),
+            late=Exists(runs.filter(streaks.since_success(), late_at__isnull=False)),
             watched=ExpressionWrapper(alerting.WITH_ALERTS, output_field=BooleanField()),
             self_pausing=ExpressionWrapper(pausing, output_field=BooleanField()),
-            failures_since_saved=Case(When(pausing, then=since_saved)),
+            # A self-pausing schedule counts from its last save too (streaks.py).
+            failures_since_saved=Case(When(pausing, then=streaks.failures_since_saved(using))),
         )
         .values(
             *FACT_FIELDS,

@@ -6,6 +6,11 @@ overwrite a newer attempt, however many outcomes it records at once. On PostgreS
 is one statement at the database's clock; elsewhere one transaction through the ORM. A
 batch the database refuses is recorded one outcome at a time, so that one bad outcome
 fails its own run and no other.
+
+A failed run of a schedule with ``pause_after_failures`` may pause it: in the same
+transaction, its streak is counted and the schedule paused if it reached the threshold
+(planning/self_pausing.py), for the whole batch at once. The claim carries the setting,
+so a batch without such a failure costs no query more.
 """
 
 import contextlib
@@ -26,6 +31,7 @@ from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements
 from django_periodic.engine import batches, overlap
 from django_periodic.engine.backends import ledger
+from django_periodic.engine.planning import self_pausing
 from django_periodic.engine.records import LATE_MESSAGE, AttemptOutcome, Claim, Failure
 from django_periodic.engine.runs import retries, storable
 from django_periodic.error_texts import error_text, shown
@@ -217,10 +223,26 @@ def _record(
     with _transaction(outcomes, using, savepoint):
         recorded = ledger(using).record_outcomes(outcomes, now)
         overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
+        _pause_reached(_streaks_to_judge(outcomes, recorded), now, using)
         if signals.listened(*ENDING_SIGNALS.values()):
             ended = [o for o in outcomes if o.claim.values.pk in recorded]
             announcements.send_on_commit(_events(ended, now), using)
     return recorded
+
+
+def _pause_reached(schedule_ids: set[int], now: datetime | None, using: str) -> None:
+    """Pause those of these schedules whose failures in a row now reach their threshold,
+    in a savepoint: should that fail, the outcomes are recorded all the same, and the
+    attention pass pauses them later."""
+    if not schedule_ids:
+        return
+    try:
+        with transaction.atomic(using=using):
+            self_pausing.pause_reached(schedule_ids, now, using)
+    except CONNECTION_ERRORS:
+        raise
+    except Exception:
+        logger.exception("Could not judge whether schedules %s pause themselves.", schedule_ids)
 
 
 # The signal each new status of a recorded outcome sends (pending: given back, none).
@@ -278,9 +300,12 @@ def _transaction(
     outcomes: Sequence[AttemptOutcome], using: str, savepoint: bool
 ) -> contextlib.AbstractContextManager[Any]:
     """The batch's transaction, or none in autocommit where the batch is one statement
-    (``RECORDS_IN_ONE_STATEMENT``) and moves up no queued run: a BEGIN and a COMMIT saved,
-    two round trips of three, on every batch the outcome writer records."""
-    alone = ledger(using).RECORDS_IN_ONE_STATEMENT and not any(map(_moves_a_queue, outcomes))
+    (``RECORDS_IN_ONE_STATEMENT``), moves up no queued run and may pause no schedule
+    (``_may_pause``): a BEGIN and a COMMIT saved, two round trips of three, on most
+    batches the outcome writer records."""
+    alone = ledger(using).RECORDS_IN_ONE_STATEMENT and not any(
+        _moves_a_queue(o) or _may_pause(o) for o in outcomes
+    )
     if alone and not connections[using].in_atomic_block:
         return contextlib.nullcontext()
     return transaction.atomic(using=using, savepoint=savepoint)
@@ -292,6 +317,23 @@ def _queues_to_move(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> s
         for o in outcomes
         if o.claim.values.pk in recorded and _moves_a_queue(o)
     }
+
+
+def _streaks_to_judge(outcomes: Sequence[AttemptOutcome], recorded: set[int]) -> set[int]:
+    return {
+        o.claim.values.schedule_id
+        for o in outcomes
+        if o.claim.values.pk in recorded and _may_pause(o)
+    }
+
+
+def _may_pause(outcome: AttemptOutcome) -> bool:
+    """Whether the outcome, recorded, may pause its schedule: it fails a run of a schedule
+    with ``pause_after_failures`` (carried by the claim: no query for the others)."""
+    return (
+        outcome.status == Run.Status.FAILED
+        and outcome.claim.values.pause_after_failures is not None
+    )
 
 
 def _moves_a_queue(outcome: AttemptOutcome) -> bool:

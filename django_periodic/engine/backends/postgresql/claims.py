@@ -240,6 +240,7 @@ _VALUE_FIELDS = (
     (Run, "started_at"),
     (Schedule, "timeout"),
     (Schedule, "overlap"),
+    (Schedule, "pause_after_failures"),
 )
 
 
