@@ -24,6 +24,8 @@ KIND_FILTERS = {
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
     ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
     ScheduleKind.RRULE: Q(cron="", interval__isnull=True, run_at__isnull=True) & ~Q(rrule=""),
+    ScheduleKind.AFTER: Q(cron="", interval__isnull=True, run_at__isnull=True, rrule="")
+    & ~Q(after=[]),
 }
 
 
@@ -67,7 +69,11 @@ def kind_of(row: TriggerRow) -> str:
         return ScheduleKind.INTERVAL
     if row.run_at is not None:
         return ScheduleKind.ONCE
-    return ScheduleKind.RRULE if row.rrule else ""
+    if row.rrule:
+        return ScheduleKind.RRULE
+    # A due row the planner loaded has no ``after``: a downstream is never due by the
+    # clock. Whatever a row holds there (a list, or a bad value stored past clean()) counts.
+    return ScheduleKind.AFTER if getattr(row, "after", None) not in (None, [], "") else ""
 
 
 def trigger_of(row: TriggerRow) -> triggers.Trigger:
@@ -96,6 +102,10 @@ def trigger_of(row: TriggerRow) -> triggers.Trigger:
         inner = triggers.OnceTrigger(row.run_at)
     elif kind == ScheduleKind.RRULE:
         inner = _rrule_of(row)
+    elif kind == ScheduleKind.AFTER:
+        raise triggers.InvalidTrigger(
+            "It fires after other schedules (after), not on a clock: it has no fire times."
+        )
     else:
         raise triggers.InvalidTrigger("A schedule needs a cron, an interval, a run_at or an rrule.")
     return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
@@ -119,7 +129,9 @@ def next_fire_times_of(
 ) -> list[datetime]:
     """The next ``n`` fires that run (``open_trigger_of``) strictly after ``after``, up to
     ``until`` included: ``Schedule.next_fire_times()``, the admin's preview and the fire
-    diff read them here."""
+    diff read them here. One that fires after other schedules has none by the clock."""
+    if kind_of(row) == ScheduleKind.AFTER:
+        return []
     return triggers.fire_times(open_trigger_of(row, closures), n, after, until)
 
 
@@ -140,8 +152,11 @@ def first_fire_time_of(
     """The cursor of a new or re-triggered schedule: the first fire after ``now``.
 
     A one-shot keeps its ``run_at`` even when it has passed: firing late or not
-    is the misfire policy's decision, and it must not vanish silently.
+    is the misfire policy's decision, and it must not vanish silently. One that fires
+    after other schedules has none: NULL, so that no planner finds it due by the clock.
     """
+    if kind_of(row) == ScheduleKind.AFTER:
+        return None
     trigger = planning_trigger_of(row, closures)
     if kind_of(row) == ScheduleKind.ONCE:
         assert row.run_at is not None  # what makes the kind ONCE
@@ -151,6 +166,8 @@ def first_fire_time_of(
 
 # The bounded fields a trigger is built from (bounds.SCHEDULE holds their ranges).
 _BOUNDED_TRIGGER_FIELDS = ("run_at", "start_at", "end_at")
+# The ranged fields trigger_field_errors checks (clean() checks the others' ranges alone).
+CHECKED_WITH_TRIGGER = (*_BOUNDED_TRIGGER_FIELDS, "interval")
 
 
 def trigger_field_errors(row: TriggerRow) -> list[tuple[str, str]]:

@@ -23,9 +23,15 @@ from django_periodic import scopes as scope_providers
 from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.models import dependencies
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
-from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors, trigger_of
+from django_periodic.models.trigger_rows import (
+    CHECKED_WITH_TRIGGER,
+    KIND_FIELDS,
+    trigger_field_errors,
+    trigger_of,
+)
 from django_periodic.timing import bounds, recurrences, triggers
 
 
@@ -33,6 +39,8 @@ def schedule_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
     found += _range_errors(schedule) + _lifecycle_errors(schedule) + _ping_errors(schedule)
+    if not any(field in TRIGGER_FIELDS for field, _ in found):
+        found += dependencies.errors(schedule)
     return found + _calendar_errors(schedule, found)
 
 
@@ -52,10 +60,10 @@ def _calendar_errors(
 
 
 def _trigger_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
-    kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None)]
+    kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None, [])]
     if len(kinds) != 1:
         which = " and ".join(kinds) if kinds else "none"
-        message = f"Set exactly one trigger: cron, interval, run_at or rrule (got {which})."
+        message = f"Set exactly one trigger: cron, interval, run_at, rrule or after (got {which})."
         return [(kinds[0] if kinds else "cron", message)]
     errors = []
     try:
@@ -95,7 +103,7 @@ def _range_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Fields out of their range (bounds.SCHEDULE); the trigger's are checked with it."""
     errors = []
     for name, valid in bounds.SCHEDULE.items():
-        if name in TRIGGER_FIELDS:
+        if name in CHECKED_WITH_TRIGGER:
             continue  # checked with the trigger, as when one is built (trigger_field_errors)
         message = valid.error(name, getattr(schedule, name))
         if message:
