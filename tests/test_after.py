@@ -113,7 +113,8 @@ def test_a_downstream_of_two_runs_only_when_both_succeeded():
     d = downstream("d", ["a", "c"], after_wait=timedelta(minutes=30))
     ran(a, T1, "succeeded")
     ran(c, T1, "running")
-    assert plan_after(T1 + timedelta(minutes=10)).next_check == T1 + timedelta(minutes=10, seconds=1)
+    now = T1 + timedelta(minutes=10)
+    assert plan_after(now).next_check == now + timedelta(seconds=1)  # c is in flight
     assert fates(d) == []
     Run.objects.filter(schedule=c).update(status="succeeded")
     plan_after(T1 + timedelta(minutes=11))
@@ -205,7 +206,8 @@ def test_the_admin_form_refuses_a_cycle(admin_client):
     assert "cycle: a -&gt; b -&gt; a" in response.content.decode()
     a.refresh_from_db()
     assert a.after == []
-    ok = admin_client.post(url, {**data, "after": "[]", "trigger_kind": "cron", "cron": "* * * * *"})
+    fixed = {**data, "after": "[]", "trigger_kind": "cron", "cron": "* * * * *"}
+    ok = admin_client.post(url, fixed)
     assert ok.status_code == 302
 
 
@@ -263,8 +265,8 @@ def test_a_deleted_upstream_shows_in_attention_and_its_return_clears_it():
     assert (b.last_error, b.attention_reason, b.planning_failures) == ("", "", 0)
 
 
-def test_a_disabled_upstream_is_said_and_its_plan_times_time_out_naming_it():
-    a = upstream("a", enabled=False)
+def test_a_disabled_upstream_is_said_while_the_downstream_stays_enabled():
+    upstream("a", enabled=False)
     b = downstream("b", ["a"])
     plan_after(T1)
     b.refresh_from_db()
@@ -300,8 +302,8 @@ def _queries_of_a_pass(n: int) -> int:
 
 
 def test_a_pass_costs_the_same_statements_for_2_or_20_downstream_schedules():
-    # Three reads and one INSERT (in its transaction: BEGIN and COMMIT on SQLite).
-    assert _queries_of_a_pass(2) == _queries_of_a_pass(20) <= 6
+    # Three reads and one INSERT in its transaction; on PostgreSQL a NOTIFY for the workers.
+    assert _queries_of_a_pass(2) == _queries_of_a_pass(20) <= 7
 
 
 def test_a_pass_without_downstream_schedules_is_one_statement():
@@ -342,7 +344,9 @@ def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kil
     killed_at = ups.count()
     wait_for(lambda: ups.count() >= killed_at + 5, 60, "the upstream going on")
     Schedule.objects.filter(pk=a.pk).update(enabled=False)
-    succeeded = set(Run.objects.filter(schedule=a, status="succeeded").values_list("plan_time", flat=True))
+    succeeded = set(
+        Run.objects.filter(schedule=a, status="succeeded").values_list("plan_time", flat=True)
+    )
     upstream_rows = set(ups.values_list("plan_time", flat=True))
     assert succeeded <= upstream_rows  # each success is a row the job wrote
 

@@ -5,38 +5,74 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_periodic', '0026_schedule_retention_index'),
+        ("django_periodic", "0026_schedule_retention_index"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='schedule',
-            name='after',
-            field=models.JSONField(blank=True, db_default=[], default=list, help_text='Names of the schedules it runs after, e.g. ["extract"]: it fires for each plan time they have all run for, instead of on a clock.'),
+            model_name="schedule",
+            name="after",
+            field=models.JSONField(
+                blank=True,
+                db_default=[],
+                default=list,
+                help_text='Names of the schedules it runs after, e.g. ["extract"]: it fires for each plan time they have all run for, instead of on a clock.',
+            ),
         ),
         migrations.AddField(
-            model_name='schedule',
-            name='after_outcome',
-            field=models.CharField(choices=[('succeeded', 'succeeded'), ('finished', 'finished, in any end state')], db_default='succeeded', default='succeeded', help_text="After: what its upstreams' runs must end in for it to fire.", max_length=16),
+            model_name="schedule",
+            name="after_outcome",
+            field=models.CharField(
+                choices=[("succeeded", "succeeded"), ("finished", "finished, in any end state")],
+                db_default="succeeded",
+                default="succeeded",
+                help_text="After: what its upstreams' runs must end in for it to fire.",
+                max_length=16,
+            ),
         ),
         migrations.AddField(
-            model_name='schedule',
-            name='after_wait',
-            field=models.DurationField(db_default=datetime.timedelta(seconds=3600), default=datetime.timedelta(seconds=3600), help_text='After: how long from a plan time it waits for its upstreams; then that plan time is skipped, with the upstream that failed or was late.'),
+            model_name="schedule",
+            name="after_wait",
+            field=models.DurationField(
+                db_default=datetime.timedelta(seconds=3600),
+                default=datetime.timedelta(seconds=3600),
+                help_text="After: how long from a plan time it waits for its upstreams; then that plan time is skipped, with the upstream that failed or was late.",
+            ),
         ),
         migrations.AlterField(
-            model_name='schedule',
-            name='attention_reason',
-            field=models.CharField(blank=True, choices=[('no_success', 'no success in time'), ('failing', 'its last runs failed'), ('upstream', 'an upstream schedule is missing or disabled')], db_default='', default='', editable=False, help_text='Why it needs attention; empty: it does not.', max_length=32),
+            model_name="schedule",
+            name="attention_reason",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("no_success", "no success in time"),
+                    ("failing", "its last runs failed"),
+                    ("upstream", "an upstream schedule is missing or disabled"),
+                ],
+                db_default="",
+                default="",
+                editable=False,
+                help_text="Why it needs attention; empty: it does not.",
+                max_length=32,
+            ),
         ),
         migrations.AddIndex(
-            model_name='schedule',
-            index=models.Index(condition=models.Q(models.Q(('after', []), _negated=True), ('enabled', True)), fields=['id'], name='periodic_schedule_downstream'),
+            model_name="schedule",
+            index=models.Index(
+                condition=models.Q(models.Q(("after", []), _negated=True), ("enabled", True)),
+                fields=["id"],
+                name="periodic_schedule_downstream",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='schedule',
-            constraint=models.CheckConstraint(condition=models.Q(('after_wait__gt', datetime.timedelta(0)), ('after_wait__lte', datetime.timedelta(days=36525))), name='periodic_schedule_after_wait_range'),
+            model_name="schedule",
+            constraint=models.CheckConstraint(
+                condition=models.Q(
+                    ("after_wait__gt", datetime.timedelta(0)),
+                    ("after_wait__lte", datetime.timedelta(days=36525)),
+                ),
+                name="periodic_schedule_after_wait_range",
+            ),
         ),
     ]

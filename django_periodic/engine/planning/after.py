@@ -27,7 +27,7 @@ import logging
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db.models import F, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -101,6 +101,14 @@ class Downstream:
         return floor
 
 
+class Upstream(NamedTuple):
+    """What the pass reads of a schedule a downstream names."""
+
+    pk: int
+    enabled: bool
+    after: Any
+
+
 @dataclass
 class AfterResult:
     """What one pass recorded, and when the next is due (None: on news alone)."""
@@ -126,13 +134,12 @@ def plan_after(now: datetime, using: str = "default") -> AfterResult:
     if not downstreams:
         return result
     named = {name for d in downstreams if _names(d.after) for name in d.after}
+    rows = Schedule.objects.using(using).filter(name__in=named)
     upstreams = {
-        row["name"]: row
-        for row in Schedule.objects.using(using)
-        .filter(name__in=named)
-        .values("pk", "name", "enabled", "after")
+        name: Upstream(pk, enabled, after)
+        for pk, name, enabled, after in rows.values_list("pk", "name", "enabled", "after")
     }
-    edges = {name: row["after"] for name, row in upstreams.items() if _names(row["after"])}
+    edges = {name: row.after for name, row in upstreams.items() if _names(row.after)}
     edges.update({d.name: d.after for d in downstreams if _names(d.after)})
     plannable = []
     for downstream in downstreams:
@@ -148,12 +155,11 @@ def plan_after(now: datetime, using: str = "default") -> AfterResult:
 
 
 def _downstreams(using: str) -> list[Downstream]:
-    newest = Run.objects.using(using).filter(
-        schedule_id=OuterRef("pk"), trigger__in=LEDGER_TRIGGERS
-    )
-    newest = newest.values("schedule_id").annotate(newest=Max("plan_time")).values("newest")
-    rows = Schedule.objects.using(using).downstream().filter(enabled=True)
-    rows = rows.annotate(newest=Subquery(newest)).values_list(*FIELDS, "newest")
+    """The enabled downstream schedules, each with its newest ledger run's plan time."""
+    runs = Run.objects.using(using).filter(schedule_id=OuterRef("pk"), trigger__in=LEDGER_TRIGGERS)
+    newest = runs.values("schedule_id").annotate(newest=Max("plan_time")).values("newest")
+    enabled = Schedule.objects.using(using).downstream().filter(enabled=True)
+    rows = enabled.annotate(newest=Subquery(newest)).values_list(*FIELDS, "newest")
     return [Downstream(*row) for row in rows]
 
 
@@ -162,7 +168,7 @@ def _names(after: Any) -> bool:
 
 
 def _problems(
-    downstream: Downstream, upstreams: dict[str, dict[str, Any]], edges: dict[str, Any]
+    downstream: Downstream, upstreams: dict[str, "Upstream"], edges: dict[str, Any]
 ) -> tuple[str, str]:
     """(why it cannot be planned, what it should say while it is planned); "" if none."""
     shape = dependencies.shape_error(downstream.after, downstream.name)
@@ -174,16 +180,14 @@ def _problems(
     cycle = dependencies.cycle_through(downstream.name, edges)
     if cycle:
         return f"Cannot plan: {dependencies.cycle_error(cycle)}", ""
-    disabled = [name for name in downstream.after if not upstreams[name]["enabled"]]
+    disabled = [name for name in downstream.after if not upstreams[name].enabled]
     if disabled:
         names = ", ".join(repr(name) for name in disabled)
         return "", f"It runs after {names}, which is disabled: it waits for no run of it."
     return "", ""
 
 
-def _say(
-    downstream: Downstream, problems: tuple[str, str], now: datetime, using: str
-) -> None:
+def _say(downstream: Downstream, problems: tuple[str, str], now: datetime, using: str) -> None:
     """Write what is wrong with it (or that nothing is any more) where users look: its
     ``last_error`` and the attention list; a failure counts as the planner's do."""
     failure, notice = problems
@@ -224,7 +228,7 @@ def _as_due(downstream: Downstream) -> Due:
 
 def _plan(
     downstreams: list[Downstream],
-    upstreams: dict[str, dict[str, Any]],
+    upstreams: dict[str, "Upstream"],
     now: datetime,
     using: str,
     result: AfterResult,
@@ -232,7 +236,7 @@ def _plan(
     """Decide every open plan time of these downstreams from one read of the runs, and
     insert what is decided in one statement."""
     floor = min(d.floor for d in downstreams)
-    ids = {upstreams[name]["pk"] for d in downstreams for name in d.after}
+    ids = {upstreams[name].pk for d in downstreams for name in d.after}
     ids |= {d.pk for d in downstreams}
     statuses: dict[int, dict[Key, str]] = defaultdict(dict)
     runs = Run.objects.using(using).filter(
@@ -245,7 +249,7 @@ def _plan(
     new_runs = []
     waits: list[datetime] = []
     for downstream in downstreams:
-        ups = [(name, statuses[upstreams[name]["pk"]]) for name in downstream.after]
+        ups = [(name, statuses[upstreams[name].pk]) for name in downstream.after]
         recorded = statuses[downstream.pk]
         keys = {key for _, runs_of in ups for key in runs_of if _open(downstream, key, recorded)}
         for scope, plan_time in sorted(keys, key=lambda key: key[1]):
