@@ -357,3 +357,25 @@ def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kil
     planned = list(downs.values_list("plan_time", flat=True))
     assert len(planned) == len(set(planned)), "a plan time ran twice downstream"
     assert set(planned) <= upstream_rows
+
+
+# -- explain ---------------------------------------------------------------------------------
+
+
+def test_explain_says_what_a_downstream_ran_after_waits_for_and_why_it_skipped():
+    a, c = upstream("a"), upstream("c")
+    d = downstream("d", ["a", "c"], after_wait=timedelta(minutes=30))
+    ran(a, T1, "succeeded")
+    ran(c, T1, "succeeded")
+    ran(a, T2, "succeeded")
+    ran(a, T3, "succeeded")
+    plan_after(T3 + timedelta(minutes=1))
+    (t1, t2, t3) = d.explain(T1, T3 + timedelta(hours=1))
+    assert (t1.status, t1.detail) == (
+        "pending",
+        "It ran after its upstreams' runs for this plan time.",
+    )
+    assert (t2.status, t2.code) == ("skipped", ErrorCode.UPSTREAM_LATE)
+    assert "'c' was not done within 30 minutes" in t2.detail
+    assert (t3.status, t3.run_id) == ("not_planned_yet", None)
+    assert t3.detail.startswith("Waits for 'c', until ")

@@ -10,11 +10,20 @@ from typing import Any
 
 from django.db.models import Q
 
+from django_periodic.choices import FINAL_STATUSES, AfterOutcome, RunStatus
 from django_periodic.models.schedule_fields import ScheduleFields
 
 # The downstream schedules (``after`` set): the planning pass reads these alone, by their
 # index (periodic_schedule_downstream).
 DOWNSTREAM = ~Q(after=[])
+
+
+def counting_statuses(after_outcome: str) -> tuple[str, ...]:
+    """The end states of an upstream's run that let its downstream fire, by its
+    ``after_outcome`` (a value this release does not know: success alone)."""
+    if after_outcome == AfterOutcome.FINISHED:
+        return FINAL_STATUSES
+    return (RunStatus.SUCCEEDED,)
 
 
 def shape_error(after: Any, own_name: str) -> str | None:

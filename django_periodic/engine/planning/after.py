@@ -36,7 +36,6 @@ from django_periodic import policies
 from django_periodic.choices import (
     FINAL_STATUSES,
     LEDGER_TRIGGERS,
-    AfterOutcome,
     AttentionReason,
     ErrorCode,
     RunStatus,
@@ -285,7 +284,7 @@ def _verdict(
     plan_time = key[1]
     if downstream.paused_until is not None and plan_time < downstream.paused_until:
         return _Verdict(RunStatus.SKIPPED, ErrorCode.PAUSED, "Its schedule was paused.")
-    counts = _counts(downstream.after_outcome)
+    counts = dependencies.counting_statuses(downstream.after_outcome)
     in_flight = False
     late = ""
     for name, runs_of in upstreams:
@@ -306,13 +305,6 @@ def _verdict(
         message = f"Upstream {late!r} was not done within {shown} (after_wait)."
         return _Verdict(RunStatus.SKIPPED, ErrorCode.UPSTREAM_LATE, message)
     return min(deadline, now + POLL) if in_flight else deadline
-
-
-def _counts(after_outcome: str) -> tuple[str, ...]:
-    """The end states of an upstream's run that let its downstream fire."""
-    if after_outcome == AfterOutcome.FINISHED:
-        return FINAL_STATUSES
-    return (RunStatus.SUCCEEDED,)  # and for a value this release does not know
 
 
 def _run(

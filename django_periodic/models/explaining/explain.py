@@ -26,6 +26,7 @@ from django_periodic import choices, policies
 from django_periodic.choices import ErrorCode, OnClosedDay, OverrideAction, RunStatus
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_of
+from django_periodic.models.explaining import downstream
 from django_periodic.models.explaining.accounts import (
     RUN_FIELDS,
     FireAccount,
@@ -79,6 +80,8 @@ class Explaining(ScheduleFields):
         See docs/explain.md.
         """
         check_window(since, until)
+        if self.is_downstream:
+            return downstream.accounts(self, since, until, scope)
         part = Part.find(self, since, until, None, scope, MAX_FIRES)
         if part.next_after is not None:
             raise ValueError(
