@@ -379,3 +379,17 @@ def test_explain_says_what_a_downstream_ran_after_waits_for_and_why_it_skipped()
     assert "'c' was not done within 30 minutes" in t2.detail
     assert (t3.status, t3.run_id) == ("not_planned_yet", None)
     assert t3.detail.startswith("Waits for 'c', until ")
+
+
+def test_the_preview_and_fire_diff_say_a_downstream_has_no_clock():
+    from django_periodic.admin.preview import preview
+
+    upstream("a")
+    b = downstream("b", ["a"])
+    shown = preview(b, clock.now())
+    assert (shown.description, shown.fires) == (
+        "After a: once for each plan time they ran for", [],
+    )  # fmt: skip
+    diff = b.fire_diff(days=1, after=[], cron="0 * * * *")
+    assert len(diff.added) == 24 and not diff.removed
+    assert not b.fire_diff(days=1, after=["a", "b"])  # no clock either way
