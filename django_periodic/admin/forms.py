@@ -53,7 +53,7 @@ KIND_REQUIRED: "dict[str, StrPromise]" = {
     Schedule.Kind.INTERVAL: _("An interval trigger needs an interval."),
     Schedule.Kind.ONCE: _("A one-shot trigger needs a time to run at."),
     Schedule.Kind.RRULE: _("An RRULE trigger needs its rule (and start_at, where it starts)."),
-    Schedule.Kind.AFTER: _("Name the schedules it runs after, e.g. [\"extract\"]."),
+    Schedule.Kind.AFTER: _('Name the schedules it runs after, e.g. ["extract"].'),
 }
 
 

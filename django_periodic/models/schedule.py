@@ -23,7 +23,7 @@ from django_periodic.choices import ScheduleKind
 from django_periodic.db import announcements, clock
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
-from django_periodic.models import alerting, dependencies, pausing, validation, versions
+from django_periodic.models import alerting, pausing, trigger_rows, validation, versions
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.explaining.explain import Explaining
 from django_periodic.models.explaining.fire_diff import Diffing
@@ -69,7 +69,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 
     def downstream(self) -> "ScheduleQuerySet":
         """Schedules that fire after others (``after``) instead of on a clock."""
-        return self.filter(dependencies.DOWNSTREAM)
+        return self.filter(trigger_rows.DOWNSTREAM)
 
     def due(self, now: datetime) -> "ScheduleQuerySet":
         """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
@@ -147,7 +147,7 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
             # reads (engine/planning/after.py): a schedule on a clock costs it nothing.
             models.Index(
                 fields=["id"],
-                condition=dependencies.DOWNSTREAM & Q(enabled=True),
+                condition=trigger_rows.DOWNSTREAM & Q(enabled=True),
                 name="periodic_schedule_downstream",
             ),
         ]

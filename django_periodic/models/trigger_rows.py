@@ -1,24 +1,27 @@
 """A schedule row's trigger: which kind it is, the one place where a row becomes a pure
-trigger (``trigger_of``), and the ranges of its trigger fields.
+trigger (``trigger_of``), the ranges of its trigger fields, and the rules of the names a
+schedule that fires after others (``after``) lists.
 
 A row is a ``Schedule`` or a due row the planner loaded (``TriggerRow``); the kind rule is
 written once here, in Python (``kind_of``) and as the SQL filters built beside it
 (``KIND_FILTERS``), which a test checks against each other.
 """
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db.models import Q
 
+from django_periodic.choices import FINAL_STATUSES, AfterOutcome, RunStatus, ScheduleKind
+
 # KIND_FIELDS is pure (@job reads it too); models.KIND_FIELDS is this name.
 from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
-from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 from django_periodic.timing import bounds, business_days, open_fires, recurrences, triggers
 
 # The kind rule in SQL: which rows are of each kind, by the field that carries it
-# (KIND_FIELDS): cron wins, then interval, then run_at, then rrule.
+# (KIND_FIELDS): cron wins, then interval, then run_at, then rrule, then after.
 KIND_FILTERS = {
     ScheduleKind.CRON: ~Q(cron=""),
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
@@ -232,3 +235,65 @@ def _interval_error(interval: timedelta) -> str | None:
         shown, least = bounds.show(interval), bounds.show(minimum)
         return f"The interval ({shown}) must be at least MIN_INTERVAL ({least})."
     return bounds.SCHEDULE["interval"].error("interval", interval)
+
+
+# -- runs after runs (``after``): the rules of a downstream schedule's upstream names ---------
+#
+# One home for them: ``Schedule.clean()`` (and so the admin's form) refuses a bad list, and
+# the planning pass (engine/planning/after.py) judges the rows stored past it, by the same
+# functions: a list of distinct names, none its own, each an existing schedule, no cycle.
+
+# The downstream schedules (``after`` set): the planning pass reads these alone, by their
+# index (periodic_schedule_downstream).
+DOWNSTREAM = ~Q(after=[])
+
+
+def counting_statuses(after_outcome: str) -> tuple[str, ...]:
+    """The end states of an upstream's run that let its downstream fire, by its
+    ``after_outcome`` (a value this release does not know: success alone)."""
+    if after_outcome == AfterOutcome.FINISHED:
+        return FINAL_STATUSES
+    return (RunStatus.SUCCEEDED,)
+
+
+def shape_error(after: Any, own_name: str) -> str | None:
+    """Why ``after`` is not a list of distinct schedule names other than ``own_name``."""
+    if not isinstance(after, list) or not all(isinstance(n, str) and n for n in after):
+        return 'after must be a JSON list of schedule names, e.g. ["extract"].'
+    if len(set(after)) != len(after):
+        return "after names a schedule twice."
+    if own_name in after:
+        return "A schedule cannot run after itself."
+    return None
+
+
+def missing_error(missing: Iterable[str]) -> str:
+    names = ", ".join(repr(name) for name in sorted(missing))
+    return f"after names no existing schedule: {names}."
+
+
+def cycle_error(cycle: Sequence[str]) -> str:
+    return "after makes a cycle: " + " -> ".join(cycle) + "."
+
+
+def cycle_through(name: str, edges: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """The cycle through ``name`` in ``edges`` (a schedule's name: the names it runs
+    after), as the path from ``name`` back to it; None if there is none."""
+    path: list[str] = [name]
+    seen: set[str] = set()
+
+    def visit(node: str) -> bool:
+        for upstream in edges.get(node, ()):
+            if upstream == name:
+                path.append(name)
+                return True
+            if upstream in seen:
+                continue
+            seen.add(upstream)
+            path.append(upstream)
+            if visit(upstream):
+                return True
+            path.pop()
+        return False
+
+    return path if visit(name) else None

@@ -45,7 +45,7 @@ from django_periodic.db import announcements
 from django_periodic.engine.planning import recording
 from django_periodic.engine.records import Due
 from django_periodic.escaping import escaped
-from django_periodic.models import Run, Schedule, dependencies
+from django_periodic.models import Run, Schedule, trigger_rows
 from django_periodic.models.run import taken_from_schedule
 from django_periodic.timing import bounds
 
@@ -170,15 +170,15 @@ def _problems(
     downstream: Downstream, upstreams: dict[str, "Upstream"], edges: dict[str, Any]
 ) -> tuple[str, str]:
     """(why it cannot be planned, what it should say while it is planned); "" if none."""
-    shape = dependencies.shape_error(downstream.after, downstream.name)
+    shape = trigger_rows.shape_error(downstream.after, downstream.name)
     if shape:
         return f"Cannot plan: {shape}", ""
     missing = [name for name in downstream.after if name not in upstreams]
     if missing:
-        return f"Cannot plan: {dependencies.missing_error(missing)}", ""
-    cycle = dependencies.cycle_through(downstream.name, edges)
+        return f"Cannot plan: {trigger_rows.missing_error(missing)}", ""
+    cycle = trigger_rows.cycle_through(downstream.name, edges)
     if cycle:
-        return f"Cannot plan: {dependencies.cycle_error(cycle)}", ""
+        return f"Cannot plan: {trigger_rows.cycle_error(cycle)}", ""
     disabled = [name for name in downstream.after if not upstreams[name].enabled]
     if disabled:
         names = ", ".join(repr(name) for name in disabled)
@@ -284,7 +284,7 @@ def _verdict(
     plan_time = key[1]
     if downstream.paused_until is not None and plan_time < downstream.paused_until:
         return _Verdict(RunStatus.SKIPPED, ErrorCode.PAUSED, "Its schedule was paused.")
-    counts = dependencies.counting_statuses(downstream.after_outcome)
+    counts = trigger_rows.counting_statuses(downstream.after_outcome)
     in_flight = False
     late = ""
     for name, runs_of in upstreams:

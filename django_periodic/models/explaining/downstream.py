@@ -11,7 +11,7 @@ from datetime import datetime
 
 from django_periodic import choices, policies
 from django_periodic.choices import RunStatus
-from django_periodic.models import dependencies
+from django_periodic.models import trigger_rows
 from django_periodic.models.explaining.accounts import (
     RUN_FIELDS,
     FireAccount,
@@ -42,7 +42,7 @@ def accounts(
         run = RunRow(*row)
         own[run.plan_time].append(run)
     done: dict[datetime, set[str]] = defaultdict(set)
-    counts = dependencies.counting_statuses(schedule.after_outcome)
+    counts = trigger_rows.counting_statuses(schedule.after_outcome)
     ran = runs_model.filter(schedule_id__in=upstreams, **window)
     for schedule_id, plan_time, status in ran.values_list("schedule_id", "plan_time", "status"):
         done.setdefault(plan_time, set())
