@@ -214,10 +214,11 @@ class Scheduler:
                 self.housekeeper.keep_house(self.process, now, ahead)
             if self.plan:
                 self.housekeeper.attend(now)
+            # In the same transaction: a wake-up with nothing new stays one.
+            fired = self._plan_after(now)
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
-        fired = self._plan_after(now)
         if self.pool:
             self.watcher.watch(self.process, now)
             self._claim_due(ahead, planned.fired)
