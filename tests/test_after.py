@@ -393,3 +393,11 @@ def test_the_preview_and_fire_diff_say_a_downstream_has_no_clock():
     diff = b.fire_diff(days=1, after=[], cron="0 * * * *")
     assert len(diff.added) == 24 and not diff.removed
     assert not b.fire_diff(days=1, after=["a", "b"])  # no clock either way
+
+
+def test_a_downstream_stored_without_save_gets_no_cursor_from_reschedule():
+    upstream("a")
+    (b,) = Schedule.objects.bulk_create([Schedule(name="b", job="tests.jobs.noop", after=["a"])])
+    assert Schedule.objects.get(pk=b.pk).is_unplanned
+    Schedule.objects.filter(pk=b.pk).reschedule()
+    assert Schedule.objects.get(pk=b.pk).next_fire_at is None
