@@ -401,3 +401,19 @@ def test_a_downstream_stored_without_save_gets_no_cursor_from_reschedule():
     assert Schedule.objects.get(pk=b.pk).is_unplanned
     Schedule.objects.filter(pk=b.pk).reschedule()
     assert Schedule.objects.get(pk=b.pk).next_fire_at is None
+
+
+def test_explain_page_reads_a_downstream_a_page_at_a_time(monkeypatch):
+    from django_periodic.models.explaining import explain
+
+    monkeypatch.setattr(explain, "PAGE_SIZE", 2)
+    a = upstream("a")
+    b = downstream("b", ["a"])
+    for plan_time in (T1, T2, T3):
+        ran(a, plan_time, "succeeded")
+    plan_after(T3 + timedelta(minutes=1))
+    first = b.explain_page(T1, T3 + timedelta(hours=1))
+    assert [account.plan_time for account in first.accounts] == [T1, T2]
+    assert first.next_after == T2
+    rest = b.explain_page(T1, T3 + timedelta(hours=1), after=first.next_after)
+    assert ([account.plan_time for account in rest.accounts], rest.next_after) == ([T3], None)

@@ -103,6 +103,12 @@ class Explaining(ScheduleFields):
         window's length. See docs/explain.md.
         """
         check_window(since, until, after)
+        if self.is_downstream:
+            start = since if after is None else max(since, after + _MICROSECOND)
+            found = downstream.accounts(self, start, until, scope)
+            page = found[:PAGE_SIZE]
+            next_after = page[-1].plan_time if len(found) > PAGE_SIZE else None
+            return ExplainPage(since, until, after, tuple(page), next_after)
         part = Part.find(self, since, until, after, scope, PAGE_SIZE)
         accounts = _Facts.load(self, part, scope).accounts(part)
         return ExplainPage(since, until, after, tuple(accounts), part.next_after)
