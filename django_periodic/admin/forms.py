@@ -327,7 +327,7 @@ class ScheduleForm(_ScheduleModelForm):
             timezone.offer(instance.timezone, instance.timezone)
         for name in AFTER_OPTIONS:
             if name in self.fields:
-                # A form posted without them (a script, the live preview) keeps the defaults.
+                # A form posted without them (a script, the live preview) keeps their values.
                 self.fields[name].required = False
         if "tasks_backend" in self.fields:
             self.fields["tasks_backend"].widget = forms.Select(
@@ -339,7 +339,7 @@ class ScheduleForm(_ScheduleModelForm):
         assert cleaned is not None  # a ModelForm's clean() returns cleaned_data
         for name in AFTER_OPTIONS:
             if name in self.fields and cleaned.get(name) in (None, ""):
-                cleaned[name] = Schedule._meta.get_field(name).get_default()
+                cleaned[name] = getattr(self.instance, name)  # its default, or as stored
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)
