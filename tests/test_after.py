@@ -417,3 +417,23 @@ def test_explain_page_reads_a_downstream_a_page_at_a_time(monkeypatch):
     assert first.next_after == T2
     rest = b.explain_page(T1, T3 + timedelta(hours=1), after=first.next_after)
     assert ([account.plan_time for account in rest.accounts], rest.next_after) == ([T3], None)
+
+
+def test_a_pass_that_fails_leaves_the_tick_and_its_heartbeat_standing(monkeypatch):
+    from django_periodic.engine.loop.scheduler import Scheduler
+    from django_periodic.engine.planning import after
+    from django_periodic.models import SchedulerProcess
+
+    def broken(now, using="default"):
+        Schedule.objects.update(last_error="written, then undone")
+        raise RuntimeError("a bug")
+
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    upstream("a")
+    monkeypatch.setattr(after, "plan_after", broken)
+    beat = SchedulerProcess.objects.get(pk=scheduler.process.pk).heartbeat_at
+    scheduler.housekeeper.next_heartbeat = clock.now()
+    scheduler.tick()
+    assert SchedulerProcess.objects.get(pk=scheduler.process.pk).heartbeat_at > beat
+    assert not Schedule.objects.exclude(last_error="").exists()  # its savepoint rolled back

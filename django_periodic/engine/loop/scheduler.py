@@ -27,7 +27,7 @@ from typing import Any
 from django.db import transaction
 
 from django_periodic.conf import get_settings
-from django_periodic.db import announcements, clock, pooling
+from django_periodic.db import CONNECTION_ERRORS, announcements, clock, pooling
 from django_periodic.engine import fleet, records, tracing
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
@@ -233,7 +233,16 @@ class Scheduler:
         if not self.plan or not due:
             return 0
         self._after_news = False
-        result = after.plan_after(now, self.using)
+        try:
+            # A savepoint: whatever goes wrong here must not undo the tick's heartbeat.
+            with transaction.atomic(using=self.using):
+                result = after.plan_after(now, self.using)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.exception("Could not plan the runs of schedules after others; trying again.")
+            self._after_at = now + after.POLL
+            return 0
         self._after_at = result.next_check
         return result.fired + result.skipped
 
