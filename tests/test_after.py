@@ -321,19 +321,18 @@ def test_a_pass_without_downstream_schedules_is_one_statement():
 def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kill(
     children, postgres
 ):
-    """Two run_scheduler processes, an upstream every second and a downstream after it,
-    both writing a row per run; one process is killed mid-way. By the jobs' own rows: every
-    plan time the upstream ran for has exactly one downstream row."""
+    """Two run_scheduler processes, an upstream every second and a downstream after it; one
+    process is killed mid-way. Both jobs are atomic: a job's row commits with its run's
+    success, so the rows are the successes, a killed attempt leaving none. By the jobs' own
+    rows: every plan time the upstream succeeded for has exactly one downstream row."""
     start = clock.now().replace(microsecond=0) + timedelta(seconds=3)
+    job = "tests.jobs.atomic_record"
+    reentry = {"lease_timeout": timedelta(seconds=2), "allow_stale_reentry": True}
     a = ScheduleFactory(
-        name="a", job="tests.jobs.record", interval=timedelta(seconds=1), start_at=start,
-        overlap="concurrent", misfire="all", lease_timeout=timedelta(seconds=2),
-        allow_stale_reentry=True,
+        name="a", job=job, interval=timedelta(seconds=1), start_at=start,
+        overlap="concurrent", misfire="all", **reentry,
     )  # fmt: skip
-    ScheduleFactory(
-        name="b", job="tests.jobs.record", interval=None, after=["a"],
-        lease_timeout=timedelta(seconds=2), allow_stale_reentry=True,
-    )  # fmt: skip
+    ScheduleFactory(name="b", job=job, interval=None, after=["a"], **reentry)
     first = children.start("--workers", "2")
     children.start("--workers", "2")
     ups = Execution.objects.filter(schedule="a")
@@ -344,11 +343,12 @@ def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kil
     killed_at = ups.count()
     wait_for(lambda: ups.count() >= killed_at + 5, 60, "the upstream going on")
     Schedule.objects.filter(pk=a.pk).update(enabled=False)
-    succeeded = set(
+    # Its runs in flight end (a killed one's lease expires and it runs again).
+    wait_for(lambda: not Run.objects.filter(schedule=a).active().exists(), 60, "a's last runs")
+    succeeded = set(ups.values_list("plan_time", flat=True))
+    assert succeeded == set(
         Run.objects.filter(schedule=a, status="succeeded").values_list("plan_time", flat=True)
     )
-    upstream_rows = set(ups.values_list("plan_time", flat=True))
-    assert succeeded <= upstream_rows  # each success is a row the job wrote
 
     def caught_up() -> bool:
         return succeeded <= set(downs.values_list("plan_time", flat=True))
@@ -356,7 +356,9 @@ def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kil
     wait_for(caught_up, 60, "a downstream row for every upstream success")
     planned = list(downs.values_list("plan_time", flat=True))
     assert len(planned) == len(set(planned)), "a plan time ran twice downstream"
-    assert set(planned) <= upstream_rows
+    assert set(planned) == succeeded
+    ups_rows = list(ups.values_list("plan_time", flat=True))
+    assert len(ups_rows) == len(set(ups_rows))
 
 
 # -- explain ---------------------------------------------------------------------------------
