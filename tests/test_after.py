@@ -105,6 +105,16 @@ def test_plan_times_before_the_downstream_existed_are_not_run():
     assert fates(b) == [(T2, "", "pending", "")]
 
 
+def test_a_paused_downstream_records_its_plan_times_in_the_pause_skipped():
+    a = upstream("a")
+    b = downstream("b", ["a"])
+    Schedule.objects.filter(pk=b.pk).update(paused_until=T2)
+    ran(a, T1, "succeeded")
+    ran(a, T2, "succeeded")
+    plan_after(T3)
+    assert fates(b) == [(T1, "", "skipped", ErrorCode.PAUSED), (T2, "", "pending", "")]
+
+
 # -- all of several --------------------------------------------------------------------------
 
 
