@@ -423,7 +423,9 @@ def test_a_running_scheduler_runs_a_moved_fire_once_at_its_new_time_and_not_a_sk
     wait_for(lambda: rows.filter(plan_time=moved + step).exists(), 60, "the fire after the move")
     assert child.terminate() == 0
     fates = sorted(Run.objects.filter(schedule=schedule).values_list("plan_time", "status"))
-    assert sorted(rows.values_list("plan_time", flat=True))[:3] == [start, moved, moved + step], fates
+    assert sorted(rows.values_list("plan_time", flat=True))[:3] == [start, moved, moved + step], (
+        fates
+    )
     (moved_run,) = Run.objects.filter(schedule=schedule, plan_time=moved)
     assert moved_run.status == "succeeded" and moved_run.started_at >= to
     (execution,) = rows.filter(plan_time=moved)
