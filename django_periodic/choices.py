@@ -55,6 +55,8 @@ class ScheduleKind(models.TextChoices):
     INTERVAL = "interval", _("interval")
     ONCE = "once", _("one-shot")
     RRULE = "rrule", _("RRULE (RFC 5545)")
+    # No clock: it fires for each plan time its upstream schedules have run (Schedule.after).
+    AFTER = "after", _("after other schedules")
 
 
 # The field that carries each kind of trigger (keyed by ScheduleKind, or its plain str
@@ -64,10 +66,17 @@ KIND_FIELDS: dict[str, str] = {
     ScheduleKind.INTERVAL: "interval",
     ScheduleKind.ONCE: "run_at",
     ScheduleKind.RRULE: "rrule",
+    ScheduleKind.AFTER: "after",
 }
 # Each of those fields as it is stored when it is not the schedule's trigger (its default):
 # what a code-defined or imported schedule, or the admin's form, sets the other kinds' to.
-UNSET_TRIGGER: dict[str, Any] = {"cron": "", "interval": None, "run_at": None, "rrule": ""}
+UNSET_TRIGGER: dict[str, Any] = {
+    "cron": "",
+    "interval": None,
+    "run_at": None,
+    "rrule": "",
+    "after": [],
+}
 
 
 class Overlap(models.TextChoices):
@@ -89,6 +98,17 @@ class AttentionReason(models.TextChoices):
     NO_SUCCESS = "no_success", _("no success in time")
     FAILING = "failing", _("its last runs failed")
     LATE = "late", _("a run was late")
+    # Written by the pass that plans runs after runs (engine/planning/after.py), not by the
+    # alert rules: an upstream it names is missing or disabled, or they form a cycle.
+    UPSTREAM = "upstream", _("an upstream schedule is missing or disabled")
+
+
+class AfterOutcome(models.TextChoices):
+    """What an upstream's run for a plan time must end in for a downstream schedule to
+    fire for it (``Schedule.after_outcome``)."""
+
+    SUCCEEDED = "succeeded", _("succeeded")
+    FINISHED = "finished", _("finished, in any end state")
 
 
 class DstGap(models.TextChoices):
@@ -153,6 +173,11 @@ class ErrorCode(models.TextChoices):
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
     # No live process had its job before its start deadline (a rolling deploy that never
     # finished, or a job removed from the code): see engine/fleet.py.
+    # Runs after runs (engine/planning/after.py): an upstream's run for the plan time ended
+    # in a state that does not count (its error message names it), or was not done within
+    # the downstream's after_wait.
+    UPSTREAM_FAILED = "upstream_failed", _("skipped: an upstream run did not succeed")
+    UPSTREAM_LATE = "upstream_late", _("skipped: an upstream run was not done in time")
     JOB_NOT_DEPLOYED = "job_not_deployed", _("skipped: no live process has its job")
     # Its lease cannot be taken: the database refused the claim, or its schedule's
     # lease_timeout would make the lease outlast every time a row may hold.

@@ -112,5 +112,7 @@ def schedule_form_data(**overrides) -> dict:
         "retry_backoff": "00:00:10",
         "lease_timeout": "00:00:30",
         "on_closed_day": "skip",
+        "after_outcome": "succeeded",
+        "after_wait": "01:00:00",
         **overrides,
     }

@@ -97,6 +97,7 @@ def test_an_unset_trigger_field_is_the_schedules_default_and_makes_no_kind():
             "interval": timedelta(minutes=1),
             "run_at": START,
             "rrule": "FREQ=DAILY",
+            "after": ["upstream"],
         }
         assert kind_of(Schedule(**{**UNSET_TRIGGER, name: set_one[name]})) == kind
 

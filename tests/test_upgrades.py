@@ -187,3 +187,39 @@ def test_the_previous_release_runs_beside_this_one_on_this_schema(previous, tmp_
         processes.wait_for_children_to_disconnect()
     assert_every_plan_time_ran_once()
     assert_nothing_failed(old, new)
+
+
+@pytest.mark.upgrade
+@pytest.mark.processes
+def test_the_previous_release_leaves_a_schedule_that_runs_after_others_alone(previous, tmp_path):
+    """A downstream schedule has no cursor: the previous release, which knows nothing of
+    ``after``, neither plans, fails nor disables it while it runs its upstream; this
+    release then runs it for the upstream's plan times."""
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=2)
+    create_in_this_release("upstream", start)
+    Schedule(name="downstream", job="tests.jobs.record", after=["upstream"]).save()
+    old = previous_release.Scheduler(
+        previous, "--workers", "2", settings=CHILD_SETTINGS, log_path=tmp_path / "previous.log"
+    )
+    new = None
+    try:
+        wait_for_executions(3, pid=old.pid, schedule="upstream")
+        assert old.terminate() == 0, old.tail()
+        downstream = Schedule.objects.get(name="downstream")
+        assert not Run.objects.filter(schedule=downstream).exists()
+        left_alone = (True, "", 0, None)
+        assert (
+            downstream.enabled, downstream.last_error, downstream.planning_failures,
+            downstream.next_fire_at,
+        ) == left_alone  # fmt: skip
+        new = crash.LoggedChild(
+            "--workers", "2", settings=CHILD_SETTINGS, log_path=tmp_path / "this.log"
+        )
+        wait_for_executions(3, schedule="downstream")
+        assert new.terminate() == 0, new.tail()
+    finally:
+        for child in (old, new):
+            if child is not None:
+                child.kill()
+        processes.wait_for_children_to_disconnect()
+    assert_every_plan_time_ran_once()

@@ -47,11 +47,14 @@ else:
 # On save the other kinds' fields are cleared (see KIND_FIELDS), so a value left behind in
 # a field the page hid can never make the schedule ambiguous.
 KIND_LABELS = dict(Schedule.Kind.choices)
+# The options of the "after" kind, which have defaults of their own.
+AFTER_OPTIONS = ("after_outcome", "after_wait")
 KIND_REQUIRED: "dict[str, StrPromise]" = {
     Schedule.Kind.CRON: _("A cron trigger needs a cron expression."),
     Schedule.Kind.INTERVAL: _("An interval trigger needs an interval."),
     Schedule.Kind.ONCE: _("A one-shot trigger needs a time to run at."),
     Schedule.Kind.RRULE: _("An RRULE trigger needs its rule (and start_at, where it starts)."),
+    Schedule.Kind.AFTER: _('Name the schedules it runs after, e.g. ["extract"].'),
 }
 
 
@@ -321,6 +324,10 @@ class ScheduleForm(_ScheduleModelForm):
         if "timezone" in self.fields:
             timezone = cast(CheckedChoiceField, self.fields["timezone"])
             timezone.offer(instance.timezone, instance.timezone)
+        for name in AFTER_OPTIONS:
+            if name in self.fields:
+                # A form posted without them (a script, the live preview) keeps their values.
+                self.fields[name].required = False
         if "tasks_backend" in self.fields:
             self.fields["tasks_backend"].widget = forms.Select(
                 choices=tasks_backend_choices(instance.tasks_backend)
@@ -329,6 +336,9 @@ class ScheduleForm(_ScheduleModelForm):
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean()
         assert cleaned is not None  # a ModelForm's clean() returns cleaned_data
+        for name in AFTER_OPTIONS:
+            if name in self.fields and cleaned.get(name) in (None, ""):
+                cleaned[name] = getattr(self.instance, name)  # its default, or as stored
         kind = cleaned.get("trigger_kind")
         if kind:
             self._keep_one_trigger(kind, cleaned)

@@ -143,6 +143,10 @@ def describe(schedule: Schedule, *, bounds: bool = True) -> str:
     elif kind == Schedule.Kind.RRULE:
         rule = " ".join(line.strip() for line in schedule.rrule.splitlines() if line.strip())
         words = _("RRULE %(rule)s") % {"rule": rule}
+    elif kind == Schedule.Kind.AFTER:
+        after = schedule.after
+        names = ", ".join(map(str, after)) if isinstance(after, list) else str(after)
+        words = _("After %(names)s: once for each plan time they ran for") % {"names": names}
     else:
         return ""
     if bounds and schedule.start_at:
@@ -162,6 +166,9 @@ def preview(
     with the closed fires among them; none while its trigger has errors."""
     result = Preview(timezone=schedule.timezone or "UTC", errors=dict(errors or {}))
     if result.errors or not schedule.trigger_kind:
+        return result
+    if schedule.trigger_kind == Schedule.Kind.AFTER:
+        result.description = describe(schedule)  # no fire times of its own: its upstreams'
         return result
     try:
         zone = triggers.parse_timezone(schedule.timezone)

@@ -23,7 +23,7 @@ from django_periodic.choices import ScheduleKind
 from django_periodic.db import announcements, clock
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
-from django_periodic.models import alerting, pausing, validation, versions
+from django_periodic.models import alerting, pausing, trigger_rows, validation, versions
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.explaining.explain import Explaining
 from django_periodic.models.explaining.fire_diff import Diffing
@@ -66,6 +66,10 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def of_kind(self, kind: str) -> "ScheduleQuerySet":
         """Schedules whose trigger is of this ``Schedule.Kind``."""
         return self.filter(KIND_FILTERS[ScheduleKind(kind)])
+
+    def downstream(self) -> "ScheduleQuerySet":
+        """Schedules that fire after others (``after``) instead of on a clock."""
+        return self.filter(trigger_rows.DOWNSTREAM)
 
     def due(self, now: datetime) -> "ScheduleQuerySet":
         """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
@@ -138,6 +142,13 @@ class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRu
                 fields=list(RETENTION_FIELDS),
                 condition=OWN_RETENTION,
                 name="periodic_schedule_retention",
+            ),
+            # The enabled downstream schedules, which the pass planning runs after runs
+            # reads (engine/planning/after.py): a schedule on a clock costs it nothing.
+            models.Index(
+                fields=["id"],
+                condition=trigger_rows.DOWNSTREAM & Q(enabled=True),
+                name="periodic_schedule_downstream",
             ),
         ]
 

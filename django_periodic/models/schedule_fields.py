@@ -28,6 +28,10 @@ from django_periodic.models.trigger_rows import kind_of, trigger_of
 from django_periodic.timing import bounds, triggers
 
 JOB_FIELDS = ("args", "kwargs", "scopes")
+# A schedule that fires after others instead of on a clock (engine/planning/after.py,
+# docs/dependencies.md): the names of its upstreams, what their runs must end in, and how
+# long it waits for them from a plan time. Trigger fields: set, they are its trigger.
+AFTER_FIELDS = ("after", "after_outcome", "after_wait")
 TRIGGER_FIELDS = (
     "cron",
     "timezone",
@@ -38,6 +42,7 @@ TRIGGER_FIELDS = (
     "rrule",
     "start_at",
     "end_at",
+    *AFTER_FIELDS,
 )
 POLICY_FIELDS = (
     "overlap",
@@ -180,6 +185,30 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
         ),
     )
     interval = models.DurationField(null=True, blank=True)
+    after = models.JSONField(
+        default=list,
+        db_default=[],
+        blank=True,
+        help_text=_(
+            'Names of the schedules it runs after, e.g. ["extract"]: it fires for each plan '
+            "time they have all run for, instead of on a clock."
+        ),
+    )
+    after_outcome = models.CharField(
+        max_length=16,
+        choices=choices.AfterOutcome,
+        default=choices.AfterOutcome.SUCCEEDED,
+        db_default=choices.AfterOutcome.SUCCEEDED,
+        help_text=_("After: what its upstreams' runs must end in for it to fire."),
+    )
+    after_wait = models.DurationField(
+        default=timedelta(hours=1),
+        db_default=timedelta(hours=1),
+        help_text=_(
+            "After: how long from a plan time it waits for its upstreams; then that plan "
+            "time is skipped, with the upstream that failed or was late."
+        ),
+    )
     run_at = models.DateTimeField(null=True, blank=True, help_text=_("Fire once at this time."))
     start_at = models.DateTimeField(null=True, blank=True)
     end_at = models.DateTimeField(null=True, blank=True)
@@ -358,6 +387,11 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
         """Stored without save() (``bulk_create()``, raw SQL, a fixture): its cursor is the
         database's default, ``bounds.UNPLANNED``, until the planner plans it from its trigger."""
         return self.next_fire_at == bounds.UNPLANNED
+
+    @property
+    def is_downstream(self) -> bool:
+        """Whether it fires after other schedules (``after``) instead of on a clock."""
+        return self.trigger_kind == ScheduleKind.AFTER
 
     @property
     def is_code_defined(self) -> bool:

@@ -1,29 +1,34 @@
 """A schedule row's trigger: which kind it is, the one place where a row becomes a pure
-trigger (``trigger_of``), and the ranges of its trigger fields.
+trigger (``trigger_of``), the ranges of its trigger fields, and the rules of the names a
+schedule that fires after others (``after``) lists.
 
 A row is a ``Schedule`` or a due row the planner loaded (``TriggerRow``); the kind rule is
 written once here, in Python (``kind_of``) and as the SQL filters built beside it
 (``KIND_FILTERS``), which a test checks against each other.
 """
 
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 from django.db.models import Q
 
+from django_periodic.choices import FINAL_STATUSES, AfterOutcome, RunStatus, ScheduleKind
+
 # KIND_FIELDS is pure (@job reads it too): choices.py holds it, re-exported here.
 from django_periodic.choices import KIND_FIELDS as KIND_FIELDS
-from django_periodic.choices import ScheduleKind
 from django_periodic.conf import get_settings
 from django_periodic.timing import bounds, business_days, open_fires, recurrences, triggers
 
 # The kind rule in SQL: which rows are of each kind, by the field that carries it
-# (KIND_FIELDS): cron wins, then interval, then run_at, then rrule.
+# (KIND_FIELDS): cron wins, then interval, then run_at, then rrule, then after.
 KIND_FILTERS = {
     ScheduleKind.CRON: ~Q(cron=""),
     ScheduleKind.INTERVAL: Q(cron="", interval__isnull=False),
     ScheduleKind.ONCE: Q(cron="", interval__isnull=True, run_at__isnull=False),
     ScheduleKind.RRULE: Q(cron="", interval__isnull=True, run_at__isnull=True) & ~Q(rrule=""),
+    ScheduleKind.AFTER: Q(cron="", interval__isnull=True, run_at__isnull=True, rrule="")
+    & ~Q(after=[]),
 }
 
 
@@ -67,7 +72,11 @@ def kind_of(row: TriggerRow) -> str:
         return ScheduleKind.INTERVAL
     if row.run_at is not None:
         return ScheduleKind.ONCE
-    return ScheduleKind.RRULE if row.rrule else ""
+    if row.rrule:
+        return ScheduleKind.RRULE
+    # A due row the planner loaded has no ``after``: a downstream is never due by the
+    # clock. Whatever a row holds there (a list, or a bad value stored past clean()) counts.
+    return ScheduleKind.AFTER if getattr(row, "after", None) not in (None, [], "") else ""
 
 
 def trigger_of(row: TriggerRow) -> triggers.Trigger:
@@ -96,6 +105,10 @@ def trigger_of(row: TriggerRow) -> triggers.Trigger:
         inner = triggers.OnceTrigger(row.run_at)
     elif kind == ScheduleKind.RRULE:
         inner = _rrule_of(row)
+    elif kind == ScheduleKind.AFTER:
+        raise triggers.InvalidTrigger(
+            "It fires after other schedules (after), not on a clock: it has no fire times."
+        )
     else:
         raise triggers.InvalidTrigger("A schedule needs a cron, an interval, a run_at or an rrule.")
     return triggers.BoundedTrigger(inner, row.start_at, row.end_at)
@@ -119,7 +132,9 @@ def next_fire_times_of(
 ) -> list[datetime]:
     """The next ``n`` fires that run (``open_trigger_of``) strictly after ``after``, up to
     ``until`` included: ``Schedule.next_fire_times()``, the admin's preview and the fire
-    diff read them here."""
+    diff read them here. One that fires after other schedules has none by the clock."""
+    if kind_of(row) == ScheduleKind.AFTER:
+        return []
     return triggers.fire_times(open_trigger_of(row, closures), n, after, until)
 
 
@@ -140,8 +155,11 @@ def first_fire_time_of(
     """The cursor of a new or re-triggered schedule: the first fire after ``now``.
 
     A one-shot keeps its ``run_at`` even when it has passed: firing late or not
-    is the misfire policy's decision, and it must not vanish silently.
+    is the misfire policy's decision, and it must not vanish silently. One that fires
+    after other schedules has none: NULL, so that no planner finds it due by the clock.
     """
+    if kind_of(row) == ScheduleKind.AFTER:
+        return None
     trigger = planning_trigger_of(row, closures)
     if kind_of(row) == ScheduleKind.ONCE:
         assert row.run_at is not None  # what makes the kind ONCE
@@ -151,6 +169,8 @@ def first_fire_time_of(
 
 # The bounded fields a trigger is built from (bounds.SCHEDULE holds their ranges).
 _BOUNDED_TRIGGER_FIELDS = ("run_at", "start_at", "end_at")
+# The ranged fields trigger_field_errors checks (clean() checks the others' ranges alone).
+CHECKED_WITH_TRIGGER = (*_BOUNDED_TRIGGER_FIELDS, "interval")
 
 
 def trigger_field_errors(row: TriggerRow) -> list[tuple[str, str]]:
@@ -215,3 +235,65 @@ def _interval_error(interval: timedelta) -> str | None:
         shown, least = bounds.show(interval), bounds.show(minimum)
         return f"The interval ({shown}) must be at least MIN_INTERVAL ({least})."
     return bounds.SCHEDULE["interval"].error("interval", interval)
+
+
+# -- runs after runs (``after``): the rules of a downstream schedule's upstream names ---------
+#
+# One home for them: ``Schedule.clean()`` (and so the admin's form) refuses a bad list, and
+# the planning pass (engine/planning/after.py) judges the rows stored past it, by the same
+# functions: a list of distinct names, none its own, each an existing schedule, no cycle.
+
+# The downstream schedules (``after`` set): the planning pass reads these alone, by their
+# index (periodic_schedule_downstream).
+DOWNSTREAM = ~Q(after=[])
+
+
+def counting_statuses(after_outcome: str) -> tuple[str, ...]:
+    """The end states of an upstream's run that let its downstream fire, by its
+    ``after_outcome`` (a value this release does not know: success alone)."""
+    if after_outcome == AfterOutcome.FINISHED:
+        return FINAL_STATUSES
+    return (RunStatus.SUCCEEDED,)
+
+
+def shape_error(after: Any, own_name: str) -> str | None:
+    """Why ``after`` is not a list of distinct schedule names other than ``own_name``."""
+    if not isinstance(after, list) or not all(isinstance(n, str) and n for n in after):
+        return 'after must be a JSON list of schedule names, e.g. ["extract"].'
+    if len(set(after)) != len(after):
+        return "after names a schedule twice."
+    if own_name in after:
+        return "A schedule cannot run after itself."
+    return None
+
+
+def missing_error(missing: Iterable[str]) -> str:
+    names = ", ".join(repr(name) for name in sorted(missing))
+    return f"after names no existing schedule: {names}."
+
+
+def cycle_error(cycle: Sequence[str]) -> str:
+    return "after makes a cycle: " + " -> ".join(cycle) + "."
+
+
+def cycle_through(name: str, edges: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """The cycle through ``name`` in ``edges`` (a schedule's name: the names it runs
+    after), as the path from ``name`` back to it; None if there is none."""
+    path: list[str] = [name]
+    seen: set[str] = set()
+
+    def visit(node: str) -> bool:
+        for upstream in edges.get(node, ()):
+            if upstream == name:
+                path.append(name)
+                return True
+            if upstream in seen:
+                continue
+            seen.add(upstream)
+            path.append(upstream)
+            if visit(upstream):
+                return True
+            path.pop()
+        return False
+
+    return path if visit(name) else None

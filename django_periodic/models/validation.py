@@ -25,7 +25,17 @@ from django_periodic.conf import get_settings
 from django_periodic.db import clock
 from django_periodic.models.calendars import checked_closures, next_fire_error
 from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
-from django_periodic.models.trigger_rows import KIND_FIELDS, trigger_field_errors, trigger_of
+from django_periodic.models.trigger_rows import (
+    CHECKED_WITH_TRIGGER,
+    DOWNSTREAM,
+    KIND_FIELDS,
+    cycle_error,
+    cycle_through,
+    missing_error,
+    shape_error,
+    trigger_field_errors,
+    trigger_of,
+)
 from django_periodic.timing import bounds, recurrences, triggers
 
 
@@ -33,6 +43,8 @@ def schedule_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Every (field, message) that makes ``schedule`` invalid; empty if it is valid."""
     found = _trigger_errors(schedule) + _job_errors(schedule) + _route_errors(schedule)
     found += _range_errors(schedule) + _lifecycle_errors(schedule) + _ping_errors(schedule)
+    if not any(field in TRIGGER_FIELDS for field, _ in found):
+        found += _after_errors(schedule)
     return found + _calendar_errors(schedule, found)
 
 
@@ -52,10 +64,10 @@ def _calendar_errors(
 
 
 def _trigger_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
-    kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None)]
+    kinds = [name for name in KIND_FIELDS.values() if getattr(schedule, name) not in ("", None, [])]
     if len(kinds) != 1:
         which = " and ".join(kinds) if kinds else "none"
-        message = f"Set exactly one trigger: cron, interval, run_at or rrule (got {which})."
+        message = f"Set exactly one trigger: cron, interval, run_at, rrule or after (got {which})."
         return [(kinds[0] if kinds else "cron", message)]
     errors = []
     try:
@@ -95,7 +107,7 @@ def _range_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
     """Fields out of their range (bounds.SCHEDULE); the trigger's are checked with it."""
     errors = []
     for name, valid in bounds.SCHEDULE.items():
-        if name in TRIGGER_FIELDS:
+        if name in CHECKED_WITH_TRIGGER:
             continue  # checked with the trigger, as when one is built (trigger_field_errors)
         message = valid.error(name, getattr(schedule, name))
         if message:
@@ -262,3 +274,28 @@ def range_constraints() -> list[models.CheckConstraint]:
         models.CheckConstraint(condition=schemes, name="periodic_schedule_ping_url_scheme")
     )
     return constraints
+
+
+def _after_errors(schedule: ScheduleFields) -> list[tuple[str, str]]:
+    """(field, message) for each rule the ``after`` of ``schedule`` breaks (``clean()``):
+    two queries, the names it runs after and every other downstream's."""
+    after = schedule.after
+    shape = shape_error(after, schedule.name)
+    if shape:
+        return [("after", shape)]
+    if not after:
+        return []
+    found: list[tuple[str, str]] = []
+    if schedule.scopes:
+        message = "A schedule that runs after others takes their scope keys: leave scopes empty."
+        found.append(("scopes", message))
+    others = type(schedule)._default_manager.using(schedule._state.db or "default")
+    others = others.exclude(pk=schedule.pk) if schedule.pk else others
+    existing = set(others.filter(name__in=after).values_list("name", flat=True))
+    if missing := set(after) - existing:
+        return [*found, ("after", missing_error(missing))]
+    edges = {n: a for n, a in others.filter(DOWNSTREAM).values_list("name", "after")}
+    edges[schedule.name] = after
+    edges = {n: a for n, a in edges.items() if isinstance(a, list)}
+    cycle = cycle_through(schedule.name, edges)
+    return [*found, ("after", cycle_error(cycle))] if cycle else found

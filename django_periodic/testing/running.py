@@ -7,7 +7,7 @@ from django_periodic.conf import get_settings
 from django_periodic.db import clock
 from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
-from django_periodic.engine.planning import planner
+from django_periodic.engine.planning import after, planner
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, outcomes
 from django_periodic.models import Run
@@ -46,10 +46,12 @@ def run_due(
     outcome is recorded at ``now`` plus the time its job took, so a retry is due after
     ``now``: call ``run_due(now=run.next_retry_at)`` to run it. Timeouts and cancel
     requests are not watched while a job runs here, and nothing heartbeats (a job's own
-    ``context.heartbeat()`` works).
+    ``context.heartbeat()`` works). A schedule that runs after others (``after``) gets its
+    run as soon as theirs end, and runs in the same call.
     """
     now = now or clock.now(using)
     _plan(now, using)
+    after.plan_after(now, using)
     executed: dict[int, None] = {}  # run ids in the order they were executed
     progress = True
     while progress and (ids := _runnable(now, using, handed_off)):
@@ -64,6 +66,8 @@ def run_due(
             progress = True
             executed.pop(run_id, None)
             executed[run_id] = None
+        if progress:
+            after.plan_after(now, using)  # the runs of schedules after those that ended
     by_id = Run.objects.using(using).select_related("schedule").in_bulk(list(executed))
     return [by_id[run_id] for run_id in executed]
 

@@ -119,6 +119,8 @@ SCHEDULE: dict[str, Range[Any]] = {
     "paused_until": TIMES,
     # 0 makes every late fire a miss; a century never skips one.
     "misfire_grace": Range(_ZERO, CENTURY),
+    # How long a downstream schedule waits for its upstreams from a plan time.
+    "after_wait": Range(_ZERO, CENTURY, low_open=True),
     # The delay doubles after each retry, up to 2**30 times this, before it is capped at a
     # day: 12 hours * 2**30 is still a timedelta (a day * 2**30 is not), and a longer first
     # delay would be capped at once.

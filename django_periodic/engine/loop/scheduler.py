@@ -27,7 +27,7 @@ from typing import Any
 from django.db import transaction
 
 from django_periodic.conf import get_settings
-from django_periodic.db import announcements, clock, pooling
+from django_periodic.db import CONNECTION_ERRORS, announcements, clock, pooling
 from django_periodic.engine import fleet, records, tracing
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.loop import guarding, housekeeping, wakeups, watching
@@ -35,7 +35,7 @@ from django_periodic.engine.loop import workers as workers_
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.shutdown import shut_down
 from django_periodic.engine.loop.stop_signals import StopSignals
-from django_periodic.engine.planning import code_schedules, planner
+from django_periodic.engine.planning import after, code_schedules, planner
 from django_periodic.engine.runs import claims, handoff, presence
 from django_periodic.models import Run, SchedulerProcess
 
@@ -122,6 +122,10 @@ class Scheduler:
         self._replan_at = datetime.min.replace(tzinfo=UTC)
         # The last claim found no more runs due: freed threads wait for news (a tick).
         self._drained = False
+        # Runs after runs (after.py): looked at on news (the first tick, a planning pass, a
+        # NOTIFY), and at the time the last pass asked for; never while nothing happens.
+        self._after_news = True
+        self._after_at: datetime | None = None
 
     @property
     def lead(self) -> timedelta:
@@ -210,6 +214,8 @@ class Scheduler:
                 self.housekeeper.keep_house(self.process, now, ahead)
             if self.plan:
                 self.housekeeper.attend(now)
+            # In the same transaction: a wake-up with nothing new stays one.
+            fired = self._plan_after(now)
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
@@ -218,7 +224,27 @@ class Scheduler:
             self._claim_due(ahead, planned.fired)
             self._claim_ahead(ahead, planned.fired)
         self._dispatch(ahead)
-        return now, now if planned.schedules else self._next_wake(now, ahead)
+        return now, now if planned.schedules or fired else self._next_wake(now, ahead)
+
+    def _plan_after(self, now: datetime) -> int:
+        """Record what downstream schedules' upstreams decided, if there may be news:
+        runs of theirs may have been planned or ended. Returns how many runs it recorded."""
+        due = self._after_news or (self._after_at is not None and self._after_at <= now)
+        if not self.plan or not due:
+            return 0
+        self._after_news = False
+        try:
+            # A savepoint: whatever goes wrong here must not undo the tick's heartbeat.
+            with transaction.atomic(using=self.using):
+                result = after.plan_after(now, self.using)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.exception("Could not plan the runs of schedules after others; trying again.")
+            self._after_at = now + after.POLL
+            return 0
+        self._after_at = result.next_check
+        return result.fired + result.skipped
 
     def _dispatch(self, ahead: records.Horizon) -> None:
         """Enqueue the tasks of handed-off runs that may start (planners do this). Runs this
@@ -236,6 +262,7 @@ class Scheduler:
         if self._left_a_fire(ahead) and now < self._replan_at and not ahead.fire_due():
             return records.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
+        self._after_news = True  # a fire planned here or by another planner: an upstream's?
         self._planned_to = now + self.lead
         # A fire this pass left (a run in flight may end within the lead) is looked at again
         # a few times before it is due; the look-ahead shows whether one was left.
@@ -350,7 +377,7 @@ class Scheduler:
             if self._left_a_fire(ahead):
                 candidates.append(self._replan_at)
         if self.plan:
-            candidates += self._handoff_times(now, ahead)
+            candidates += [*self._handoff_times(now, ahead), self._after_at]
         if self.pool:
             candidates += [ahead.next_retry, *self.watcher.wake_times(now)]
             if ahead.next_pending is not None and ahead.next_pending > now:
@@ -393,6 +420,7 @@ class Scheduler:
                 return  # time is up: a whole tick
             if reasons.strip(wakeups.CAPACITY):
                 self.watcher.news = True  # a stop, a NOTIFY: a whole tick
+                self._after_news = True
                 return
 
     def _run_once(self) -> None:
@@ -400,6 +428,7 @@ class Scheduler:
         while not self.stop.requested:
             self._alarm.clear()
             self.watcher.news = True  # not a busy loop: look at everything each tick
+            self._after_news = True
             now, wake_at = self.tick()
             if not self.pool:
                 if wake_at > now:

@@ -36,7 +36,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from django_periodic import signals
-from django_periodic.choices import RunStatus, RunTrigger
+from django_periodic.choices import AttentionReason, RunStatus, RunTrigger
 from django_periodic.db import announcements
 from django_periodic.engine.planning import self_pausing, streaks
 from django_periodic.models import Run, Schedule, alerting
@@ -99,6 +99,8 @@ def evaluate(now: datetime, using: str = "default") -> Evaluation:
 def _verdict(row: Row, now: datetime) -> str | None:
     """The row's reason at ``now``; None for a row that cannot be judged (logged; its
     state stays until it can)."""
+    if row["attention_reason"] == AttentionReason.UPSTREAM:
+        return None  # the pass planning runs after runs judges it (after.py)
     if not row["watched"]:
         return ""  # disabled, or its alerts removed: nothing is expected of it
     try:

@@ -26,6 +26,7 @@ from django_periodic import choices, policies
 from django_periodic.choices import ErrorCode, OnClosedDay, OverrideAction, RunStatus
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_of
+from django_periodic.models.explaining import downstream
 from django_periodic.models.explaining.accounts import (
     RUN_FIELDS,
     FireAccount,
@@ -79,6 +80,8 @@ class Explaining(ScheduleFields):
         See docs/explain.md.
         """
         check_window(since, until)
+        if self.is_downstream:
+            return downstream.accounts(self, since, until, scope)
         part = Part.find(self, since, until, None, scope, MAX_FIRES)
         if part.next_after is not None:
             raise ValueError(
@@ -100,6 +103,12 @@ class Explaining(ScheduleFields):
         window's length. See docs/explain.md.
         """
         check_window(since, until, after)
+        if self.is_downstream:
+            start = since if after is None else max(since, after + _MICROSECOND)
+            found = downstream.accounts(self, start, until, scope)
+            page = found[:PAGE_SIZE]
+            next_after = page[-1].plan_time if len(found) > PAGE_SIZE else None
+            return ExplainPage(since, until, after, tuple(page), next_after)
         part = Part.find(self, since, until, after, scope, PAGE_SIZE)
         accounts = _Facts.load(self, part, scope).accounts(part)
         return ExplainPage(since, until, after, tuple(accounts), part.next_after)

@@ -130,6 +130,8 @@ class _Side:
     def flags(self, other: "_Side | None") -> dict[datetime, tuple[str, ...]]:
         """Each of its fires' flags; with ``other`` (the changed side), those ``other``
         closes or overrides too."""
+        if not self.fires:
+            return {}  # none to flag (a schedule after others has none on a clock)
         found: dict[datetime, list[str]] = defaultdict(list)
         for fire, flag in self._dst_flags():
             found[fire].append(flag)

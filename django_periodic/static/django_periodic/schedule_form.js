@@ -4,9 +4,11 @@
 'use strict';
 {
     // Each trigger kind's field, as in django_periodic.models.KIND_FIELDS; the others are hidden.
-    const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at', rrule: 'rrule'};
+    const KIND_FIELDS = {cron: 'cron', interval: 'interval', once: 'run_at', rrule: 'rrule', after: 'after'};
+    // Fields that matter to one trigger kind only, besides its own.
+    const KIND_OPTIONS = {after_outcome: 'after', after_wait: 'after'};
     // Inputs whose value changes the preview (split datetimes are name_0 and name_1).
-    const PREVIEWED = /^(trigger_kind|cron|timezone|dst_gap|dst_repeat|interval|run_at|rrule|start_at|end_at|enabled|calendars|on_closed_day)(_\d)?$/;
+    const PREVIEWED = /^(trigger_kind|cron|timezone|dst_gap|dst_repeat|interval|run_at|rrule|after|start_at|end_at|enabled|calendars|on_closed_day)(_\d)?$/;
     // Policy fields that matter under one overlap policy only.
     const OVERLAP_FIELDS = {max_queued: 'queue', max_concurrent: 'concurrent'};
     // Fields whose errors the preview reports, shown on the field as the form would on save.
@@ -25,6 +27,12 @@
             const element = row(form, name);
             if (element) {
                 element.style.display = other === kind ? '' : 'none';
+            }
+        }
+        for (const [name, of] of Object.entries(KIND_OPTIONS)) {
+            const element = row(form, name);
+            if (element) {
+                element.style.display = of === kind ? '' : 'none';
             }
         }
     }
