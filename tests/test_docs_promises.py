@@ -94,11 +94,10 @@ def in_words(value: object) -> str:
     if isinstance(value, str):
         return f'`"{value}"`'
     if isinstance(value, timedelta):
-        seconds_ = seconds(value)
-        minutes, rest = divmod(seconds_, 60)
-        if rest == 0:
-            return f"{minutes} minute" + "s" * (minutes != 1)
-        return f"{seconds_} seconds"
+        for unit, length in (("hour", 3600), ("minute", 60), ("second", 1)):
+            count, rest = divmod(seconds(value), length)
+            if rest == 0:
+                return f"{count} {unit}" + "s" * (count != 1)
     return str(value)
 
 

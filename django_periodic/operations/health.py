@@ -26,6 +26,7 @@ from django_periodic.models import (
     SchedulerProcess,
     SchedulerProcessQuerySet,
 )
+from django_periodic.models.schedule_fields import ALERT_FIELDS, ATTENTION_FIELDS
 
 # A row of a report's section: column name to value (times aware, UTC).
 Row = Mapping[str, Any]
@@ -213,9 +214,8 @@ def needing_attention(using: str = "default") -> list[Row]:
             "since": schedule.attention_since,
             "message": schedule.attention_note,
         }
-        for schedule in listed.only(
-            "name", "attention_reason", "attention_since", "alert_after", "alert_failures"
-        )
+        # What attention_note reads: the reason and the thresholds it names.
+        for schedule in listed.only("name", *ATTENTION_FIELDS, *ALERT_FIELDS)
     ]
 
 
