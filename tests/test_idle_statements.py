@@ -166,5 +166,8 @@ def test_an_idle_pass_costs_the_same_at_10_and_1000_schedules(settings, name, co
     many = cost()
     assert many[0] == few[0]
     # The schedules with rules or alerts of their own, and a row or two the database may
-    # fetch on its way (0 on SQLite, which keeps no such statistics).
-    assert few[1] <= MOST_ROWS_READ and many[1] <= MOST_ROWS_READ
+    # fetch on its way (0 on SQLite, which keeps no such statistics). With 13 schedules in
+    # all, PostgreSQL may rightly scan the whole table instead of an index; with 1,003 it
+    # must not.
+    assert few[1] <= max(MOST_ROWS_READ, Schedule.objects.count() - 990)
+    assert many[1] <= MOST_ROWS_READ
