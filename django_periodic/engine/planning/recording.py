@@ -29,7 +29,7 @@ from django_periodic.choices import RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine import batches, overlap
 from django_periodic.engine.backends import ledger
-from django_periodic.engine.records import Decision, Due, Fire, PlannedRow, Recorded
+from django_periodic.engine.records import Decision, Due, Fire, FireRow, PlannedRow, Recorded
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import Run, Schedule
@@ -82,20 +82,39 @@ def _record(
         return []
     # A retry this batch supersedes ends first: it holds the active slot the new run takes.
     supersede_retries(decisions, now, using)
-    return ledger(using).record_fires([recorded(d, now) for d in decisions], now, inserted)
+    seen: Seen = {}
+    return ledger(using).record_fires([recorded(d, now, seen) for d in decisions], now, inserted)
 
 
-def recorded(decision: Decision, now: datetime) -> Recorded:
+# What recorded() worked out for the fires of a batch, by (fires, grace, deadline).
+Seen = dict[tuple[int, object, object], tuple[int, tuple[FireRow, ...]]]
+
+
+def recorded(decision: Decision, now: datetime, seen: Seen) -> Recorded:
     """A decision with what its statement writes: the fires ``fire_count`` counts, each run's
     release, start deadline and deadline to finish (raises ValueError for a schedule whose
-    ``finish_within`` is out of its range: it fails alone)."""
+    ``finish_within`` is out of its range: it fails alone).
+
+    ``seen`` shares that work between the decisions of a batch that fire alike: schedules
+    sharing a trigger and a cursor share their fires (``decisions.Memo``), and without a
+    stagger their rows depend on nothing else but their grace and deadline."""
+    schedule = decision.schedule
+    key = (id(decision.fires), schedule.misfire_grace, schedule.finish_within)
+    if schedule.jitter:  # its releases are its own
+        return Recorded(decision, *_fire_rows(decision, now))
+    if key not in seen:
+        seen[key] = _fire_rows(decision, now)
+    return Recorded(decision, *seen[key])
+
+
+def _fire_rows(decision: Decision, now: datetime) -> tuple[int, tuple[FireRow, ...]]:
     schedule = decision.schedule
     rows = []
     for fire in decision.fires:
         released = release(schedule, fire)
         deadline = start_deadline(schedule, fire, released, now)
         rows.append((fire, released, deadline, finish_by(schedule, fire)))
-    return Recorded(decision, counted(decision.fires), tuple(rows))
+    return counted(decision.fires), tuple(rows)
 
 
 def supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:
