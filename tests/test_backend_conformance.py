@@ -358,7 +358,8 @@ def test_the_planners_statement_and_its_orm_path_record_the_same_runs(
         by_sql.append(Decision(sql, cursor, fires_of_each_status(now)))
         by_orm.append(Decision(orm, cursor, fires_of_each_status(now)))
     for backend, decisions in ((PostgreSQLLedger, by_sql), (SQLiteLedger, by_orm)):
-        to_record = [recording.recorded(d, now) for d in decisions]
+        seen: recording.Seen = {}  # one batch's
+        to_record = [recording.recorded(d, now, seen) for d in decisions]
         assert backend("default").record_fires(to_record, now, None) == decisions
     for sql, orm in zip(by_sql, by_orm, strict=True):
         rows = run_rows(Run.objects.filter(schedule_id=sql.schedule.pk))
