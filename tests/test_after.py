@@ -14,6 +14,7 @@ from django.urls import reverse
 from django_periodic.choices import ErrorCode
 from django_periodic.conf import get_settings
 from django_periodic.db import clock
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import planner
 from django_periodic.engine.planning.after import plan_after
 from django_periodic.models import Run, Schedule
@@ -21,6 +22,7 @@ from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
 from tests.models import Execution
 from tests.processes import wait_for
 from tests.test_bad_rows import unchecked  # noqa: F401 (a fixture)
+from tests.test_signals import received  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -333,6 +335,43 @@ def _queries_of_a_pass(n: int) -> int:
     assert Run.objects.filter(schedule__name__startswith=f"down-{n}-").count() == n
     Schedule.objects.all().delete()
     return len(queries)
+
+
+def test_each_downstream_run_recorded_is_announced_once(received):  # noqa: F811 (the fixture)
+    a = upstream("a")
+    b = downstream("b", ["a"])
+    ran(a, T1, "succeeded")
+    ran(a, T2, "failed")
+    plan_after(T2 + timedelta(minutes=1))
+    plan_after(T2 + timedelta(minutes=2))  # decided already: nothing more to announce
+    runs = {run.plan_time: run for run in Run.objects.filter(schedule=b)}
+    common = {"schedule_id": b.pk, "schedule": "b", "scope": "", "attempt": 0}
+    assert received.of("planned") == [
+        common
+        | {"run_id": runs[T1].pk, "plan_time": T1, "status": "pending", "reason": ""}
+        | {"using": "default"}
+    ]
+    reason = ErrorCode.UPSTREAM_FAILED
+    assert received.of("skipped") == [
+        common
+        | {"run_id": runs[T2].pk, "plan_time": T2, "status": "skipped", "reason": reason}
+        | {"using": "default"}
+    ]
+
+
+def test_a_plan_time_another_process_recorded_first_is_left_to_it_and_not_returned():
+    # What a pass inserts once another process's pass recorded T1 after this one read.
+    upstream("a")
+    b = downstream("b", ["a"])
+    theirs = RunFactory(schedule=b, plan_time=T1, exclusive=False, status="pending")
+    decided = [
+        RunFactory.build(schedule=b, plan_time=plan_time, exclusive=False, status="pending")
+        for plan_time in (T1, T2)
+    ]
+    inserted = ledger("default").insert_new_runs(decided)
+    ours = Run.objects.exclude(pk=theirs.pk).get(schedule=b)
+    assert inserted == [(ours.pk, b.pk, "", T2, "pending", "")]
+    assert sorted(fates(b)) == [(T1, "", "pending", ""), (T2, "", "pending", "")]
 
 
 def test_a_pass_costs_the_same_statements_for_2_or_20_downstream_schedules():

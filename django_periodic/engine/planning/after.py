@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 from django.db.models import F, Max, OuterRef, Subquery, Value
 from django.db.models.functions import Coalesce
 
-from django_periodic import policies
+from django_periodic import policies, signals
 from django_periodic.choices import (
     FINAL_STATUSES,
     LEDGER_TRIGGERS,
@@ -42,6 +42,7 @@ from django_periodic.choices import (
     RunTrigger,
 )
 from django_periodic.db import announcements
+from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import recording
 from django_periodic.engine.records import Due
 from django_periodic.escaping import escaped
@@ -267,12 +268,20 @@ def _plan(
                 continue
             new_runs.append(_run(downstream, scope, plan_time, verdict, now))
     if new_runs:
-        inserted = Run.objects.using(using).bulk_create(new_runs, ignore_conflicts=True)
-        result.skipped = sum(run.status == RunStatus.SKIPPED for run in inserted)
-        result.fired = len(inserted) - result.skipped
-        if result.fired:
-            announcements.notify(using)  # workers claim them at once
+        _insert(new_runs, {d.pk: d.name for d in downstreams}, using, result)
     result.next_check = min(waits, default=None)
+
+
+def _insert(runs: list[Run], names: dict[int, str], using: str, result: AfterResult) -> None:
+    """Insert the decided runs but those another process recorded first, count them and
+    announce them (``run_planned``, ``run_skipped``) once committed."""
+    inserted = ledger(using).insert_new_runs(runs)
+    result.skipped = sum(status == RunStatus.SKIPPED for *_, status, _code in inserted)
+    result.fired = len(inserted) - result.skipped
+    if result.fired:
+        announcements.notify(using)  # workers claim them at once
+    if inserted and signals.listened(signals.run_planned, signals.run_skipped):
+        announcements.send_on_commit(recording.planned_events(inserted, names, using), using)
 
 
 def _open(downstream: Downstream, key: Key, recorded: dict[Key, str]) -> bool:

@@ -297,7 +297,8 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
             disabled.append(decision)
         result.failed.append(decision.schedule.name)
     if inserted:
-        announcements.send_on_commit(_planned_events(inserted, decisions, using), using)
+        names = {d.schedule.pk: d.schedule.name for d in decisions}
+        announcements.send_on_commit(recording.planned_events(inserted, names, using), using)
     if disabled and signals.listened(signals.schedule_disabled):
         announcements.send_on_commit(_disabled_events(disabled, using), using)
     fires = [(d.schedule, fire) for d in planned for fire in d.fires]
@@ -310,27 +311,6 @@ def _apply(decisions: list[Decision], now: datetime, using: str) -> PlanResult:
         for schedule, fire in fires
     )
     return result
-
-
-def _planned_events(
-    inserted: list[records.PlannedRow], decisions: list[Decision], using: str
-) -> list[signals.Event]:
-    names = {d.schedule.pk: d.schedule.name for d in decisions}
-    return [
-        signals.run_event(
-            signals.run_skipped if status == Run.Status.SKIPPED else signals.run_planned,
-            run_id=run_id,
-            schedule_id=schedule_id,
-            schedule=names[schedule_id],
-            scope=scope,
-            plan_time=plan_time,
-            attempt=0,
-            status=status,
-            reason=reason,
-            using=using,
-        )
-        for run_id, schedule_id, scope, plan_time, status, reason in inserted
-    ]
 
 
 def _disabled_events(disabled: list[Decision], using: str) -> list[signals.Event]:

@@ -24,7 +24,7 @@ from functools import partial
 from django.db import transaction
 from django.db.models import Q
 
-from django_periodic import policies
+from django_periodic import policies, signals
 from django_periodic.choices import RunStatus
 from django_periodic.conf import get_settings
 from django_periodic.engine import batches, overlap
@@ -115,6 +115,28 @@ def _fire_rows(decision: Decision, now: datetime) -> tuple[int, tuple[FireRow, .
         deadline = start_deadline(schedule, fire, released, now)
         rows.append((fire, released, deadline, finish_by(schedule, fire)))
     return counted(decision.fires), tuple(rows)
+
+
+def planned_events(
+    inserted: list[PlannedRow], names: dict[int, str], using: str
+) -> list[signals.Event]:
+    """The signals of runs just recorded (``run_planned``, or ``run_skipped`` for those
+    recorded skipped); ``names`` maps their schedules' ids to their names."""
+    return [
+        signals.run_event(
+            signals.run_skipped if status == Run.Status.SKIPPED else signals.run_planned,
+            run_id=run_id,
+            schedule_id=schedule_id,
+            schedule=names[schedule_id],
+            scope=scope,
+            plan_time=plan_time,
+            attempt=0,
+            status=status,
+            reason=reason,
+            using=using,
+        )
+        for run_id, schedule_id, scope, plan_time, status, reason in inserted
+    ]
 
 
 def supersede_retries(decisions: list[Decision], now: datetime, using: str) -> None:

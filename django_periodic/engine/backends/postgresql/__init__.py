@@ -24,7 +24,7 @@ from django_periodic.engine.records import (
     PlannedRow,
     Recorded,
 )
-from django_periodic.models import LeaseQuerySet, Schedule
+from django_periodic.models import LeaseQuerySet, Run, Schedule
 
 
 class PostgreSQLLedger(SQLiteLedger):
@@ -40,6 +40,9 @@ class PostgreSQLLedger(SQLiteLedger):
         self, schedule: Schedule, in_range: InRange, now: datetime, spacing: timedelta
     ) -> list[BackfilledRow]:
         return fires.insert_backfill(schedule, in_range, now, spacing, self.using)
+
+    def insert_new_runs(self, runs: list[Run]) -> list[PlannedRow]:
+        return fires.insert_new_runs(runs, self.using)
 
     def look_ahead(self, jobs: tuple[str, ...], judge: bool) -> Horizon:
         return look_ahead.look_ahead(self.using, jobs, judge)

@@ -7,6 +7,7 @@ from functools import cache
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models.constants import OnConflict
 
 from django_periodic import policies
 from django_periodic.conf import tasks_backend_for
@@ -181,6 +182,25 @@ FIRE_COLUMNS = (
     "release_at",
     "finish_by",
 )
+
+
+# What insert_new_runs returns of each run it inserted (a PlannedRow).
+_PLANNED_FIELDS = ("id", "schedule", "scope", "plan_time", "status", "error_code")
+
+
+def insert_new_runs(runs: list[Run], using: str) -> list[PlannedRow]:
+    """Insert these scheduled runs in one statement; a (schedule, scope, plan time) another
+    process recorded first is left alone (ON CONFLICT DO NOTHING), and RETURNING names only
+    the rows inserted. bulk_create() would not say which those are."""
+    if not runs:
+        return []
+    meta = Run._meta
+    fields = [f for f in meta.concrete_fields if f is not meta.pk]
+    returning = [meta.get_field(name) for name in _PLANNED_FIELDS]
+    rows = Run.objects.using(using)._insert(  # type: ignore[attr-defined]  # bulk_create's own
+        runs, fields=fields, returning_fields=returning, on_conflict=OnConflict.IGNORE
+    )
+    return [tuple(row) for row in rows]
 
 
 # First, the lock the runs' foreign key takes at commit, taken now: the planner, which

@@ -28,7 +28,7 @@ from django_periodic.engine.records import (
     PlannedRow,
     Recorded,
 )
-from django_periodic.models import LeaseQuerySet, RunQuerySet, Schedule
+from django_periodic.models import LeaseQuerySet, Run, RunQuerySet, Schedule
 
 
 class SQLiteLedger:
@@ -61,6 +61,11 @@ class SQLiteLedger:
         """Insert a run for each plan time of ``in_range`` that has none, released
         ``spacing`` apart after the schedule's last waiting backfilled run."""
         return fires.insert_backfill(schedule, in_range, now, spacing, self.using)
+
+    def insert_new_runs(self, runs: list[Run]) -> list[PlannedRow]:
+        """Insert these scheduled runs but those whose (schedule, scope, plan time) has a
+        run already (another process recorded it first); return the rows inserted."""
+        return fires.insert_new_runs(runs, self.using)
 
     def recorded(self, schedule: Schedule, in_range: InRange) -> set[tuple[str, datetime]]:
         """The (scope, plan time) pairs of ``in_range`` that have a run of any trigger."""

@@ -52,6 +52,16 @@ def _insert_runs(decisions: list[Recorded], now: datetime, using: str) -> list[R
     return Run.objects.using(using).bulk_create(new)
 
 
+def insert_new_runs(runs: list[Run], using: str) -> list[PlannedRow]:
+    # SQLite runs one write transaction at a time (BEGIN IMMEDIATE): no run can be recorded
+    # between the read of those recorded and the insert.
+    with transaction.atomic(using=using):
+        recorded = _recorded_plan_times(runs, using)
+        new = [run for run in runs if (run.schedule_id, run.scope, run.plan_time) not in recorded]
+        inserted = Run.objects.using(using).bulk_create(new)
+    return [(r.pk, r.schedule_id, r.scope, r.plan_time, r.status, r.error_code) for r in inserted]
+
+
 def _fire_run(schedule: Due, row: FireRow, now: datetime) -> Run:
     # Run.for_schedule, from the columns loaded for it.
     fire, release, start_deadline, finish_by = row
