@@ -16,6 +16,8 @@ from django.utils.duration import duration_string
 from django_periodic import signals
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.db import clock
+from django_periodic.engine.loop import housekeeping
+from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention, planner
 from django_periodic.engine.runs import deadlines
 from django_periodic.models import Run, Schedule, SchedulerProcess
@@ -181,6 +183,62 @@ def test_an_idle_pass_is_one_statement():
             plan = "\n".join(row[0] for row in cursor.fetchall())
             cursor.execute("RESET enable_seqscan")
         assert "periodic_run_deadline" in plan, plan
+
+
+# -- when it is looked for: just after the earliest deadline ------------------------------------
+
+
+def test_the_look_ahead_reads_the_earliest_deadline_of_a_run_not_found_late():
+    assert look_ahead().next_deadline is None  # no run has one: nothing to wake for
+    hourly()
+    hourly(finish_within=5 * MINUTE)
+    planner.plan_due(T0 + SECOND)
+    assert look_ahead().next_deadline == T0 + 5 * MINUTE
+    deadlines.flag_late(T0 + 6 * MINUTE, "default")
+    assert look_ahead().next_deadline == T0 + 10 * MINUTE
+
+
+def test_a_planning_scheduler_wakes_just_after_the_earliest_deadline(settings):
+    settings.DJANGO_PERIODIC = {"POLL_INTERVAL": HOUR, "HEARTBEAT_INTERVAL": HOUR}
+    later = clock.now() + DAYS
+    ScheduleFactory(interval=HOUR, start_at=later)  # no deadline
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    now, wake_at = scheduler.tick()
+    assert wake_at > now + MINUTE  # no run has a deadline: no wake-up for one
+    run = ScheduleFactory(interval=HOUR, start_at=later, finish_within=5 * SECOND).run_now()
+    now, wake_at = scheduler.tick()
+    assert wake_at == run.finish_by + housekeeping.LATE_AFTER
+
+
+def test_a_deadline_that_passes_is_looked_at_then_not_at_the_next_alert_interval(late):
+    housekeeper = Scheduler(workers=0).housekeeper
+    schedule = hourly(finish_within=5 * SECOND)
+    planner.plan_due(T0 + SECOND)
+    run = Run.objects.get(schedule=schedule)
+    ahead = look_ahead()
+    deadline = ahead.next_deadline
+    assert deadline == run.finish_by == T0 + 5 * SECOND
+    assert housekeeper.attend(T0 + SECOND, ahead) is not None  # the first look: in time
+    assert housekeeper.next_attention == T0 + SECOND + MINUTE
+    assert housekeeper.deadline_wake(T0 + SECOND, ahead) == deadline + housekeeping.LATE_AFTER
+    assert housekeeper.attend(deadline, ahead) is None  # not behind it yet: in time
+    assert housekeeper.attend(deadline + housekeeping.LATE_AFTER, ahead) is not None
+    assert [run_id for run_id, _ in late] == [run.pk]
+    assert look_ahead().next_deadline is None  # found late: no more wake-ups for it
+
+
+def test_a_burst_of_deadlines_is_looked_at_once_a_second_at_most():
+    housekeeper = Scheduler(workers=0).housekeeper
+    hourly(finish_within=SECOND)
+    planner.plan_due(T0)
+    ahead = look_ahead()
+    housekeeper.attend(T0 + SECOND / 2, ahead)
+    # Its deadline passes half a second after that look: the next is a second after it.
+    floor = T0 + SECOND / 2 + SECOND
+    assert housekeeper.deadline_wake(T0 + SECOND / 2, ahead) == floor
+    assert housekeeper.attend(T0 + 1.2 * SECOND, ahead) is None
+    assert housekeeper.attend(floor, ahead) is not None
 
 
 # -- what it means: attention, explain, cancel ---------------------------------------------------
