@@ -11,6 +11,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils.duration import duration_string
 
 from django_periodic import signals
@@ -19,10 +20,10 @@ from django_periodic.db import clock
 from django_periodic.engine.loop import housekeeping
 from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention, planner
-from django_periodic.engine.runs import deadlines
+from django_periodic.engine.runs import deadlines, retries
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
-from tests.helpers import set_cursor
+from tests.helpers import run_url, set_cursor
 from tests.processes import wait_for
 from tests.test_admin_forms import data as form_data
 from tests.test_bad_rows import unchecked  # noqa: F401 (a fixture)
@@ -340,6 +341,61 @@ def test_a_bad_value_written_past_the_checks_disables_that_schedule_alone(settin
     assert not bad.enabled and "finish_within must be positive" in bad.last_error
     assert not Run.objects.filter(schedule=bad).exists()
     assert Run.objects.filter(schedule=good).count() == 2
+
+
+OUT_OF_RANGE = "finish_within must be from 0 s (excluded) to 365 days, not {}."
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.usefixtures("unchecked")
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(timedelta(days=-1), "-1 days"), (timedelta(0), "0 s"), (timedelta(days=366), "366 days")],
+)
+def test_a_manual_run_and_a_retry_refuse_a_finish_within_stored_out_of_its_range(value, shown):
+    schedule = hourly()
+    failed = RunFactory(schedule=schedule, status="failed")
+    Schedule.objects.filter(pk=schedule.pk).update(finish_within=value)
+    refusals = (
+        schedule.run_now,
+        schedule.run_now_for_all_scopes,
+        lambda: retries.plan_retry(failed, clock.now()),
+    )
+    for refused in refusals:
+        with pytest.raises(ValidationError) as error:
+            refused()
+        assert error.value.message_dict == {"finish_within": [OUT_OF_RANGE.format(shown)]}
+    assert list(Run.objects.values_list("pk", flat=True)) == [failed.pk]  # nothing recorded
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.usefixtures("unchecked")
+def test_the_admin_says_why_it_could_not_run_or_retry_such_a_schedule(admin_client):
+    schedule = hourly()
+    failed = RunFactory(schedule=schedule, status="failed")
+    Schedule.objects.filter(pk=schedule.pk).update(finish_within=timedelta(days=366))
+    why = OUT_OF_RANGE.format("366 days")
+    schedules = reverse("admin:django_periodic_schedule_changelist")
+    runs = reverse("admin:django_periodic_run_changelist")
+    posts = {
+        (schedules, f"{schedule} not run: {why}"): {
+            "action": "run_now",
+            "_selected_action": [schedule.pk],
+        },
+        (
+            reverse("admin:django_periodic_schedule_run_now", args=[schedule.pk]),
+            f"Not run: {why}",
+        ): {},
+        (runs, f"{failed} not retried: {why}"): {
+            "action": "retry",
+            "_selected_action": [failed.pk],
+        },
+        (run_url(failed, "retry"), f"Not retried: {why}"): {},
+    }
+    for (url, message), data in posts.items():
+        response = admin_client.post(url, data, follow=True)
+        assert [str(m) for m in response.context["messages"]] == [message]
+    assert list(Run.objects.values_list("pk", flat=True)) == [failed.pk]
 
 
 # -- a real scheduler ---------------------------------------------------------------------------
