@@ -143,9 +143,10 @@ class Housekeeper:
 
     def deadline_wake(self, now: datetime, ahead: records.Horizon) -> datetime | None:
         """When a planning process next looks for late runs before its ``ALERT_INTERVAL``:
-        just after the earliest deadline of a run (None if no run has one: no wake-up).
-        One this tick's look has passed was flagged by it (the horizon was read before):
-        the next tick reads the next deadline, no sooner than the floor."""
+        just after the earliest deadline of a run (None if no run has one: no wake-up), no
+        sooner than ``ALERT_INTERVAL_FLOOR`` after the last look. A deadline behind this
+        tick's look was flagged by it (the horizon was read before): a tick a floor later
+        reads the next one. Behind an earlier look, it waits (``deadline_passed``)."""
         deadline = ahead.next_deadline
         if deadline is None:
             return None
