@@ -459,6 +459,19 @@ def test_a_running_scheduler_lets_a_late_job_run_on_without_cancel_when_late(chi
     assert child.terminate() == 0
 
 
+@pytest.mark.processes
+def test_a_running_scheduler_finds_a_run_late_at_its_deadline_not_its_alert_interval(children):
+    # Nothing claims the run (a planning process only) and the alert pass is an hour away:
+    # only the wake-up just after its deadline finds it late within the test.
+    child = children.start("--plan-only", settings={"ALERT_INTERVAL": 3600})
+    schedule, made = run_when_ready(child, finish_within=2 * SECOND)
+    found = Run.objects.filter(pk=made.pk, late_at__isnull=False)
+    run = wait_for(found.first, 30, "the run to be found late")
+    assert run.status == "pending" and run.late_at > run.finish_by
+    assert _attention(schedule) == "late"  # judged in the same look
+    assert child.terminate() == 0
+
+
 def _lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
