@@ -7,9 +7,16 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from django.db import connection
+
+from django_periodic.db import clock
+from django_periodic.models import Schedule
+from tests.factories import ScheduleFactory
+from tests.models import Execution
 
 ROOT = Path(__file__).resolve().parent.parent
 # The application_name of child processes' PostgreSQL sessions (see tests.settings).
@@ -103,6 +110,46 @@ class CeleryWorkerProcess(SchedulerProcess):
 # The worker fleets runs are handed to, by tasks backend (tests.settings.TASKS): each runs
 # one task at a time.
 TASK_WORKERS = {"database": TaskWorkerProcess, "celery": CeleryWorkerProcess}
+
+
+@dataclass(frozen=True)
+class SelfPausing:
+    """What ``run_until_it_pauses_itself`` saw: the stopped child, its two schedules, and
+    how many times the failing one's job had run when its pause was seen."""
+
+    child: SchedulerProcess
+    failing: Schedule
+    ticking: Schedule
+    ran_when_paused: int
+
+
+def run_until_it_pauses_itself(
+    start_child, *, workers: int, ticks: int, settings: dict
+) -> SelfPausing:
+    """Beside a schedule that fails every second ("failing", ``pause_after_failures=3``,
+    from two seconds on) and its twin that succeeds ("ticking"), start a scheduler child
+    (``start_child``: the ``children`` fixture's ``start``) with ``workers`` and
+    ``settings``; wait until "failing" pauses itself, then for ``ticks`` more executions
+    of "ticking" (the scheduler went on), and stop the child, which must exit cleanly."""
+    second = timedelta(seconds=1)
+    start = clock.now().replace(microsecond=0) + 2 * second
+    failing = ScheduleFactory(
+        name="failing",
+        job="tests.jobs.record_and_fail",
+        interval=second,
+        start_at=start,
+        pause_after_failures=3,
+    )
+    ticking = ScheduleFactory(name="ticking", job="tests.jobs.record", interval=second)
+    child = start_child("--workers", str(workers), settings=settings)
+    paused = Schedule.objects.filter(pk=failing.pk, paused_by="scheduler")
+    wait_for(paused.exists, 30, "the failing schedule to pause itself")
+    ran = Execution.objects.filter(schedule="failing").count()
+    ticked = Execution.objects.filter(schedule="ticking")
+    target = ticked.count() + ticks
+    wait_for(lambda: ticked.count() >= target, 30, f"{ticks} more fires of the ticking schedule")
+    assert child.terminate() == 0
+    return SelfPausing(child, failing, ticking, ran)
 
 
 def wait_for(predicate, timeout: float, message: str = "condition", poll: float = 0.05):

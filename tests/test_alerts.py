@@ -18,7 +18,7 @@ from django_periodic import signals
 from django_periodic.checks import check_alert_mail, check_settings
 from django_periodic.choices import AttentionReason, ErrorCode, RunTrigger
 from django_periodic.db import clock
-from django_periodic.engine.loop.scheduler import Scheduler
+from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention
 from django_periodic.models import Run, Schedule
 from django_periodic.models.alerting import Facts, reason
@@ -220,12 +220,13 @@ def test_the_scheduler_judges_at_most_once_an_alert_interval(received):
     interval = housekeeper.settings.ALERT_INTERVAL
     now = clock.now()
     schedule = ScheduleFactory(alert_failures=1)
+    ahead = look_ahead()  # no run has a deadline: only the interval says when
 
     def attend(at: datetime) -> tuple[attention.Evaluation | None, int]:
         """What it found, and its queries (not counting the transaction's own statements:
         in a tick, the evaluation is a savepoint in the tick's transaction)."""
         with CaptureQueriesContext(connection) as captured:
-            found = housekeeper.attend(at)
+            found = housekeeper.attend(at, ahead)
         control = ("BEGIN", "COMMIT")
         queries = [q for q in captured.captured_queries if q["sql"].split()[0] not in control]
         return found, len(queries)

@@ -11,16 +11,19 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 from django.utils.duration import duration_string
 
 from django_periodic import signals
 from django_periodic.admin.forms import ScheduleForm
 from django_periodic.db import clock
+from django_periodic.engine.loop import housekeeping
+from django_periodic.engine.loop.scheduler import Scheduler, look_ahead
 from django_periodic.engine.planning import attention, planner
-from django_periodic.engine.runs import deadlines
+from django_periodic.engine.runs import deadlines, retries
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory
-from tests.helpers import set_cursor
+from tests.helpers import run_url, set_cursor
 from tests.processes import wait_for
 from tests.test_admin_forms import data as form_data
 from tests.test_bad_rows import unchecked  # noqa: F401 (a fixture)
@@ -191,6 +194,62 @@ def test_an_idle_pass_is_one_statement():
         assert "periodic_run_deadline" in plan, plan
 
 
+# -- when it is looked for: just after the earliest deadline ------------------------------------
+
+
+def test_the_look_ahead_reads_the_earliest_deadline_of_a_run_not_found_late():
+    assert look_ahead().next_deadline is None  # no run has one: nothing to wake for
+    hourly()
+    hourly(finish_within=5 * MINUTE)
+    planner.plan_due(T0 + SECOND)
+    assert look_ahead().next_deadline == T0 + 5 * MINUTE
+    deadlines.flag_late(T0 + 6 * MINUTE, "default")
+    assert look_ahead().next_deadline == T0 + 10 * MINUTE
+
+
+def test_a_planning_scheduler_wakes_just_after_the_earliest_deadline(settings):
+    settings.DJANGO_PERIODIC = {"POLL_INTERVAL": HOUR, "HEARTBEAT_INTERVAL": HOUR}
+    later = clock.now() + DAYS
+    ScheduleFactory(interval=HOUR, start_at=later)  # no deadline
+    scheduler = Scheduler(workers=0)
+    scheduler.boot()
+    now, wake_at = scheduler.tick()
+    assert wake_at > now + MINUTE  # no run has a deadline: no wake-up for one
+    run = ScheduleFactory(interval=HOUR, start_at=later, finish_within=5 * SECOND).run_now()
+    now, wake_at = scheduler.tick()
+    assert wake_at == run.finish_by + housekeeping.LATE_AFTER
+
+
+def test_a_deadline_that_passes_is_looked_at_then_not_at_the_next_alert_interval(late):
+    housekeeper = Scheduler(workers=0).housekeeper
+    schedule = hourly(finish_within=5 * SECOND)
+    planner.plan_due(T0 + SECOND)
+    run = Run.objects.get(schedule=schedule)
+    ahead = look_ahead()
+    deadline = ahead.next_deadline
+    assert deadline == run.finish_by == T0 + 5 * SECOND
+    assert housekeeper.attend(T0 + SECOND, ahead) is not None  # the first look: in time
+    assert housekeeper.next_attention == T0 + SECOND + MINUTE
+    assert housekeeper.deadline_wake(T0 + SECOND, ahead) == deadline + housekeeping.LATE_AFTER
+    assert housekeeper.attend(deadline, ahead) is None  # not behind it yet: in time
+    assert housekeeper.attend(deadline + housekeeping.LATE_AFTER, ahead) is not None
+    assert [run_id for run_id, _ in late] == [run.pk]
+    assert look_ahead().next_deadline is None  # found late: no more wake-ups for it
+
+
+def test_a_burst_of_deadlines_is_looked_at_once_a_second_at_most():
+    housekeeper = Scheduler(workers=0).housekeeper
+    hourly(finish_within=SECOND)
+    planner.plan_due(T0)
+    ahead = look_ahead()
+    housekeeper.attend(T0 + SECOND / 2, ahead)
+    # Its deadline passes half a second after that look: the next is a second after it.
+    floor = T0 + SECOND / 2 + SECOND
+    assert housekeeper.deadline_wake(T0 + SECOND / 2, ahead) == floor
+    assert housekeeper.attend(T0 + 1.2 * SECOND, ahead) is None
+    assert housekeeper.attend(floor, ahead) is not None
+
+
 # -- what it means: attention, explain, cancel ---------------------------------------------------
 
 
@@ -292,6 +351,61 @@ def test_a_bad_value_written_past_the_checks_disables_that_schedule_alone(settin
     assert Run.objects.filter(schedule=good).count() == 2
 
 
+OUT_OF_RANGE = "finish_within must be from 0 s (excluded) to 365 days, not {}."
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.usefixtures("unchecked")
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [(timedelta(days=-1), "-1 days"), (timedelta(0), "0 s"), (timedelta(days=366), "366 days")],
+)
+def test_a_manual_run_and_a_retry_refuse_a_finish_within_stored_out_of_its_range(value, shown):
+    schedule = hourly()
+    failed = RunFactory(schedule=schedule, status="failed")
+    Schedule.objects.filter(pk=schedule.pk).update(finish_within=value)
+    refusals = (
+        schedule.run_now,
+        schedule.run_now_for_all_scopes,
+        lambda: retries.plan_retry(failed, clock.now()),
+    )
+    for refused in refusals:
+        with pytest.raises(ValidationError) as error:
+            refused()
+        assert error.value.message_dict == {"finish_within": [OUT_OF_RANGE.format(shown)]}
+    assert list(Run.objects.values_list("pk", flat=True)) == [failed.pk]  # nothing recorded
+
+
+@pytest.mark.django_db(transaction=False)
+@pytest.mark.usefixtures("unchecked")
+def test_the_admin_says_why_it_could_not_run_or_retry_such_a_schedule(admin_client):
+    schedule = hourly()
+    failed = RunFactory(schedule=schedule, status="failed")
+    Schedule.objects.filter(pk=schedule.pk).update(finish_within=timedelta(days=366))
+    why = OUT_OF_RANGE.format("366 days")
+    schedules = reverse("admin:django_periodic_schedule_changelist")
+    runs = reverse("admin:django_periodic_run_changelist")
+    posts = {
+        (schedules, f"{schedule} not run: {why}"): {
+            "action": "run_now",
+            "_selected_action": [schedule.pk],
+        },
+        (
+            reverse("admin:django_periodic_schedule_run_now", args=[schedule.pk]),
+            f"Not run: {why}",
+        ): {},
+        (runs, f"{failed} not retried: {why}"): {
+            "action": "retry",
+            "_selected_action": [failed.pk],
+        },
+        (run_url(failed, "retry"), f"Not retried: {why}"): {},
+    }
+    for (url, message), data in posts.items():
+        response = admin_client.post(url, data, follow=True)
+        assert [str(m) for m in response.context["messages"]] == [message]
+    assert list(Run.objects.values_list("pk", flat=True)) == [failed.pk]
+
+
 # -- a real scheduler ---------------------------------------------------------------------------
 
 # The deadline pass runs with the attention pass, once an ALERT_INTERVAL; cancel requests
@@ -350,6 +464,19 @@ def test_a_running_scheduler_lets_a_late_job_run_on_without_cancel_when_late(chi
     assert run.status == "succeeded" and run.late_at is not None
     assert run.finish_by < run.late_at < run.finished_at  # found late while it ran on
     assert _lines(notes) == [f"{run.pk} started", f"{run.pk} finished"]
+    assert child.terminate() == 0
+
+
+@pytest.mark.processes
+def test_a_running_scheduler_finds_a_run_late_at_its_deadline_not_its_alert_interval(children):
+    # Nothing claims the run (a planning process only) and the alert pass is an hour away:
+    # only the wake-up just after its deadline finds it late within the test.
+    child = children.start("--plan-only", settings={"ALERT_INTERVAL": 3600})
+    schedule, made = run_when_ready(child, finish_within=2 * SECOND)
+    found = Run.objects.filter(pk=made.pk, late_at__isnull=False)
+    run = wait_for(found.first, 30, "the run to be found late")
+    assert run.status == "pending" and run.late_at > run.finish_by
+    assert _attention(schedule) == "late"  # judged in the same look
     assert child.terminate() == 0
 
 

@@ -16,7 +16,7 @@ from tests import jobs
 from tests.factories import RunFactory, ScheduleFactory
 from tests.helpers import fire, set_cursor
 from tests.models import Execution
-from tests.processes import wait_for
+from tests.processes import run_until_it_pauses_itself, wait_for
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -358,23 +358,12 @@ def test_a_running_scheduler_runs_a_job_exactly_max_runs_times(postgres, childre
 
 @pytest.mark.processes
 def test_a_running_scheduler_pauses_a_failing_schedule_and_runs_it_no_more(postgres, children):
-    start = clock.now().replace(microsecond=0) + 2 * SECOND
-    failing = ScheduleFactory(
-        name="failing",
-        job="tests.jobs.record_and_fail",
-        interval=SECOND,
-        start_at=start,
-        pause_after_failures=3,
+    seen = run_until_it_pauses_itself(
+        children.start, workers=2, ticks=5, settings={"ALERT_INTERVAL": 1}
     )
-    ticking = ScheduleFactory(name="ticking", job="tests.jobs.record", interval=SECOND)
-    child = children.start("--workers", "2", settings={"ALERT_INTERVAL": 1})
-    paused = Schedule.objects.filter(pk=failing.pk, paused_by="scheduler")
-    wait_for(paused.exists, 30, "the failing schedule to pause itself")
-    ran = executions(failing)
-    wait_for_fires(ticking, 5)
-    assert child.terminate() == 0
+    failing = seen.failing
     # The third failure's outcome pauses it (test_self_pausing.py says why exactly then).
-    assert ran == executions(failing) == 3
+    assert seen.ran_when_paused == executions(failing) == 3
     failing.refresh_from_db()
     assert failing.paused_until == pausing.UNTIL_RESUMED
     failed = Run.objects.filter(schedule=failing, status=RunStatus.FAILED)
@@ -383,4 +372,4 @@ def test_a_running_scheduler_pauses_a_failing_schedule_and_runs_it_no_more(postg
         pk for pk in failed.values_list("pk", flat=True) if f"run {pk} " in failing.pause_reason
     ]
     assert len(named) >= 3
-    assert "Schedule 'failing' paused itself until resumed" in child.output()
+    assert "Schedule 'failing' paused itself until resumed" in seen.child.output()

@@ -22,7 +22,7 @@ from django_periodic.engine.runs import claims, outcomes
 from django_periodic.models import Lease, Run, Schedule, SchedulerProcess, pausing
 from tests.factories import RunFactory, ScheduleFactory
 from tests.models import Execution
-from tests.processes import wait_for
+from tests.processes import run_until_it_pauses_itself
 
 SECOND = timedelta(seconds=1)
 
@@ -357,23 +357,11 @@ def test_the_next_failure_pauses_a_schedule_locked_at_the_nth(process, locked_sc
 
 @pytest.mark.processes
 def test_a_running_scheduler_pauses_at_the_third_failure_and_starts_no_more(postgres, children):
-    start = clock.now().replace(microsecond=0) + 2 * SECOND
-    failing = ScheduleFactory(
-        name="failing",
-        job="tests.jobs.record_and_fail",
-        interval=SECOND,
-        start_at=start,
-        pause_after_failures=3,
-    )
-    ticking = ScheduleFactory(name="ticking", job="tests.jobs.record", interval=SECOND)
     # The attention pass once a day: only the outcomes can pause it within the test.
-    child = children.start("--workers", "1", settings={"ALERT_INTERVAL": 86400})
-    paused = Schedule.objects.filter(pk=failing.pk, paused_by="scheduler")
-    wait_for(paused.exists, 30, "the failing schedule to pause itself")
-    ticked = Execution.objects.filter(schedule="ticking")
-    target = ticked.count() + 4  # several more fires of its twin: the scheduler went on
-    wait_for(lambda: ticked.count() >= target, 30, "more fires of the ticking schedule")
-    assert child.terminate() == 0
+    seen = run_until_it_pauses_itself(
+        children.start, workers=1, ticks=4, settings={"ALERT_INTERVAL": 86400}
+    )
+    failing, ticking = seen.failing, seen.ticking
     # Exactly three. While a run of a schedule that skips overlaps is active, no planner
     # locks or plans its next fire before that fire is due (planner._without_waiting), and
     # the pass that could lock it sees two failures until the third's outcome commits: so
@@ -388,4 +376,4 @@ def test_a_running_scheduler_pauses_at_the_third_failure_and_starts_no_more(post
     later_fires = runs.filter(plan_time__gt=max(calls.values_list("plan_time", flat=True)))
     assert set(later_fires.values_list("error_code", flat=True)) <= {ErrorCode.PAUSED}
     assert ticking.runs.filter(status=RunStatus.SUCCEEDED).count() >= 4
-    assert "Schedule 'failing' paused itself until resumed" in child.output()
+    assert "Schedule 'failing' paused itself until resumed" in seen.child.output()

@@ -7,7 +7,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
 from django.db.models.expressions import Combinable
 from django.http import (
@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic.admin import display
+from django_periodic.admin.actions import refusal
 from django_periodic.admin.changes import versions
 from django_periodic.admin.run_list import (
     RunChangeList,
@@ -309,13 +310,24 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
             self.message_user(request, _("None of the selected runs failed."), messages.WARNING)
             return
         now = clock.now(queryset.db)
-        statuses = Counter(retries.plan_retry(run, now).status for run in failed)
+        statuses: Counter[str] = Counter()
+        for run in failed:
+            try:
+                statuses[retries.plan_retry(run, now).status] += 1
+            except ValidationError as exc:  # its schedule's value out of range: the others go
+                message = _("%(run)s not retried: %(error)s")
+                self.message_user(
+                    request, message % {"run": run, "error": refusal(exc)}, messages.ERROR
+                )
+        if not statuses:
+            return
+        n = statuses.total()
         message = ngettext(
             "Retried %(n)d failed run: %(counts)s.",
             "Retried %(n)d failed runs: %(counts)s.",
-            len(failed),
+            n,
         )
-        self.message_user(request, message % {"n": len(failed), "counts": display.counts(statuses)})
+        self.message_user(request, message % {"n": n, "counts": display.counts(statuses)})
 
     @admin.action(
         description=gettext_lazy("Cancel (waiting runs at once; running ones are asked to stop)"),
@@ -339,7 +351,13 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
         if run.status != Run.Status.FAILED:
             self.message_user(request, _("Only a failed run can be retried."), messages.ERROR)
             return HttpResponseRedirect(self._url("change", run.pk))
-        new = retries.plan_retry(run, clock.now(run._state.db or "default"))
+        try:
+            new = retries.plan_retry(run, clock.now(run._state.db or "default"))
+        except ValidationError as exc:  # its schedule's value out of range
+            self.message_user(
+                request, _("Not retried: %(error)s") % {"error": refusal(exc)}, messages.ERROR
+            )
+            return HttpResponseRedirect(self._url("change", run.pk))
         link = format_html('<a href="{}">{}</a>', self._url("change", new.pk), new)
         self.message_user(request, format_html(_("Retrying as a new run: {}."), link))
         return HttpResponseRedirect(self._url("change", new.pk))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import QuerySet
 from django.http import (
@@ -354,6 +354,10 @@ class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
             raise PermissionDenied
         try:
             runs = schedule.run_now_for_all_scopes()
+        except ValidationError as exc:  # a value stored out of its range
+            message = _("Not run: %(error)s") % {"error": schedule_actions.refusal(exc)}
+            self.message_user(request, message, messages.ERROR)
+            return HttpResponseRedirect(self._url("change", schedule.pk))
         except Exception as exc:  # the scope provider's code failed
             message = _("Not run: its scope provider failed: %(error)s") % {"error": exc}
             self.message_user(request, message, messages.ERROR)

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Exists, F, OuterRef, Q, Window
 from django.db.models.functions import RowNumber
@@ -22,6 +23,7 @@ from django_periodic.db import announcements
 from django_periodic.engine.backends import ledger
 from django_periodic.models import Run, RunQuerySet, Schedule
 from django_periodic.models.run import BACKFILLED
+from django_periodic.timing import bounds
 
 SUPERSEDED_MESSAGE = "A newer fire of its schedule replaced it before it was retried."
 
@@ -115,11 +117,13 @@ def plan_extra_runs(
     repeats what the failed run called).
 
     The decisions are taken on the schedule row as locked now (the planner holds the
-    same lock while it decides), never on the instance given, which may be stale.
+    same lock while it decides), never on the instance given, which may be stale. Raises
+    ValidationError, recording nothing, for a ``finish_within`` out of its range.
     """
     using = schedule._state.db or "default"
     with transaction.atomic(using=using):
         locked = Schedule.objects.using(using).select_for_update().get(pk=schedule.pk)
+        _refuse_bad_deadline(locked)
         runs = Run.objects.using(using)
         in_flight_by_scope = occupancy(runs, [locked.pk])
         new, superseding = [], []
@@ -137,6 +141,16 @@ def plan_extra_runs(
         if signals.listened(signals.run_planned, signals.run_skipped):
             announcements.send_on_commit(map(signals.recorded, created), using)
     return created
+
+
+def _refuse_bad_deadline(schedule: Schedule) -> None:
+    """Refuse a run of a schedule whose ``finish_within`` was stored out of its range (past
+    its CHECK): its deadline cannot be worked out. As ``full_clean()`` would, on the field,
+    with its range, for whoever asked (the admin shows it)."""
+    value, valid = schedule.finish_within, bounds.SCHEDULE["finish_within"]
+    if value is not None and value not in valid:
+        message = f"finish_within must be from {valid.describe()}, not {bounds.show(value)}."
+        raise ValidationError({"finish_within": message})
 
 
 def _extra_run(

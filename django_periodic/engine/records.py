@@ -397,6 +397,8 @@ class Horizon:
     next_pending: datetime | None  # earliest release of a run our workers may claim
     next_handoff: datetime | None  # earliest release of a handed-off run not enqueued
     next_enqueued: datetime | None  # earliest enqueue of a handed-off run still waiting
+    # earliest deadline to finish of an unfinished run not found late (Run.finish_by)
+    next_deadline: datetime | None = None
     # A lease is held by a process that lost its session lock: it died (presence.py).
     orphaned: bool = False
 

@@ -25,7 +25,8 @@ class ExtraRuns(ScheduleFields):
         """Record a manual run for a scheduler to execute; never runs the job in this thread.
 
         On a fanned-out schedule (``scopes`` set), ``scope`` names the scope key to run for;
-        ``run_now_for_all_scopes()`` runs every key the provider returns.
+        ``run_now_for_all_scopes()`` runs every key the provider returns. Raises
+        ValidationError, recording nothing, for a ``finish_within`` stored out of its range.
         """
         if self.scopes and not scope:
             raise ValueError(

@@ -9,6 +9,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, cast
 
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.translation import gettext as _
@@ -35,12 +36,23 @@ def run_now(
     for schedule in queryset:
         try:
             statuses.update(run.status for run in schedule.run_now_for_all_scopes())
+        except ValidationError as exc:  # a value stored out of its range: the others still run
+            message = _("%(name)s not run: %(error)s")
+            model_admin.message_user(
+                request, message % {"name": schedule, "error": refusal(exc)}, messages.ERROR
+            )
         except Exception as exc:  # a scope provider's code failed: the others still run
             message = _("%(name)s not run: its scope provider failed: %(error)s")
             model_admin.message_user(
                 request, message % {"name": schedule, "error": exc}, messages.ERROR
             )
-    report_requested(model_admin, request, statuses)
+    if statuses:  # else each schedule's refusal said it all
+        report_requested(model_admin, request, statuses)
+
+
+def refusal(error: ValidationError) -> str:
+    """A run refused for a value of its schedule (``run_now()``, a retry), in one line."""
+    return " ".join(error.messages)
 
 
 def report_requested(

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
 
-from django_periodic.conf import PeriodicSettings
+from django_periodic.conf import ALERT_INTERVAL_FLOOR, PeriodicSettings
 from django_periodic.engine import fleet, overlap, records
 from django_periodic.engine.loop import wakeups
 from django_periodic.engine.loop import workers as workers_
@@ -28,6 +28,9 @@ logger = logging.getLogger("django_periodic")
 # ms with a thousand leases held, and a lease lasts far longer than this wait).
 RELEASE_GUARD = timedelta(milliseconds=500)
 AFTER_RELEASE = timedelta(milliseconds=100)
+# A run is late once its deadline is behind ``now`` (deadlines.py): the database tells
+# times apart to the microsecond, so the loop wakes this long after the deadline.
+LATE_AFTER = timedelta(microseconds=1)
 
 
 class Housekeeper:
@@ -55,6 +58,8 @@ class Housekeeper:
         # Whether the last evaluation found schedules with alerts: only then does a sleep
         # end for the next one (an app without alerts pays nothing while idle).
         self._alerts_watched = False
+        # The ``now`` of the last look for late runs: deadlines before it were looked at.
+        self._attended_at = datetime.min.replace(tzinfo=UTC)
 
     def keep_house(
         self, process: SchedulerProcess | None, now: datetime, ahead: records.Horizon
@@ -102,17 +107,18 @@ class Housekeeper:
             return None
         return timedelta(seconds=max(until, 0.0)) + AFTER_RELEASE
 
-    def attend(self, now: datetime) -> attention.Evaluation | None:
+    def attend(self, now: datetime, ahead: records.Horizon) -> attention.Evaluation | None:
         """Flag the runs late for their deadline (deadlines.py: one statement when none
-        is), then judge which schedules need attention, at most once an
-        ``ALERT_INTERVAL``; in the tick's transaction (an idle wake-up stays one
-        transaction).
+        is), then judge which schedules need attention, once an ``ALERT_INTERVAL``, and
+        when a run's deadline passed since the last time (``deadline_passed``); in the
+        tick's transaction (an idle wake-up stays one transaction).
 
         Any error is logged and waits for the next evaluation: alerts must never stop the
         scheduling (a database gone away fails the tick's next statement anyway)."""
-        if now < self.next_attention:
+        if now < self.next_attention and not self.deadline_passed(now, ahead):
             return None
         self.next_attention = now + self.settings.ALERT_INTERVAL
+        self._attended_at = now
         try:
             # A savepoint in the tick's transaction: an error here undoes this alone, never
             # the heartbeat and sweep before it. Late runs first: attention judges them.
@@ -124,6 +130,30 @@ class Housekeeper:
             return None
         self._alerts_watched = bool(found.watched)
         return found
+
+    def deadline_passed(self, now: datetime, ahead: records.Horizon) -> bool:
+        """Whether a run's deadline passed since the last look for late runs, and that look
+        was at least ``ALERT_INTERVAL_FLOOR`` ago (a burst of deadlines is one look).
+        A deadline already behind the last look waits for the next ``ALERT_INTERVAL``:
+        that look failed, or the run was recorded late already."""
+        deadline = ahead.next_deadline
+        if deadline is None or not self._attended_at <= deadline < now:
+            return False
+        return now >= self._attended_at + ALERT_INTERVAL_FLOOR
+
+    def deadline_wake(self, now: datetime, ahead: records.Horizon) -> datetime | None:
+        """When a planning process next looks for late runs before its ``ALERT_INTERVAL``:
+        just after the earliest deadline of a run (None if no run has one: no wake-up), no
+        sooner than ``ALERT_INTERVAL_FLOOR`` after the last look. A deadline behind this
+        tick's look was flagged by it (the horizon was read before): a tick a floor later
+        reads the next one. Behind an earlier look, it waits (``deadline_passed``)."""
+        deadline = ahead.next_deadline
+        if deadline is None:
+            return None
+        floor = self._attended_at + ALERT_INTERVAL_FLOOR
+        if deadline < self._attended_at:
+            return floor if self._attended_at == now else None
+        return max(deadline + LATE_AFTER, floor)
 
     def probing(self) -> bool:
         """Whether this tick's look ahead also looks for leases of dead holders: at most once

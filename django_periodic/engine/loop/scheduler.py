@@ -213,7 +213,7 @@ class Scheduler:
             if not holding:
                 self.housekeeper.keep_house(self.process, now, ahead)
             if self.plan:
-                self.housekeeper.attend(now)
+                self.housekeeper.attend(now, ahead)
             # In the same transaction: a wake-up with nothing new stays one.
             fired = self._plan_after(now)
         if holding:  # in transactions of its own, see there
@@ -367,9 +367,10 @@ class Scheduler:
                 return total
 
     def _next_wake(self, now: datetime, ahead: records.Horizon) -> datetime:
-        """The earliest of: next fire, retry, lease expiry, sweep, heartbeat and timeout;
-        capped by the poll interval (the idle interval while LISTEN wakes us), and while a
-        lease is held anywhere, by the probe for dead holders (presence.py)."""
+        """The earliest of: next fire, retry, lease expiry, sweep, heartbeat, timeout and a
+        run's deadline; capped by the poll interval (the idle interval while LISTEN wakes
+        us), and while a lease is held anywhere, by the probe for dead holders
+        (presence.py)."""
         cap = self.settings.IDLE_INTERVAL if self.listener.listening else self.poll
         candidates = [now + cap, *self.housekeeper.wake_times(now, ahead)]
         if self.plan and ahead.next_fire is not None:
@@ -378,6 +379,8 @@ class Scheduler:
                 candidates.append(self._replan_at)
         if self.plan:
             candidates += [*self._handoff_times(now, ahead), self._after_at]
+            # Read by the look ahead: no statement of its own, none at all without deadlines.
+            candidates.append(self.housekeeper.deadline_wake(now, ahead))
         if self.pool:
             candidates += [ahead.next_retry, *self.watcher.wake_times(now)]
             if ahead.next_pending is not None and ahead.next_pending > now:

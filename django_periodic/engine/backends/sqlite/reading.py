@@ -14,7 +14,7 @@ from django.db.models.functions import RowNumber, TruncHour, TruncMinute
 from django_periodic.db import clock
 from django_periodic.engine.records import Bucket, Horizon, truncated
 from django_periodic.models import Lease, Run, Schedule
-from django_periodic.models.run import CLAIMABLE_STATUSES, RELEASE
+from django_periodic.models.run import CLAIMABLE_STATUSES, DEADLINE_WATCHED, RELEASE
 
 LAG_SAMPLE = 10_000
 # The runs whose start measures the scheduler's promptness: first attempts (a retry's start
@@ -48,6 +48,8 @@ def earliest(using: str, jobs: tuple[str, ...]) -> dict[str, tuple[QuerySet[Any]
         ),
         # As periodic_run_enqueued indexes them: their first entry is the earliest.
         "next_enqueued": (enqueued, F("enqueued_at")),
+        # As periodic_run_deadline indexes them: empty where no schedule has a deadline.
+        "next_deadline": (runs.filter(DEADLINE_WATCHED), F("finish_by")),
     }
 
 
