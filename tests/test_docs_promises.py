@@ -110,3 +110,16 @@ def test_the_guide_gives_each_field_its_model_default(name):
     default = field.get_default() if field.has_default() else None
     default = list(default) if isinstance(default, list | tuple) else default
     assert written == in_words(default), f"{name}: the guide says {written}"
+
+
+# A commit's abbreviated or full hash: hex with a letter and a digit, not part of a UUID.
+COMMIT_HASH = re.compile(r"(?<![-\w])(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}(?![-\w])")
+# Code (fenced blocks and inline spans): its hex is an example's value, not a commit.
+CODE = re.compile(r"```.*?```|`[^`\n]*`", re.DOTALL)
+
+
+@pytest.mark.parametrize("path", sorted(DOCS.glob("*.md")), ids=lambda path: path.name)
+def test_user_docs_name_no_commit(path):
+    # The docs state what is true now; git keeps which commit made it so.
+    prose = CODE.sub("", path.read_text())
+    assert COMMIT_HASH.findall(prose) == []
