@@ -147,10 +147,9 @@ def _refuse_bad_deadline(schedule: Schedule) -> None:
     """Refuse a run of a schedule whose ``finish_within`` was stored out of its range (past
     its CHECK): its deadline cannot be worked out. As ``full_clean()`` would, on the field,
     with its range, for whoever asked (the admin shows it)."""
-    value, valid = schedule.finish_within, bounds.SCHEDULE["finish_within"]
-    if value is not None and value not in valid:
-        message = f"finish_within must be from {valid.describe()}, not {bounds.show(value)}."
-        raise ValidationError({"finish_within": message})
+    out_of_range = bounds.SCHEDULE["finish_within"].error("finish_within", schedule.finish_within)
+    if out_of_range:
+        raise ValidationError({"finish_within": out_of_range})
 
 
 def _extra_run(
