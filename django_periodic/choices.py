@@ -179,6 +179,9 @@ class ErrorCode(models.TextChoices):
     UPSTREAM_FAILED = "upstream_failed", _("skipped: an upstream run did not succeed")
     UPSTREAM_LATE = "upstream_late", _("skipped: an upstream run was not done in time")
     JOB_NOT_DEPLOYED = "job_not_deployed", _("skipped: no live process has its job")
+    # Its schedule's concurrency limit (models/limits.py) had no free slot before its start
+    # deadline: its error message names the limit.
+    CONCURRENCY_LIMIT = "concurrency_limit", _("skipped: its concurrency limit stayed full")
     # Its lease cannot be taken: the database refused the claim, or its schedule's
     # lease_timeout would make the lease outlast every time a row may hold.
     CANNOT_CLAIM = "cannot_claim", _("failed: its lease could not be taken")

@@ -397,3 +397,20 @@ def work_until_stopped(context, notes: str, seconds: float = 60.0):
         time.sleep(0.05)
     write("finished")
     return "finished"
+
+
+@job(takes_context=True)
+def occupy(context, notes: str, seconds: float = 0.3):
+    """Notes "start" then, ``seconds`` later, "end" for its run in the file ``notes``, with
+    the wall-clock time of each: the concurrency tests' record of when jobs really ran."""
+    _note_line(notes, f"start {context.run.pk} {time.time():.6f}\n")
+    time.sleep(seconds)
+    _note_line(notes, f"end {context.run.pk} {time.time():.6f}\n")
+
+
+def _note_line(notes: str, line: str) -> None:
+    fd = os.open(notes, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)

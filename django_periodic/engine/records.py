@@ -82,6 +82,7 @@ class Due:
     max_attempts: int = 1
     tasks_backend: str = ""
     revision: int = 1
+    concurrency_limit_id: int | None = None
     # Its calendars, loaded once per batch (planner), or why they cannot be used.
     closures: business_days.Closures | None = None
     calendar_error: str = ""
@@ -223,6 +224,7 @@ class ClaimedValues:
     timeout: timedelta | None  # the schedule's
     overlap: str  # the schedule's
     pause_after_failures: int | None  # the schedule's (planning/self_pausing.py)
+    concurrency_limit_id: int | None  # the run's: its end frees a slot (runs/admission.py)
 
     @classmethod
     def of(cls, run: Run) -> ClaimedValues:
@@ -242,6 +244,7 @@ class ClaimedValues:
             schedule.timeout,
             schedule.overlap,
             schedule.pause_after_failures,
+            run.concurrency_limit_id,
         )
 
 

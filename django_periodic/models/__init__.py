@@ -8,6 +8,7 @@ below are the public ones (docs/api.md); the rest belongs to the modules that de
 from django_periodic.models.calendars import Calendar
 from django_periodic.models.explaining.accounts import FireAccount, FireStatus
 from django_periodic.models.explaining.pages import ExplainPage
+from django_periodic.models.limits import ConcurrencyLimit
 from django_periodic.models.overrides import FireOverride
 from django_periodic.models.pausing import UNTIL_RESUMED
 from django_periodic.models.processes import (
@@ -25,6 +26,7 @@ from django_periodic.models.versions import ScheduleVersion, changed_by
 __all__ = [
     "UNTIL_RESUMED",
     "Calendar",
+    "ConcurrencyLimit",
     "ExplainPage",
     "FireAccount",
     "FireOverride",

@@ -26,7 +26,7 @@ def restore_version(version: ScheduleVersion, *, by: str | None = None) -> "Sche
     with transaction.atomic(using=using):
         schedules = type(version.schedule).objects.using(using).select_for_update()
         schedule = schedules.get(pk=version.schedule_id)
-        fields = {field.name: field for field in schedule._meta.concrete_fields}
+        fields = {field.attname: field for field in schedule._meta.concrete_fields}
         for name in versioning.COLUMNS:
             if name in version.fields and name not in SECRET_FIELDS:
                 setattr(schedule, name, fields[name].to_python(version.fields[name]))

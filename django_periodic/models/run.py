@@ -13,6 +13,7 @@ from django_periodic import choices, db, policies
 from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
 from django_periodic.db import clock
+from django_periodic.models import limits
 from django_periodic.models.schedule_fields import ScheduleFields
 
 # The statuses of runs a worker may claim (when due): choices.py holds every status set.
@@ -93,7 +94,11 @@ SNAPSHOT_FIELDS = {
 # The fields a new run copies from its schedule as they are, run field: schedule field: the
 # snapshot, and how many attempts it may make. The planner's statement copies the same
 # columns (engine/planning/recording.py builds its SQL from this).
-COPIED_FROM_SCHEDULE = {**SNAPSHOT_FIELDS, "max_attempts": "max_attempts"}
+COPIED_FROM_SCHEDULE = {
+    **SNAPSHOT_FIELDS,
+    "max_attempts": "max_attempts",
+    "concurrency_limit_id": "concurrency_limit_id",
+}
 
 
 class NewRunSource(Protocol):
@@ -113,6 +118,8 @@ class NewRunSource(Protocol):
     def tasks_backend(self) -> str: ...
     @property
     def overlap(self) -> str: ...
+    @property
+    def concurrency_limit_id(self) -> int | None: ...
 
 
 def taken_from_schedule(schedule: NewRunSource) -> dict[str, Any]:
@@ -258,6 +265,23 @@ class Run(models.Model):
     start_deadline = models.DateTimeField(
         null=True, blank=True, help_text=_("Skipped if not started by then.")
     )
+    # Copied from its schedule when recorded (models/limits.py): while held, release_at is
+    # limits.HELD and its real release waits here.
+    concurrency_limit = models.ForeignKey(
+        "django_periodic.ConcurrencyLimit",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
+        db_index=False,
+        editable=False,
+    )
+    held_release_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("While it waits for its concurrency limit: when it may start once admitted."),
+    )
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Its deadline (engine/runs/deadlines.py): its plan time plus its schedule's
     # finish_within when it was recorded; late_at when it was found unfinished past it.
@@ -363,6 +387,19 @@ class Run(models.Model):
                 condition=DEADLINE_WATCHED,
                 name="periodic_run_deadline",
             ),
+            # Runs waiting for their concurrency limit, oldest plan time first (admission),
+            # and those holding its slots: what engine/runs/limits.py reads, and nothing
+            # for a run of a schedule without a limit.
+            models.Index(
+                fields=["concurrency_limit", "plan_time"],
+                condition=limits.WAITING,
+                name="periodic_run_held",
+            ),
+            models.Index(
+                fields=["concurrency_limit", "scope"],
+                condition=limits.HOLDING & Q(concurrency_limit__isnull=False),
+                name="periodic_run_limited",
+            ),
             # Handed-off runs waiting for their task: the oldest enqueue, to redeliver.
             models.Index(
                 fields=["enqueued_at"],
@@ -403,6 +440,6 @@ class Run(models.Model):
         (``taken_from_schedule``: a snapshot of what it will call, ...); ``fields`` set the
         rest, or override them."""
         deadline = policies.finish_by(plan_time, schedule.finish_within)
-        fields = {**taken_from_schedule(schedule), "finish_by": deadline, **fields}
+        fields = limits.hold({**taken_from_schedule(schedule), "finish_by": deadline, **fields})
         # ``schedule`` is a Schedule, the model the key names (``ScheduleFields`` is its base).
         return cls(schedule=schedule, plan_time=plan_time, **fields)  # type: ignore[misc]

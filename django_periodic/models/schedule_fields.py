@@ -57,6 +57,7 @@ POLICY_FIELDS = (
     "lease_timeout",
     "allow_stale_reentry",
     "tasks_backend",
+    "concurrency_limit",
 )
 # How long a schedule's finished runs are kept (retention.py); empty: the global settings.
 RETENTION_FIELDS = ("keep_runs", "keep_runs_for", "keep_failed_runs_for")
@@ -254,6 +255,16 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
         null=True,
         blank=True,
         help_text=_("With overlap “concurrent”: most runs active at once; empty for no limit."),
+    )
+    # Its runs wait for a slot of this limit (models/limits.py); PROTECT: a limit that
+    # schedules name cannot be deleted from under them.
+    concurrency_limit = models.ForeignKey(
+        "django_periodic.ConcurrencyLimit",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="schedules",
+        help_text=_("Its runs take a slot of this limit, shared with the schedules naming it."),
     )
     misfire = models.CharField(
         max_length=16, choices=Misfire, default=Misfire.LATEST, db_default=Misfire.LATEST

@@ -45,8 +45,10 @@ from django_periodic.models.schedule_fields import (
     ScheduleFields,
 )
 
-# The versioned columns; the calendars are a many-to-many, recorded by name.
-COLUMNS = tuple(name for name in VERSIONED_FIELDS if name != "calendars")
+# The versioned columns, by attribute name (a concurrency limit by its id); the calendars
+# are a many-to-many, recorded by name.
+_FIELDS = {field.name: field for field in ScheduleFields._meta.concrete_fields}
+COLUMNS = tuple(_FIELDS[name].attname for name in VERSIONED_FIELDS if name != "calendars")
 REASON_MAX_LENGTH = 500
 
 

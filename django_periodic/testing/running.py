@@ -9,7 +9,7 @@ from django_periodic.engine.loop import executor
 from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.planning import after, planner
 from django_periodic.engine.records import Claim
-from django_periodic.engine.runs import claims, outcomes
+from django_periodic.engine.runs import admission, claims, outcomes
 from django_periodic.models import Run
 
 HOLDER = "django_periodic.testing.run_due"
@@ -47,11 +47,13 @@ def run_due(
     ``now``: call ``run_due(now=run.next_retry_at)`` to run it. Timeouts and cancel
     requests are not watched while a job runs here, and nothing heartbeats (a job's own
     ``context.heartbeat()`` works). A schedule that runs after others (``after``) gets its
-    run as soon as theirs end, and runs in the same call.
+    run as soon as theirs end, and runs in the same call; a run held by its concurrency limit
+    runs once a slot frees, in the same call.
     """
     now = now or clock.now(using)
     _plan(now, using)
     after.plan_after(now, using)
+    admission.admit(now, using)
     executed: dict[int, None] = {}  # run ids in the order they were executed
     progress = True
     while progress and (ids := _runnable(now, using, handed_off)):
@@ -68,6 +70,7 @@ def run_due(
             executed[run_id] = None
         if progress:
             after.plan_after(now, using)  # the runs of schedules after those that ended
+            admission.admit(now, using)  # into the slots of the runs that ended
     by_id = Run.objects.using(using).select_related("schedule").in_bulk(list(executed))
     return [by_id[run_id] for run_id in executed]
 

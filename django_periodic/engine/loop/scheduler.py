@@ -36,7 +36,7 @@ from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.shutdown import shut_down
 from django_periodic.engine.loop.stop_signals import StopSignals
 from django_periodic.engine.planning import after, code_schedules, planner
-from django_periodic.engine.runs import claims, handoff, presence
+from django_periodic.engine.runs import admission, claims, handoff, presence
 from django_periodic.models import Run, SchedulerProcess
 
 logger = logging.getLogger("django_periodic")
@@ -126,6 +126,10 @@ class Scheduler:
         # NOTIFY), and at the time the last pass asked for; never while nothing happens.
         self._after_news = True
         self._after_at: datetime | None = None
+        # Concurrency limits (admission.py): held runs looked at on the same news, and while
+        # some wait, at admission.POLL; never while none does.
+        self._limit_news = True
+        self._admit_at: datetime | None = None
 
     @property
     def lead(self) -> timedelta:
@@ -219,11 +223,12 @@ class Scheduler:
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
+        admitted = self._admit(now)
         if self.pool:
             self.watcher.watch(self.process, now)
-            self._claim_due(ahead, planned.fired)
+            self._claim_due(ahead, planned.fired + admitted)
             self._claim_ahead(ahead, planned.fired)
-        self._dispatch(ahead)
+        self._dispatch(ahead, admitted)
         return now, now if planned.schedules or fired else self._next_wake(now, ahead)
 
     def _plan_after(self, now: datetime) -> int:
@@ -246,13 +251,32 @@ class Scheduler:
         self._after_at = result.next_check
         return result.fired + result.skipped
 
-    def _dispatch(self, ahead: records.Horizon) -> None:
+    def _admit(self, now: datetime) -> int:
+        """Admit runs held by their concurrency limits into its free slots, if there may be
+        news: a run recorded, a run ended, or the time the last pass asked for. Returns how
+        many it admitted."""
+        due = self._limit_news or (self._admit_at is not None and self._admit_at <= now)
+        if not self.plan or not due:
+            return 0
+        self._limit_news = False
+        try:
+            result = admission.admit(now, self.using)
+        except CONNECTION_ERRORS:
+            raise
+        except Exception:
+            logger.exception("Could not admit the runs waiting for concurrency limits; retrying.")
+            self._admit_at = now + admission.POLL
+            return 0
+        self._admit_at = now + admission.POLL if result.waiting else None
+        return result.admitted
+
+    def _dispatch(self, ahead: records.Horizon, admitted: int = 0) -> None:
         """Enqueue the tasks of handed-off runs that may start (planners do this). Runs this
         tick planned are seen by the next, which follows at once; a tick that planned none
         costs no statement here."""
         if not self.plan or self.stop.requested:
             return
-        if ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
+        if admitted or ahead.handoff_due(self.settings.TASKS_PICKUP_TIMEOUT):
             handoff.dispatch(self.using)
 
     def _plan_when_due(self, now: datetime, ahead: records.Horizon) -> records.PlanResult:
@@ -263,6 +287,7 @@ class Scheduler:
             return records.PlanResult()  # left for later: a run was in flight
         planned = self._plan(now)
         self._after_news = True  # a fire planned here or by another planner: an upstream's?
+        self._limit_news = True
         self._planned_to = now + self.lead
         # A fire this pass left (a run in flight may end within the lead) is looked at again
         # a few times before it is due; the look-ahead shows whether one was left.
@@ -378,7 +403,7 @@ class Scheduler:
             if self._left_a_fire(ahead):
                 candidates.append(self._replan_at)
         if self.plan:
-            candidates += [*self._handoff_times(now, ahead), self._after_at]
+            candidates += [*self._handoff_times(now, ahead), self._after_at, self._admit_at]
             # Read by the look ahead: no statement of its own, none at all without deadlines.
             candidates.append(self.housekeeper.deadline_wake(now, ahead))
         if self.pool:
@@ -423,7 +448,7 @@ class Scheduler:
                 return  # time is up: a whole tick
             if reasons.strip(wakeups.CAPACITY):
                 self.watcher.news = True  # a stop, a NOTIFY: a whole tick
-                self._after_news = True
+                self._after_news = self._limit_news = True
                 return
 
     def _run_once(self) -> None:
@@ -431,7 +456,7 @@ class Scheduler:
         while not self.stop.requested:
             self._alarm.clear()
             self.watcher.news = True  # not a busy loop: look at everything each tick
-            self._after_news = True
+            self._after_news = self._limit_news = True
             now, wake_at = self.tick()
             if not self.pool:
                 if wake_at > now:
@@ -442,6 +467,8 @@ class Scheduler:
             self._alarm.wait(1.0)
 
     def _claimable(self) -> bool:
+        if self.plan:  # runs held by a limit whose slots the ended runs freed
+            admission.admit(clock.now(self.using), self.using)
         runs = Run.objects.using(self.using).executed_here().of_jobs(fleet.local_jobs())
         return runs.claimable(clock.now(self.using)).exists()
 

@@ -46,7 +46,7 @@ from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import recording
 from django_periodic.engine.records import Due
 from django_periodic.escaping import escaped
-from django_periodic.models import Run, Schedule, trigger_rows
+from django_periodic.models import Run, Schedule, limits, trigger_rows
 from django_periodic.models.run import taken_from_schedule
 from django_periodic.timing import bounds
 
@@ -60,7 +60,7 @@ FIELDS = (
     "pk", "name", "job", "args", "kwargs", "revision", "max_attempts", "tasks_backend",
     "overlap", "misfire_grace", "after", "after_outcome", "after_wait", "start_at", "end_at",
     "created_at", "paused_until", "planning_failures", "last_error", "attention_reason",
-    "finish_within",
+    "finish_within", "concurrency_limit_id",
 )  # fmt: skip
 
 # (scope, plan time) of a run
@@ -92,6 +92,7 @@ class Downstream:
     last_error: str
     attention_reason: str
     finish_within: timedelta | None
+    concurrency_limit_id: int | None
     newest: datetime | None  # the plan time of its newest ledger run
 
     @property
@@ -336,9 +337,9 @@ def _run(
         deadline = policies.start_deadline(downstream.misfire_grace, now, now)
         return Run(
             schedule_id=downstream.pk, plan_time=plan_time, scope=scope,
-            trigger=RunTrigger.SCHEDULE, status=RunStatus.PENDING, release_at=now,
-            start_deadline=deadline,
-            finish_by=policies.finish_by(plan_time, downstream.finish_within), **fields,
+            trigger=RunTrigger.SCHEDULE, start_deadline=deadline,
+            finish_by=policies.finish_by(plan_time, downstream.finish_within),
+            **limits.hold({**fields, "status": RunStatus.PENDING, "release_at": now}),
         )  # fmt: skip
     return Run(
         schedule_id=downstream.pk, plan_time=plan_time, scope=scope,

@@ -22,7 +22,7 @@ from django_periodic import signals
 from django_periodic.db import announcements, clock
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import BackfilledRow, InRange
-from django_periodic.models import Schedule
+from django_periodic.models import Schedule, limits
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.run import (
     AWAITING_RELEASE_VALUES,
@@ -181,4 +181,4 @@ BACKFILLED: dict[str, Any] = {**AWAITING_RELEASE_VALUES, "exclusive": False}
 
 def new_run_fields(schedule: Schedule) -> dict[str, Any]:
     """The fields every run of one backfill of ``schedule`` has alike."""
-    return {**taken_from_schedule(schedule), **BACKFILLED}
+    return limits.hold({**taken_from_schedule(schedule), **BACKFILLED})

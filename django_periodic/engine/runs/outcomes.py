@@ -224,6 +224,8 @@ def _record(
         recorded = ledger(using).record_outcomes(outcomes, now)
         overlap.promote_queued(using, _queues_to_move(outcomes, recorded))
         _pause_reached(_streaks_to_judge(outcomes, recorded), now, using)
+        if any(_frees_a_slot(o) for o in outcomes if o.claim.values.pk in recorded):
+            announcements.notify(using)  # planners admit the runs waiting for it
         if signals.listened(*ENDING_SIGNALS.values()):
             ended = [o for o in outcomes if o.claim.values.pk in recorded]
             announcements.send_on_commit(_events(ended, now), using)
@@ -334,6 +336,13 @@ def _may_pause(outcome: AttemptOutcome) -> bool:
         outcome.status == Run.Status.FAILED
         and outcome.claim.values.pause_after_failures is not None
     )
+
+
+def _frees_a_slot(outcome: AttemptOutcome) -> bool:
+    """Whether the outcome, recorded, frees a slot of a concurrency limit: it ends a run
+    that holds one (a retry keeps its slot)."""
+    final = outcome.status in Run.FINAL_STATUSES
+    return final and outcome.claim.values.concurrency_limit_id is not None
 
 
 def _moves_a_queue(outcome: AttemptOutcome) -> bool:

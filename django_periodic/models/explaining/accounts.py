@@ -10,7 +10,8 @@ from typing import Any, NamedTuple
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from django_periodic.choices import ErrorCode, RunStatus
+from django_periodic.choices import WAITING_STATUSES, ErrorCode, RunStatus
+from django_periodic.models import limits
 
 
 class FireStatus(models.TextChoices):
@@ -59,6 +60,16 @@ class RunRow(NamedTuple):
     finish_by: datetime | None = None  # its deadline (Run.finish_by)
     late_at: datetime | None = None  # when it was found late
     finished_at: datetime | None = None
+    release_at: datetime | None = None  # limits.HELD while it waits for its limit
+    limit_name: str | None = None  # its concurrency limit's (Run.concurrency_limit)
+
+    @property
+    def waiting_for(self) -> str:
+        """What it waits for, in words: a slot of its concurrency limit, or nothing."""
+        if self.release_at != limits.HELD or self.status not in WAITING_STATUSES:
+            return ""
+        name = self.limit_name or "(deleted)"
+        return f"Waiting for a slot of its concurrency limit “{name}”."
 
     def late_by(self, now: datetime) -> timedelta | None:
         """How far past its deadline it finished, or is at ``now`` unfinished; None: it
@@ -68,7 +79,10 @@ class RunRow(NamedTuple):
         return max((self.finished_at or now) - self.finish_by, timedelta(0))
 
 
-RUN_FIELDS = RunRow._fields
+# Read as values_list(*RUN_FIELDS): RunRow's fields, the limit's name through its key.
+RUN_FIELDS = tuple(
+    "concurrency_limit__name" if name == "limit_name" else name for name in RunRow._fields
+)
 
 
 @dataclass(frozen=True)
@@ -122,7 +136,7 @@ def from_runs(
     late = f"Late by {_duration(late_by)}." if late_by is not None else ""
     if len(runs) == 1:
         (run,) = runs
-        detail = _joined(note, run.error_message, late)
+        detail = _joined(note, run.error_message, run.waiting_for, late)
         status = status_of_run(run)
         return FireAccount(
             plan_time, status, run.error_code, detail, run.pk, run.scope, {}, late_by

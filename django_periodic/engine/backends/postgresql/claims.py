@@ -241,6 +241,7 @@ _VALUE_FIELDS = (
     (Schedule, "timeout"),
     (Schedule, "overlap"),
     (Schedule, "pause_after_failures"),
+    (Run, "concurrency_limit"),
 )
 
 

@@ -15,7 +15,7 @@ from django_periodic.db import arrays
 from django_periodic.engine import records
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.records import Decision, PlannedRow, Recorded
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Run, Schedule, limits
 from django_periodic.models.run import (
     AWAITING_RELEASE,
     COPIED_FROM_SCHEDULE,
@@ -56,11 +56,11 @@ WITH batch AS (
     RETURNING s.id, batch.shape, s.tasks_backend, {copied_of_schedule}
 ), inserted AS (
     INSERT INTO {run} (
-        schedule_id, scope, plan_time, release_at, trigger, status, attempt,
+        schedule_id, scope, plan_time, release_at, held_release_at, trigger, status, attempt,
         interruptions, exclusive, start_deadline, finish_by, finished_at, error_code,
         error_message, traceback, tasks_backend, task_id, created_at, {copied}
     )
-    SELECT m.id, f.scope, f.plan_time, f.release_at, 'schedule', f.status, 0, 0,
+    SELECT m.id, f.scope, f.plan_time, {release}, {held_release}, 'schedule', f.status, 0, 0,
            f.exclusive, f.start_deadline, f.finish_by,
            CASE WHEN f.status IN ({finished_when_recorded}) THEN %(now)s::timestamptz END,
            f.error_code, f.error_message, '',
@@ -85,6 +85,13 @@ FROM batch WHERE id NOT IN (SELECT id FROM moved)
 """
 
 
+# A run of a limited schedule recorded to start is held (limits.hold, restated: tests/
+# test_limits.py checks the runs of both paths alike): its release waits for admission.
+HELD_WHEN = "m.concurrency_limit_id IS NOT NULL AND f.status NOT IN ({final})"
+RELEASE = f"CASE WHEN {HELD_WHEN} THEN %(held)s::timestamptz ELSE f.release_at END"
+HELD_RELEASE = f"CASE WHEN {HELD_WHEN} THEN f.release_at END"
+
+
 # With the signals' listeners: the runs inserted too (their schedule id is never NULL).
 PLAN_RETURNING = "RETURNING id, schedule_id, scope, plan_time, status, error_code"
 
@@ -92,6 +99,9 @@ PLAN_RETURNING = "RETURNING id, schedule_id, scope, plan_time, status, error_cod
 PLAN_INSERTED = (
     "UNION ALL SELECT id, schedule_id, scope, plan_time, status, error_code FROM inserted"
 )
+
+
+_FINAL = ", ".join(f"'{status}'" for status in limits.FINAL)
 
 
 @cache
@@ -108,6 +118,8 @@ def _record_sql(using: str) -> str:
         copied_of_schedule=", ".join(f"s.{of}" for of in COPIED_FROM_SCHEDULE.values()),
         copied_of_moved=", ".join(f"m.{of}" for of in COPIED_FROM_SCHEDULE.values()),
         finished_when_recorded=", ".join(f"'{status}'" for status in FINISHED_WHEN_RECORDED),
+        release=RELEASE.format(final=_FINAL),
+        held_release=HELD_RELEASE.format(final=_FINAL),
         returning="{returning}",
         inserted="{inserted}",
     )
@@ -127,7 +139,11 @@ def record_fires(
     )
     with connection.cursor() as cursor:
         # conf.tasks_backend_for() in SQL: the schedule's backend, else the setting's.
-        params: dict[str, Any] = {"now": now, "tasks_backend": tasks_backend_for("")}
+        params: dict[str, Any] = {
+            "now": now,
+            "tasks_backend": tasks_backend_for(""),
+            "held": limits.HELD,
+        }
         params.update(_shapes(decisions))
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -249,7 +265,7 @@ def insert_backfill(
     connection = connections[using]
     quote = connection.ops.quote_name
     awaiting, awaiting_params = rules.condition(Run.objects.filter(AWAITING_RELEASE), "awaiting")
-    fields = {field.name: field for field in Run._meta.concrete_fields}
+    fields = {field.attname: field for field in Run._meta.concrete_fields}
     new = in_range.run_fields
     sql = INSERT_SQL.format(
         run=quote(Run._meta.db_table),

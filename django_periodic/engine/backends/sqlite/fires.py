@@ -12,7 +12,7 @@ from django.db.models import Max
 from django_periodic import choices
 from django_periodic.engine import records
 from django_periodic.engine.records import Decision, Due, FireRow, PlannedRow, Recorded
-from django_periodic.models import Run, Schedule
+from django_periodic.models import Run, Schedule, limits
 from django_periodic.models.run import (
     AWAITING_RELEASE,
     finished_when_recorded,
@@ -65,13 +65,16 @@ def insert_new_runs(runs: list[Run], using: str) -> list[PlannedRow]:
 def _fire_run(schedule: Due, row: FireRow, now: datetime) -> Run:
     # Run.for_schedule, from the columns loaded for it.
     fire, release, start_deadline, finish_by = row
+    fields = {
+        **taken_from_schedule(schedule),
+        "release_at": release,
+        "status": fire.status,
+    }
     return Run(
         schedule_id=schedule.pk,
         scope=fire.scope,
         plan_time=fire.plan_time,
-        release_at=release,
-        **taken_from_schedule(schedule),
-        status=fire.status,
+        **limits.hold(fields),
         error_code=fire.error_code,
         error_message=fire.error_message,
         start_deadline=start_deadline,
@@ -175,4 +178,5 @@ SNAPSHOT_COLUMNS_LOADED: tuple[str, ...] = (
     "max_attempts",
     "tasks_backend",
     "revision",
+    "concurrency_limit_id",
 )

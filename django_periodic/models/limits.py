@@ -1,0 +1,71 @@
+"""Concurrency limits: how many runs of the schedules that name one may hold a slot at once,
+across every process and hand-off worker (optionally per scope key).
+
+A run of a limited schedule is recorded *held*: its release time is ``HELD``, past every
+real one, so that no claim takes it (nor a claim of a release that knows nothing of limits),
+and its real release waits in ``held_release_at``. Admission (``engine/runs/limits.py``)
+gives the oldest held runs, by plan time, their release back while their limit has free
+slots. A run holds its slot from its admission until it ends, its retries included; one
+still held past its start deadline is skipped (``ErrorCode.CONCURRENCY_LIMIT``).
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+from django_periodic import choices
+from django_periodic.db import clock
+
+# A held run's release time: later than any real one (timing/bounds.py keeps those before
+# 9000), early enough that adding a lead or a lease to it stays a valid time.
+HELD = datetime(8999, 1, 1, tzinfo=UTC)
+# Runs waiting for their limit: held, and not started (or not restarted) yet.
+WAITING = Q(release_at=HELD, status__in=choices.CLAIMABLE_STATUSES)
+# Runs holding a slot of their limit: admitted (no longer held), and not ended.
+HOLDING = Q(status__in=choices.SLOT_STATUSES) & ~Q(release_at=HELD)
+FINAL = frozenset(choices.FINAL_STATUSES)
+MAX_SLOTS = 10_000
+
+
+def hold(fields: dict[str, Any]) -> dict[str, Any]:
+    """A new run's fields as recorded: held (its release kept in ``held_release_at``, None
+    meaning its plan time, as for ``release_at``) if its schedule names a concurrency limit
+    and it is recorded to start, as it is from every path that records runs."""
+    if fields.get("concurrency_limit_id") is None or fields.get("status") in FINAL:
+        return fields
+    return {**fields, "release_at": HELD, "held_release_at": fields.get("release_at")}
+
+
+class ConcurrencyLimit(models.Model):
+    """A named cap on how many runs of the schedules that name it may run at once."""
+
+    name = models.CharField(max_length=100, unique=True)
+    max_running = models.PositiveIntegerField(
+        _("slots"),
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_SLOTS)],
+        help_text=_("How many of its runs may hold a slot (be admitted or running) at once."),
+    )
+    per_scope = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_("Each scope key of a fanned-out schedule has this many slots of its own."),
+    )
+    description = models.TextField(blank=True, default="", db_default="")
+    created_at = models.DateTimeField(default=clock.wall_now, db_default=Now(), editable=False)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(max_running__gte=1, max_running__lte=MAX_SLOTS),
+                name="periodic_limit_slots_in_range",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name
