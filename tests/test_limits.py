@@ -80,7 +80,7 @@ def test_the_oldest_waiting_runs_take_the_free_slots():
     assert admit(T0 + timedelta(minutes=1)).admitted == 0  # no slot left
     Run.objects.filter(pk=runs[3].pk).update(status=Run.Status.SUCCEEDED)
     result = admit(T0 + timedelta(minutes=1))
-    assert (result.admitted, result.waiting) == (1, True)
+    assert (result.admitted, result.full) == (1, True)
     assert started(runs) == ["s1", "s2", "s3"]
 
 
@@ -97,7 +97,8 @@ def test_a_per_scope_limit_has_slots_for_each_scope_key():
 def test_a_run_is_admitted_only_once_released():
     limit = ConcurrencyLimit.objects.create(name="db", max_running=1)
     run = held_run(limited(limit, "s"), T0, release_at=T0 + timedelta(seconds=30))
-    assert admit(T0 + timedelta(seconds=29)).admitted == 0
+    result = admit(T0 + timedelta(seconds=29))
+    assert (result.admitted, result.full, result.next_release) == (0, False, run.held_release_at)
     assert admit(T0 + timedelta(seconds=30)).admitted == 1
     run.refresh_from_db()
     assert (run.release_at, run.held_release_at) == (T0 + timedelta(seconds=30), None)

@@ -21,6 +21,7 @@ PUBLIC = {
     models: [
         "UNTIL_RESUMED",
         "Calendar",
+        "ConcurrencyLimit",
         "ExplainPage",
         "FireAccount",
         "FireOverride",

@@ -108,7 +108,7 @@ class ScheduleColumns(_ScheduleAdmin):
 
     @admin.display(description=gettext_lazy("fires"), ordering="fire_count")
     def fires(self, schedule: Schedule) -> str:
-        """Its fires run so far, of its max_runs: "3 of 10 runs" (models/lifecycle.py)."""
+        """Its fires run so far, of its max_runs: "3 of 10 runs" (models/schedule_fields.py)."""
         return schedule.runs_note
 
     @admin.display(description=gettext_lazy("attention"), ordering="attention_since")

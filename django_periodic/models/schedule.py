@@ -99,7 +99,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
         for schedule in self.prefetch_related("calendars").iterator(chunk_size=2000):
             if schedule.trigger_kind == ScheduleKind.ONCE and schedule.next_fire_at is None:
                 continue  # a fired one-shot stays fired
-            # One that has run its max_runs fires stays ended (models/lifecycle.py).
+            # One that has run its max_runs fires stays ended (models/schedule_fields.py).
             schedule.next_fire_at = None if schedule.has_ended else schedule.first_fire_time(now)
             changed.append(schedule)
         updated = self.model.objects.using(self.db).bulk_update(changed, ["next_fire_at"])
@@ -249,7 +249,7 @@ def move_cursor(schedule: Schedule, using: str) -> bool:
     pause ended) restart from now (time spent paused is not a misfire). Disabling and
     pausing keep the cursor, and a one-shot keeps it unless ``run_at`` changed, so that
     a fired one-shot can never fire again. One that has run its ``max_runs`` fires has
-    none (models/lifecycle.py); raising or clearing ``max_runs`` resumes it from now.
+    none (models/schedule_fields.py); raising or clearing ``max_runs`` resumes it from now.
     """
     changed = schedule._changed_cursor_fields()
     if not schedule._state.adding:

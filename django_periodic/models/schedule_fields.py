@@ -23,7 +23,6 @@ from django_periodic import choices
 from django_periodic.choices import AttentionReason, ScheduleKind
 from django_periodic.db import clock
 from django_periodic.models import alerting
-from django_periodic.models.lifecycle import Lifecycle
 from django_periodic.models.trigger_rows import kind_of, trigger_of
 from django_periodic.timing import bounds, triggers
 
@@ -130,6 +129,60 @@ def default_timezone() -> str:
     from django.conf import settings
 
     return settings.TIME_ZONE or "UTC"
+
+
+# A schedule's lifecycle (docs/policies.md, "Lifecycle"): when it ends (max_runs), whether
+# it fires once on creation (fire_on_create) and when it pauses itself
+# (pause_after_failures). How many fires it has left (runs_left) is read by more than one
+# layer: the planner caps its decisions by it, save() ends or resumes its cursor by it,
+# explain and the fire diff stop at it.
+def runs_left(max_runs: int | None, fire_count: int) -> int | None:
+    """How many more fires may run (0: it has ended); None: no limit."""
+    return None if max_runs is None else max(max_runs - fire_count, 0)
+
+
+class Lifecycle(models.Model):
+    """The lifecycle fields of ``Schedule`` (``schedule_fields.LIFECYCLE_FIELDS``), and the
+    count of fires that ``max_runs`` reads."""
+
+    max_runs = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("It stops after this many fires have run; empty: no limit."),
+    )
+    fire_count = models.PositiveIntegerField(
+        default=0,
+        db_default=0,
+        editable=False,
+        help_text=_("Its fires planned to run so far, which max_runs counts."),
+    )
+    fire_on_create = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text=_("A new or re-enabled schedule fires once at once."),
+    )
+    pause_after_failures = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=_("It pauses itself after this many failed runs in a row; empty: never."),
+    )
+
+    class Meta:
+        abstract = True
+
+    @property
+    def has_ended(self) -> bool:
+        """Whether it has run its ``max_runs`` fires: it has no next fire until
+        ``max_runs`` is raised or cleared."""
+        return runs_left(self.max_runs, self.fire_count) == 0
+
+    @property
+    def runs_note(self) -> str:
+        """Its fires run so far, in words: "3 of 10 runs", "ended: ran 10 of 10 runs"."""
+        if self.max_runs is None:
+            return f"{self.fire_count} run(s)"
+        counted = f"{self.fire_count} of {self.max_runs} runs"
+        return f"ended: ran {counted}" if self.has_ended else counted
 
 
 class ScheduleFields(Lifecycle, alerting.Alerting):

@@ -220,10 +220,10 @@ class Scheduler:
                 self.housekeeper.attend(now, ahead)
             # In the same transaction: a wake-up with nothing new stays one.
             fired = self._plan_after(now)
+            admitted = self._admit(now)
         if holding:  # in transactions of its own, see there
             self.housekeeper.keep_house(self.process, now, ahead)
         planned = self._plan_when_due(now, ahead)
-        admitted = self._admit(now)
         if self.pool:
             self.watcher.watch(self.process, now)
             self._claim_due(ahead, planned.fired + admitted)
@@ -260,6 +260,7 @@ class Scheduler:
             return 0
         self._limit_news = False
         try:
+            # A savepoint: whatever goes wrong here must not undo the tick's heartbeat.
             result = admission.admit(now, self.using)
         except CONNECTION_ERRORS:
             raise
@@ -267,7 +268,7 @@ class Scheduler:
             logger.exception("Could not admit the runs waiting for concurrency limits; retrying.")
             self._admit_at = now + admission.POLL
             return 0
-        self._admit_at = now + admission.POLL if result.waiting else None
+        self._admit_at = result.next_pass(now)
         return result.admitted
 
     def _dispatch(self, ahead: records.Horizon, admitted: int = 0) -> None:

@@ -33,7 +33,7 @@ from django_periodic.engine.records import Decision, Due, Fire, FireRow, Planned
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
 from django_periodic.models import Run, Schedule
-from django_periodic.models.lifecycle import runs_left
+from django_periodic.models.schedule_fields import runs_left
 from django_periodic.timing import stagger
 
 logger = logging.getLogger("django_periodic")

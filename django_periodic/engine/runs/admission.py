@@ -22,7 +22,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Case, Count, Exists, F, OuterRef, Q, Subquery, Value, When, Window
+from django.db.models import (
+    Case,
+    Count,
+    Exists,
+    F,
+    Min,
+    OuterRef,
+    Q,
+    Subquery,
+    Value,
+    When,
+    Window,
+)
 from django.db.models.functions import Coalesce, Concat, RowNumber
 
 from django_periodic import signals
@@ -39,11 +51,19 @@ SKIPPED_MESSAGE = "Its concurrency limit “{}” had no free slot before its st
 
 @dataclass
 class Admission:
-    """What a pass did: how many runs it admitted and skipped, and whether runs still wait."""
+    """What a pass did: how many runs it admitted and skipped; whether runs that may start
+    still wait for a slot (``full``), and the earliest release of those that may not yet."""
 
     admitted: int = 0
     skipped: int = 0
-    waiting: bool = False
+    full: bool = False
+    next_release: datetime | None = None
+
+    def next_pass(self, now: datetime) -> datetime | None:
+        """When to look again without news: soon while a limit is full (a slot may free in
+        a way that sends none), at the next release otherwise; None while nothing waits."""
+        times = [now + POLL if self.full else None, self.next_release]
+        return min((at for at in times if at is not None), default=None)
 
 
 def admit(now: datetime, using: str = "default") -> Admission:
@@ -58,14 +78,23 @@ def admit(now: datetime, using: str = "default") -> Admission:
         skipped = _skip_late(waiting.filter(concurrency_limit__in=locked), now, using)
         chosen = _chosen(waiting, locked, now, using)
         admitted = waiting.filter(pk__in=chosen).update(**_RELEASED) if chosen else 0
-        still = waiting.filter(concurrency_limit__in=locked).exclude(pk__in=chosen).exists()
+        left = waiting.filter(concurrency_limit__in=locked).alias(release=_RELEASE)
+        full = left.filter(_ready(now), release__lte=now).exists()
+        later = left.filter(release__gt=now).aggregate(at=Min(_RELEASE))["at"]
     if admitted or released:
         announcements.notify(using)  # claimers everywhere: runs may start
-    return Admission(admitted=admitted + released, skipped=skipped, waiting=still)
+    return Admission(admitted + released, skipped, full, later)
 
 
 # An admitted run's release: its own, kept while it was held.
 _RELEASED = {"release_at": F("held_release_at"), "held_release_at": None}
+# When a held run may start once admitted (run.RELEASE, of the release it keeps).
+_RELEASE = Coalesce("held_release_at", "plan_time")
+
+
+def _ready(now: datetime) -> Q:
+    """Held runs not waiting for a retry's time (a backfilled run waits for its own)."""
+    return Q(status=RunStatus.PENDING) | Q(next_retry_at__lte=now)
 
 
 def _lock_limits(waiting: RunQuerySet, using: str) -> dict[int, ConcurrencyLimit]:
@@ -110,10 +139,9 @@ def _chosen(
     oldest by plan time that may start now, as many as it has free slots."""
     free = _free_slots(locked, using)
     key = Case(When(concurrency_limit__per_scope=True, then=F("scope")), default=Value(""))
-    ready = Q(status=RunStatus.PENDING) | Q(next_retry_at__lte=now)
     candidates = (
-        waiting.filter(ready, concurrency_limit__in=locked)
-        .alias(release=Coalesce("held_release_at", "plan_time"))
+        waiting.filter(_ready(now), concurrency_limit__in=locked)
+        .alias(release=_RELEASE)
         .filter(release__lte=now)
         .annotate(
             key=key,

@@ -160,7 +160,7 @@ class _Facts:
         )
         facts.overrides = {override.plan_time: override for override in overrides}
         facts._read_versions(using)
-        if schedule.has_ended:  # its max_runs fires planned (models/lifecycle.py)
+        if schedule.has_ended:  # its max_runs fires planned (models/schedule_fields.py)
             latest = schedule.runs.using(using).filter(trigger__in=choices.LEDGER_TRIGGERS)
             facts.last_planned = (
                 latest.order_by("-plan_time").values_list("plan_time", flat=True).first()
@@ -294,7 +294,7 @@ class _Facts:
         return FireAccount(plan_time, FireStatus.NO_RECORD, detail=detail)
 
     def _ended(self, plan_time: datetime) -> bool:
-        if not self.schedule.has_ended:  # max_runs not reached (models/lifecycle.py)
+        if not self.schedule.has_ended:  # max_runs not reached (models/schedule_fields.py)
             return False
         return self.last_planned is None or plan_time > self.last_planned
 

@@ -12,9 +12,8 @@ from typing import Any
 from django_periodic.choices import OverrideAction
 from django_periodic.db import clock
 from django_periodic.models.calendars import closures_from, closures_of
-from django_periodic.models.lifecycle import runs_left
 from django_periodic.models.overrides import FireOverride
-from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields
+from django_periodic.models.schedule_fields import TRIGGER_FIELDS, ScheduleFields, runs_left
 from django_periodic.models.trigger_rows import next_fire_times_of, trigger_of
 from django_periodic.timing import business_days, dst, triggers
 from django_periodic.timing import fire_diff as diffs
