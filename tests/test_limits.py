@@ -69,6 +69,28 @@ def test_a_run_of_a_schedule_without_a_limit_is_not_held():
     assert (run.concurrency_limit_id, run.release_at) == (None, None)
 
 
+def test_a_run_inserted_by_code_that_knows_no_limits_is_held_by_the_database():
+    limit = ConcurrencyLimit.objects.create(name="db", max_running=1)
+    schedule = limited(limit, "a")
+    free = ScheduleFactory(name="free")
+    fields = {"job_name": "tests.jobs.noop", "plan_time": T0}
+    Run.objects.bulk_create(
+        [
+            Run(schedule=schedule, release_at=T0 + timedelta(seconds=5), **fields),
+            Run(schedule=schedule, scope="done", status=Run.Status.SKIPPED, **fields),
+            Run(schedule=free, **fields),
+        ]
+    )
+    rows = Run.objects.order_by("pk").values_list(
+        "concurrency_limit", "release_at", "held_release_at"
+    )
+    assert list(rows) == [
+        (limit.pk, limits.HELD, T0 + timedelta(seconds=5)),
+        (None, None, None),  # recorded skipped: it never starts
+        (None, None, None),  # its schedule has no limit
+    ]
+
+
 # -- admission ---------------------------------------------------------------------------
 
 

@@ -15,7 +15,7 @@ from django.db.models import Count, Field, Model
 from django.db.models.expressions import Value
 
 from django_periodic.db import clock
-from django_periodic.models import Run, Schedule, SchedulerProcess
+from django_periodic.models import ConcurrencyLimit, Run, Schedule, SchedulerProcess, limits
 from tests import crash, previous_release, processes
 from tests.models import Execution
 from tests.processes import wait_for
@@ -216,6 +216,45 @@ def test_the_previous_release_leaves_a_schedule_that_runs_after_others_alone(pre
             "--workers", "2", settings=CHILD_SETTINGS, log_path=tmp_path / "this.log"
         )
         wait_for_executions(3, schedule="downstream")
+        assert new.terminate() == 0, new.tail()
+    finally:
+        for child in (old, new):
+            if child is not None:
+                child.kill()
+        processes.wait_for_children_to_disconnect()
+    assert_every_plan_time_ran_once()
+
+
+@pytest.mark.upgrade
+@pytest.mark.processes
+def test_the_previous_release_never_starts_a_limited_run(previous, tmp_path):
+    """The previous release knows nothing of concurrency limits: it plans a limited
+    schedule's fires, but the database holds their runs as it inserts them, so it never
+    starts one; this release then admits and runs them."""
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=2)
+    create_in_this_release("unlimited", start)
+    limit = ConcurrencyLimit.objects.create(name="one", max_running=1)
+    Schedule(
+        name="limited", job="tests.jobs.record", interval=timedelta(seconds=1), start_at=start,
+        concurrency_limit=limit, overlap=Schedule.Overlap.CONCURRENT,
+    ).save()  # fmt: skip
+    old = previous_release.Scheduler(
+        previous, "--workers", "2", settings=CHILD_SETTINGS, log_path=tmp_path / "previous.log"
+    )
+    new = None
+    try:
+        wait_for_executions(3, pid=old.pid, schedule="unlimited")
+        assert old.terminate() == 0, old.tail()
+        planned = Run.objects.filter(schedule__name="limited")
+        assert planned.count() >= 2  # planned by the previous release...
+        assert set(planned.values_list("concurrency_limit", "release_at")) == {
+            (limit.pk, limits.HELD)
+        }  # ...and held
+        assert not Execution.objects.filter(schedule="limited").exists()
+        new = crash.LoggedChild(
+            "--workers", "2", settings=CHILD_SETTINGS, log_path=tmp_path / "this.log"
+        )
+        wait_for_executions(3, schedule="limited")
         assert new.terminate() == 0, new.tail()
     finally:
         for child in (old, new):

@@ -7,50 +7,190 @@ import django.db.models.functions.datetime
 import django_periodic.db.clock
 from django.db import migrations, models
 
+# Runs inserted by code that knows nothing of limits (the previous release during a rolling
+# deploy, a hand-written INSERT or bulk_create()) are held as limits.hold() holds them: a
+# run of a limited schedule, recorded to start, gets its schedule's limit and HELD for its
+# release, in the inserting statement's transaction, so that no claim ever takes it
+# unadmitted. Runs recorded held already (every path of this release) are left alone: on
+# PostgreSQL one check per INSERT statement, and nothing at all while no limit exists.
+POSTGRESQL_TRIGGER = """
+CREATE FUNCTION django_periodic_hold_limited_runs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM django_periodic_concurrencylimit) THEN
+        UPDATE django_periodic_run AS r
+        SET concurrency_limit_id = s.concurrency_limit_id, held_release_at = r.release_at,
+            release_at = '8999-01-01 00:00:00+00'
+        FROM inserted AS i JOIN django_periodic_schedule AS s ON s.id = i.schedule_id
+        WHERE r.id = i.id AND i.concurrency_limit_id IS NULL
+            AND s.concurrency_limit_id IS NOT NULL
+            AND i.status IN ('pending', 'queued', 'retrying');
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER django_periodic_run_hold AFTER INSERT ON django_periodic_run
+REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT
+EXECUTE FUNCTION django_periodic_hold_limited_runs();
+"""
+POSTGRESQL_DROP = """
+DROP TRIGGER django_periodic_run_hold ON django_periodic_run;
+DROP FUNCTION django_periodic_hold_limited_runs();
+"""
+SQLITE_TRIGGER = """
+CREATE TRIGGER django_periodic_run_hold AFTER INSERT ON django_periodic_run
+FOR EACH ROW WHEN NEW.concurrency_limit_id IS NULL
+    AND NEW.status IN ('pending', 'queued', 'retrying')
+    AND (SELECT concurrency_limit_id FROM django_periodic_schedule
+         WHERE id = NEW.schedule_id) IS NOT NULL
+BEGIN
+    UPDATE django_periodic_run
+    SET concurrency_limit_id = (
+            SELECT concurrency_limit_id FROM django_periodic_schedule WHERE id = NEW.schedule_id
+        ),
+        held_release_at = release_at, release_at = '8999-01-01 00:00:00'
+    WHERE id = NEW.id;
+END;
+"""
+SQLITE_DROP = "DROP TRIGGER django_periodic_run_hold;"
+TRIGGERS = {
+    "postgresql": (POSTGRESQL_TRIGGER, POSTGRESQL_DROP),
+    "sqlite": (SQLITE_TRIGGER, SQLITE_DROP),
+}
+
+
+def create_trigger(apps, schema_editor):
+    create, _ = TRIGGERS.get(schema_editor.connection.vendor, ("", ""))
+    if create:
+        schema_editor.execute(create)
+
+
+def drop_trigger(apps, schema_editor):
+    _, drop = TRIGGERS.get(schema_editor.connection.vendor, ("", ""))
+    if drop:
+        schema_editor.execute(drop)
+
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_periodic', '0028_schedule_after'),
+        ("django_periodic", "0028_schedule_after"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='run',
-            name='held_release_at',
-            field=models.DateTimeField(blank=True, editable=False, help_text='While it waits for its concurrency limit: when it may start once admitted.', null=True),
+            model_name="run",
+            name="held_release_at",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="While it waits for its concurrency limit: when it may start once admitted.",
+                null=True,
+            ),
         ),
         migrations.CreateModel(
-            name='ConcurrencyLimit',
+            name="ConcurrencyLimit",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('max_running', models.PositiveIntegerField(help_text='How many of its runs may hold a slot (be admitted or running) at once.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(10000)], verbose_name='slots')),
-                ('per_scope', models.BooleanField(db_default=False, default=False, help_text='Each scope key of a fanned-out schedule has this many slots of its own.')),
-                ('description', models.TextField(blank=True, db_default='', default='')),
-                ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.db.clock.wall_now, editable=False)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100, unique=True)),
+                (
+                    "max_running",
+                    models.PositiveIntegerField(
+                        help_text="How many of its runs may hold a slot (be admitted or running) at once.",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(10000),
+                        ],
+                        verbose_name="slots",
+                    ),
+                ),
+                (
+                    "per_scope",
+                    models.BooleanField(
+                        db_default=False,
+                        default=False,
+                        help_text="Each scope key of a fanned-out schedule has this many slots of its own.",
+                    ),
+                ),
+                ("description", models.TextField(blank=True, db_default="", default="")),
+                (
+                    "created_at",
+                    models.DateTimeField(
+                        db_default=django.db.models.functions.datetime.Now(),
+                        default=django_periodic.db.clock.wall_now,
+                        editable=False,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('max_running__gte', 1), ('max_running__lte', 10000)), name='periodic_limit_slots_in_range')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("max_running__gte", 1), ("max_running__lte", 10000)),
+                        name="periodic_limit_slots_in_range",
+                    )
+                ],
             },
         ),
         migrations.AddField(
-            model_name='run',
-            name='concurrency_limit',
-            field=models.ForeignKey(blank=True, db_index=False, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='runs', to='django_periodic.concurrencylimit'),
+            model_name="run",
+            name="concurrency_limit",
+            field=models.ForeignKey(
+                blank=True,
+                db_index=False,
+                editable=False,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="runs",
+                to="django_periodic.concurrencylimit",
+            ),
         ),
         migrations.AddField(
-            model_name='schedule',
-            name='concurrency_limit',
-            field=models.ForeignKey(blank=True, help_text='Its runs take a slot of this limit, shared with the schedules naming it.', null=True, on_delete=django.db.models.deletion.PROTECT, related_name='schedules', to='django_periodic.concurrencylimit'),
+            model_name="schedule",
+            name="concurrency_limit",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="Its runs take a slot of this limit, shared with the schedules naming it.",
+                null=True,
+                on_delete=django.db.models.deletion.PROTECT,
+                related_name="schedules",
+                to="django_periodic.concurrencylimit",
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('release_at', datetime.datetime(8999, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)), ('status__in', ('pending', 'retrying'))), fields=['concurrency_limit', 'plan_time'], name='periodic_run_held'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    (
+                        "release_at",
+                        datetime.datetime(8999, 1, 1, 0, 0, tzinfo=datetime.timezone.utc),
+                    ),
+                    ("status__in", ("pending", "retrying")),
+                ),
+                fields=["concurrency_limit", "plan_time"],
+                name="periodic_run_held",
+            ),
         ),
         migrations.AddIndex(
-            model_name='run',
-            index=models.Index(condition=models.Q(('status__in', ('pending', 'running', 'retrying')), models.Q(('release_at', datetime.datetime(8999, 1, 1, 0, 0, tzinfo=datetime.timezone.utc)), _negated=True), ('concurrency_limit__isnull', False)), fields=['concurrency_limit', 'scope'], name='periodic_run_limited'),
+            model_name="run",
+            index=models.Index(
+                condition=models.Q(
+                    ("status__in", ("pending", "running", "retrying")),
+                    models.Q(
+                        (
+                            "release_at",
+                            datetime.datetime(8999, 1, 1, 0, 0, tzinfo=datetime.timezone.utc),
+                        ),
+                        _negated=True,
+                    ),
+                    ("concurrency_limit__isnull", False),
+                ),
+                fields=["concurrency_limit", "scope"],
+                name="periodic_run_limited",
+            ),
         ),
+        migrations.RunPython(create_trigger, drop_trigger),
     ]
