@@ -9,16 +9,21 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import ProtectedError
+from django.test.utils import CaptureQueriesContext
 
 from django_periodic.choices import ErrorCode
+from django_periodic.db import clock
 from django_periodic.engine.planning import planner
-from django_periodic.engine.runs.admission import admit
+from django_periodic.engine.runs import handoff
+from django_periodic.engine.runs.admission import Admission, admit
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
+from tests.models import Execution
 from tests.processes import SchedulerProcess, wait_for, wait_for_children_to_disconnect
+from tests.test_handoff import deliver, dummy  # noqa: F401 (a fixture)
 from tests.test_signals import received  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -152,6 +157,19 @@ def test_a_held_run_whose_limit_was_deleted_is_admitted():
     assert Run.objects.filter(pk__in=[r.pk for r in runs], release_at=None).count() == 2
 
 
+def test_a_pass_with_no_run_waiting_is_one_statement():
+    limit = ConcurrencyLimit.objects.create(name="db", max_running=1)
+    held_run(limited(limit, "s"), T0)
+    admit(T0)  # admitted: nothing waits now
+    with CaptureQueriesContext(connection) as queries:
+        assert admit(T0) == Admission()
+    statements = [q["sql"] for q in queries if not q["sql"].startswith(TRANSACTION_CONTROL)]
+    assert len(statements) == 1, statements
+
+
+TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE SAVEPOINT")
+
+
 def test_two_passes_at_once_admit_no_more_than_the_slots(postgres):
     limit = ConcurrencyLimit.objects.create(name="db", max_running=3)
     for i in range(20):
@@ -180,6 +198,32 @@ def test_two_passes_at_once_admit_no_more_than_the_slots(postgres):
         thread.join(30)
     assert sorted(results) == [0, 3]
     assert Run.objects.filter(limits.HOLDING, concurrency_limit=limit).count() == 3
+
+
+def test_a_handed_off_run_holds_its_slot_until_its_task_records_its_outcome(dummy):  # noqa: F811
+    limit = ConcurrencyLimit.objects.create(name="one", max_running=1)
+    now = clock.now() - timedelta(seconds=1)
+    for name in ("first", "second"):
+        schedule = limited(limit, name, job="tests.jobs.record", tasks_backend="dummy")
+        held_run(schedule, now)
+    assert admit(now).admitted == 1
+    assert handoff.dispatch() == 1  # the admitted run only
+    assert admit(now).admitted == 0  # its task has not run yet: the slot is taken
+    assert deliver(dummy.results[0]) == "succeeded"
+    assert admit(now).admitted == 1
+    assert handoff.dispatch() == 1
+    assert deliver(dummy.results[1]) == "succeeded"
+    assert sorted(Execution.objects.values_list("schedule", flat=True)) == ["first", "second"]
+
+
+def test_explain_says_a_fire_waits_for_its_limit():
+    limit = ConcurrencyLimit.objects.create(name="warehouse", max_running=1)
+    schedule = limited(limit, "s", interval=timedelta(minutes=1))
+    Schedule.objects.filter(pk=schedule.pk).update(next_fire_at=T0)
+    planner.plan_due(T0)
+    (account,) = Schedule.objects.get(pk=schedule.pk).explain(T0, T0 + timedelta(seconds=1))
+    assert account.status == "pending"
+    assert account.detail == "Waiting for a slot of its concurrency limit “warehouse”."
 
 
 # -- validation --------------------------------------------------------------------------
