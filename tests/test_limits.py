@@ -224,6 +224,9 @@ def test_explain_says_a_fire_waits_for_its_limit():
     (account,) = Schedule.objects.get(pk=schedule.pk).explain(T0, T0 + timedelta(seconds=1))
     assert account.status == "pending"
     assert account.detail == "Waiting for a slot of its concurrency limit “warehouse”."
+    admit(T0 + timedelta(seconds=45))  # within its start deadline (misfire_grace: 1 min)
+    (account,) = Schedule.objects.get(pk=schedule.pk).explain(T0, T0 + timedelta(seconds=1))
+    assert account.detail == "Waited 45 s for a slot of its concurrency limit “warehouse”."
 
 
 # -- validation --------------------------------------------------------------------------

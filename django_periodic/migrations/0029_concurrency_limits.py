@@ -78,6 +78,16 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="run",
+            name="admitted_at",
+            field=models.DateTimeField(
+                blank=True,
+                editable=False,
+                help_text="When its concurrency limit gave it a slot; empty: it did not wait for one.",
+                null=True,
+            ),
+        ),
+        migrations.AddField(
+            model_name="run",
             name="held_release_at",
             field=models.DateTimeField(
                 blank=True,

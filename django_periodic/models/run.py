@@ -282,6 +282,12 @@ class Run(models.Model):
         editable=False,
         help_text=_("While it waits for its concurrency limit: when it may start once admitted."),
     )
+    admitted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_("When its concurrency limit gave it a slot; empty: it did not wait for one."),
+    )
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Its deadline (engine/runs/deadlines.py): its plan time plus its schedule's
     # finish_within when it was recorded; late_at when it was found unfinished past it.

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import (
@@ -76,13 +77,13 @@ def admit(now: datetime, using: str = "default") -> Admission:
             return Admission()
         released = 0
         if None in named:  # held by a limit since deleted
-            released = waiting.filter(concurrency_limit__isnull=True).update(**_RELEASED)
+            released = waiting.filter(concurrency_limit__isnull=True).update(**_released(now))
         locked = _lock_limits(named - {None}, using)
         if not locked:
             return Admission(admitted=released)
         skipped = _skip_late(waiting.filter(concurrency_limit__in=locked), now, using)
         chosen = _chosen(waiting, locked, now, using)
-        admitted = waiting.filter(pk__in=chosen).update(**_RELEASED) if chosen else 0
+        admitted = waiting.filter(pk__in=chosen).update(**_released(now)) if chosen else 0
         left = waiting.filter(concurrency_limit__in=locked).alias(release=_RELEASE)
         full = left.filter(_ready(now), release__lte=now).exists()
         later = left.filter(release__gt=now).aggregate(at=Min(_RELEASE))["at"]
@@ -91,8 +92,11 @@ def admit(now: datetime, using: str = "default") -> Admission:
     return Admission(admitted + released, skipped, full, later)
 
 
-# An admitted run's release: its own, kept while it was held.
-_RELEASED = {"release_at": F("held_release_at"), "held_release_at": None}
+def _released(now: datetime) -> dict[str, Any]:
+    """An admitted run's columns: its own release back, kept while it was held, and when."""
+    return {"release_at": F("held_release_at"), "held_release_at": None, "admitted_at": now}
+
+
 # When a held run may start once admitted (run.RELEASE, of the release it keeps).
 _RELEASE = Coalesce("held_release_at", "plan_time")
 

@@ -48,6 +48,10 @@ _SKIP_STATUS: dict[str, str] = {
 }
 
 
+# A wait for a slot shorter than this is the admission's own pace, not a wait worth a word.
+WORTH_SAYING = timedelta(seconds=1)
+
+
 class RunRow(NamedTuple):
     """The columns of a run that an account reads (``RUN_FIELDS``, in order)."""
 
@@ -61,15 +65,21 @@ class RunRow(NamedTuple):
     late_at: datetime | None = None  # when it was found late
     finished_at: datetime | None = None
     release_at: datetime | None = None  # limits.HELD while it waits for its limit
+    admitted_at: datetime | None = None  # when its limit gave it a slot
     limit_name: str | None = None  # its concurrency limit's (Run.concurrency_limit)
 
     @property
-    def waiting_for(self) -> str:
-        """What it waits for, in words: a slot of its concurrency limit, or nothing."""
-        if self.release_at != limits.HELD or self.status not in WAITING_STATUSES:
+    def limit_note(self) -> str:
+        """What it waits for, or waited for, in words: a slot of its concurrency limit."""
+        name = f"its concurrency limit “{self.limit_name or '(deleted)'}”"
+        if self.release_at == limits.HELD and self.status in WAITING_STATUSES:
+            return f"Waiting for a slot of {name}."
+        if self.admitted_at is None:
             return ""
-        name = self.limit_name or "(deleted)"
-        return f"Waiting for a slot of its concurrency limit “{name}”."
+        waited = self.admitted_at - (self.release_at or self.plan_time)
+        if waited < WORTH_SAYING:
+            return ""
+        return f"Waited {_duration(waited)} for a slot of {name}."
 
     def late_by(self, now: datetime) -> timedelta | None:
         """How far past its deadline it finished, or is at ``now`` unfinished; None: it
@@ -136,7 +146,7 @@ def from_runs(
     late = f"Late by {_duration(late_by)}." if late_by is not None else ""
     if len(runs) == 1:
         (run,) = runs
-        detail = _joined(note, run.error_message, run.waiting_for, late)
+        detail = _joined(note, run.error_message, run.limit_note, late)
         status = status_of_run(run)
         return FireAccount(
             plan_time, status, run.error_code, detail, run.pk, run.scope, {}, late_by
