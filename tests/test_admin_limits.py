@@ -15,7 +15,7 @@ from django.urls import reverse
 
 from django_periodic.db import clock
 from django_periodic.models import ConcurrencyLimit, Run, Schedule
-from tests.factories import ScheduleFactory
+from tests.factories import ScheduleFactory, schedule_form_data
 from tests.helpers import run_url
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +177,70 @@ def test_a_limit_no_schedule_names_is_deleted(admin_client):
     response = admin_client.post(limit_url(limit, "delete"), {"post": "yes"})
     assert response.status_code == 302
     assert not ConcurrencyLimit.objects.exists()
+
+
+# -- the schedule form and list --------------------------------------------------------------
+
+SCHEDULE_ADD_URL = reverse("admin:django_periodic_schedule_add")
+SCHEDULE_LIST_URL = reverse("admin:django_periodic_schedule_changelist")
+
+
+def test_the_schedule_form_offers_the_limits_and_a_link_to_add_one(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=2)
+    html = admin_client.get(SCHEDULE_ADD_URL).content.decode()
+    select = re.search(r'<select name="concurrency_limit".*?</select>', html, re.S).group(0)
+    assert f'<option value="{limit.pk}">warehouse db</option>' in select
+    assert 'id="add_id_concurrency_limit"' in html
+
+
+def test_a_schedule_saved_through_its_form_names_its_limit(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=2)
+    data = schedule_form_data(name="nightly load", concurrency_limit=str(limit.pk))
+    response = admin_client.post(SCHEDULE_ADD_URL, data)
+    assert response.status_code == 302
+    assert Schedule.objects.get(name="nightly load").concurrency_limit == limit
+
+
+def test_the_schedule_list_is_filtered_by_limit(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=2)
+    ScheduleFactory(name="limited one", concurrency_limit=limit)
+    ScheduleFactory(name="free one")
+    params = {"concurrency_limit__id__exact": limit.pk}
+    html = admin_client.get(SCHEDULE_LIST_URL, params).content.decode()
+    assert "limited one" in html
+    assert "free one" not in html
+    html = admin_client.get(SCHEDULE_LIST_URL, {"concurrency_limit__isnull": "True"}).content
+    assert "free one" in html.decode()
+    assert "limited one" not in html.decode()
+
+
+# -- runs -------------------------------------------------------------------------------------
+
+RUN_LIST_URL = reverse("admin:django_periodic_run_changelist")
+
+
+def test_a_held_run_shows_what_it_waits_for_not_a_far_release_time(admin_client, busy):
+    limit, _, waiting = busy
+    html = admin_client.get(RUN_LIST_URL).content.decode()
+    assert "8999" not in html
+    assert html.count("waiting for “warehouse db”") == len(waiting)
+    page = admin_client.get(run_url(waiting[0])).content.decode()
+    assert "8999" not in page
+    assert "waiting for “warehouse db”" in page
+    assert f'href="{limit_url(limit)}"' in page  # its limit, linked
+
+
+def test_an_admitted_run_shows_its_release_time_and_its_limit(admin_client, busy):
+    limit, holders, _ = busy
+    page = admin_client.get(run_url(holders[0])).content.decode()
+    assert "waiting for" not in page
+    assert f'href="{limit_url(limit)}"' in page
+
+
+def test_a_held_run_cancelled_before_its_limit_admitted_it_shows_no_release(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=1)
+    run = held_run(limit, 5)
+    Run.objects.filter(pk=run.pk).update(status="cancelled", finished_at=clock.now())
+    page = admin_client.get(run_url(run)).content.decode()
+    assert "8999" not in page
+    assert "waiting for" not in page
