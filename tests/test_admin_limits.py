@@ -244,3 +244,56 @@ def test_a_held_run_cancelled_before_its_limit_admitted_it_shows_no_release(admi
     page = admin_client.get(run_url(run)).content.decode()
     assert "8999" not in page
     assert "waiting for" not in page
+
+
+# -- the overview -----------------------------------------------------------------------------
+
+OVERVIEW_URL = reverse("admin:django_periodic_schedule_overview")
+
+
+def attention(client) -> str:
+    html = client.get(OVERVIEW_URL).content.decode()
+    return re.search(r'<section id="overview-attention".*?</section>', html, re.S).group(0)
+
+
+def test_the_overview_flags_a_limit_full_with_a_run_waiting_over_a_minute(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=2)
+    holder(limit, 10, "running")
+    holder(limit, 9)
+    held_run(limit, 5)
+    held_run(limit, 0)
+    html = attention(admin_client)
+    assert f'<a href="{limit_url(limit)}">warehouse db</a>' in html
+    assert "Full: 2 of 2 slots held, 2 waiting." in html
+
+
+@pytest.mark.parametrize(
+    ("holders", "waiting_since"),
+    [
+        (1, 5),  # a slot free: the next admission takes the run
+        (2, 0),  # full, but its run has waited less than a minute
+    ],
+)
+def test_the_overview_does_not_flag_a_limit_with_a_free_slot_or_a_short_wait(
+    admin_client, holders, waiting_since
+):
+    limit = ConcurrencyLimit.objects.create(name="warehouse db", max_running=2)
+    for minutes in range(holders):
+        holder(limit, 10 + minutes)
+    held_run(limit, waiting_since)
+    assert "warehouse db" not in attention(admin_client)
+
+
+def test_the_overview_reads_every_full_limit_in_one_query(admin_client):
+    def add_full_limits(count: int) -> None:
+        for _ in range(count):
+            name = f"limit {ConcurrencyLimit.objects.count()}"
+            limit = ConcurrencyLimit.objects.create(name=name, max_running=1)
+            holder(limit, 10)
+            held_run(limit, 5)
+
+    add_full_limits(1)
+    one = queries(admin_client, OVERVIEW_URL)
+    add_full_limits(4)
+    assert queries(admin_client, OVERVIEW_URL) == one
+    assert attention(admin_client).count("Full: 1 of 1 slots held, 1 waiting.") == 5
