@@ -17,6 +17,7 @@ from django_periodic.db import clock
 from django_periodic.models import ConcurrencyLimit, Run, Schedule
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.helpers import run_url
+from tests.test_admin_permissions import staff
 
 pytestmark = pytest.mark.django_db
 
@@ -145,6 +146,17 @@ def test_a_new_limit_is_added_on_its_page(admin_client):
     assert response.status_code == 302
     limit = ConcurrencyLimit.objects.get()
     assert (limit.name, limit.max_running, limit.per_scope) == ("reports", 3, False)
+
+
+def test_a_user_who_may_view_only_limits_sees_how_many_runs_and_schedules_not_which(client, busy):
+    limit, _, _ = busy
+    staff(client, "view_concurrencylimit")
+    html = client.get(limit_url(limit)).content.decode()
+    assert "/run/" not in html
+    assert "/schedule/" not in html
+    assert re.search(r'class="[^"]*field-holding.*?<div class="readonly">2</div>', html, re.S)
+    assert re.search(r'class="[^"]*field-waiting.*?<div class="readonly">3</div>', html, re.S)
+    assert "6 schedules" in html  # one per run: two holders, three waiting, one ended
 
 
 # -- deleting ---------------------------------------------------------------------------------

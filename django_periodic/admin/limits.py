@@ -1,6 +1,7 @@
 """Concurrency limits in the admin: each with how many runs hold its slots and how many wait
 for one (counted in the list's one query), and on its page the holders, the oldest waiting
-runs and the schedules that name it, as links."""
+runs and the schedules that name it, as links to those who may view runs and schedules, else
+only how many."""
 
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic.admin import display
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
@@ -26,9 +27,8 @@ else:
 
 # The runs a limit's page lists of its holders, and of its waiting runs (the oldest).
 LISTED = 20
-# Its own fields, and what its page shows besides them.
+# Its own fields, edited on its page.
 EDITED_FIELDS = ("name", "max_running", "per_scope", "description")
-STATE_FIELDS = ("holders", "waiting_runs", "used_by")
 
 
 def run_count(condition: Q) -> Coalesce:
@@ -72,12 +72,25 @@ class ConcurrencyLimitAdmin(_ConcurrencyLimitAdmin):
         self, request: HttpRequest, obj: ConcurrencyLimit | None = None
     ) -> "_FieldGroups":
         # A new limit has no runs nor schedules yet.
-        return EDITED_FIELDS if obj is None else (*EDITED_FIELDS, *STATE_FIELDS)
+        return EDITED_FIELDS if obj is None else (*EDITED_FIELDS, *self._state_fields(request))
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: ConcurrencyLimit | None = None
     ) -> list[str] | tuple[str, ...]:
-        return STATE_FIELDS
+        return self._state_fields(request)
+
+    def _state_fields(self, request: HttpRequest) -> tuple[str, ...]:
+        """Its runs and schedules, by name and link to a user who may view them; else only
+        how many (a schedule's name is the schedules' to show, as on a calendar's page)."""
+        runs = (
+            ("holders", "waiting_runs") if self._may_view(request, Run) else ("holding", "waiting")
+        )
+        schedules = "used_by" if self._may_view(request, Schedule) else "schedule_total"
+        return (*runs, schedules)
+
+    def _may_view(self, request: HttpRequest, model: type[Run] | type[Schedule]) -> bool:
+        model_admin = self.admin_site._registry.get(model)
+        return model_admin is not None and model_admin.has_view_permission(request)
 
     @admin.display(description=gettext_lazy("holding"), ordering="holding_count")
     def holding(self, limit: ConcurrencyLimit) -> int:
@@ -109,6 +122,11 @@ class ConcurrencyLimitAdmin(_ConcurrencyLimitAdmin):
             ((self._url(Schedule, pk), name) for pk, name in schedules),
         )
         return links or display.EMPTY
+
+    @admin.display(description=gettext_lazy("used by"))
+    def schedule_total(self, limit: ConcurrencyLimit) -> str:
+        count = limit.schedules.count()
+        return ngettext("%(n)d schedule", "%(n)d schedules", count) % {"n": count}
 
     def _run_list(self, runs: QuerySet[Run], total: int) -> SafeString | str:
         """The first ``LISTED`` of ``runs``, each a link to its page, and how many more."""
