@@ -82,6 +82,15 @@ def test_the_list_counts_holders_and_waiting_runs_of_each_limit(admin_client, bu
     assert (cell(idle_row, "holding"), cell(idle_row, "waiting")) == ("0", "0")
 
 
+@pytest.mark.parametrize("column", ["4", "5"])  # holding, waiting
+def test_the_list_sorts_by_holding_and_by_waiting(admin_client, busy, column):
+    ConcurrencyLimit.objects.create(name="idle api", max_running=5)
+    ascending = admin_client.get(LIST_URL, {"o": column}).content.decode()
+    assert ascending.index("idle api") < ascending.index("warehouse db")
+    descending = admin_client.get(LIST_URL, {"o": f"-{column}"}).content.decode()
+    assert descending.index("warehouse db") < descending.index("idle api")
+
+
 def test_the_list_is_searched_by_name(admin_client, busy):
     ConcurrencyLimit.objects.create(name="idle api", max_running=5)
     html = admin_client.get(LIST_URL, {"q": "api"}).content.decode()
