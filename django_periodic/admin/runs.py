@@ -35,9 +35,10 @@ from django_periodic.admin.run_list import (
     holders,
 )
 from django_periodic.admin.secrets import SecretsUnfiltered
+from django_periodic.choices import WAITING_STATUSES
 from django_periodic.db import clock
 from django_periodic.engine.runs import leases, retries
-from django_periodic.models import Lease, Run
+from django_periodic.models import Lease, Run, limits
 
 if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldOpts, _FieldsetSpec
@@ -100,14 +101,13 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
     ]
     list_display_links = ["plan"]
     list_filter = ["status", "trigger", ScheduleFilter, ScopeFilter]
-    list_select_related = ["schedule"]
+    list_select_related = ["schedule", "concurrency_limit"]
     search_fields = ["schedule__name", "=scope", "job_name", "error_code", "error_message"]
     date_hierarchy = "plan_time"
     show_full_result_count = False  # a second COUNT(*) over the whole history on every page
     actions = ["retry", "cancel"]
     inlines = [LeaseInline]
     plan = display.timestamp(Run, "plan_time")
-    release = display.timestamp(Run, "release_at")
     created = display.timestamp(Run, "created_at")
     started = display.timestamp(Run, "started_at")
     finished = display.timestamp(Run, "finished_at")
@@ -145,6 +145,7 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
                         "revision_link",
                         "plan",
                         "release",
+                        "limit_link",
                     ]
                 },
             ),
@@ -252,6 +253,25 @@ class RunAdmin(SecretsUnfiltered, _RunAdmin):
     @admin.display(description=gettext_lazy("scope"), ordering="scope")
     def scope_text(self, run: Run) -> str:
         return run.scope or display.EMPTY
+
+    @admin.display(description=gettext_lazy("release time"), ordering="release_at")
+    def release(self, run: Run) -> str:
+        """When it may first start; for a run held by its concurrency limit, what it waits
+        for (its release time is then a stand-in past every real one, not a time)."""
+        if run.release_at != limits.HELD:
+            return display.absolute(run.release_at)
+        if run.status not in WAITING_STATUSES:
+            return display.EMPTY  # it ended before its limit admitted it
+        if run.concurrency_limit is None:  # its limit deleted: admitted at the next pass
+            return _("waiting for admission")
+        return _("waiting for “%(limit)s”") % {"limit": run.concurrency_limit.name}
+
+    @admin.display(description=gettext_lazy("concurrency limit"))
+    def limit_link(self, run: Run) -> SafeString | str:
+        if run.concurrency_limit_id is None:
+            return display.EMPTY
+        url = self._url("change", run.concurrency_limit_id, model="concurrencylimit")
+        return format_html('<a href="{}">{}</a>', url, run.concurrency_limit)
 
     @admin.display(description=gettext_lazy("status"), ordering="status")
     def status_badge(self, run: Run) -> SafeString:

@@ -118,6 +118,7 @@ class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
         LastStatusFilter,
         AttentionFilter,
         CodeDefinedFilter,
+        "concurrency_limit",  # listed only once a limit exists
     ]
     search_fields = ["name", "job"]
     show_full_result_count = False  # a second COUNT(*) of the whole table on every page

@@ -8,13 +8,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, F, IntegerField, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext as _
 
 from django_periodic.admin import display, history
+from django_periodic.admin.limits import run_count
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import truncated
-from django_periodic.models import Run, Schedule
+from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 from django_periodic.models.calendars import closures_of
 from django_periodic.models.trigger_rows import open_trigger_of
 from django_periodic.operations import health
@@ -32,6 +34,9 @@ FAILED_WINDOW = health.FAILURES_WINDOW
 LISTED = health.LISTED
 
 Row = Mapping[str, Any]
+
+# How long a run may wait for its limit, ready to start, before the overview flags the limit.
+FULL_FOR = timedelta(minutes=1)
 
 # Each chart's window and bucket, and each bucket's length.
 WINDOWS = {"hour": (timedelta(hours=1), "minute"), "day": (timedelta(days=1), "hour")}
@@ -112,6 +117,36 @@ def late(now: datetime, using: str) -> list[Row]:
 def needing_attention(using: str) -> list[Row]:
     """Schedules needing attention by their alerts (health's rule), longest first."""
     return health.needing_attention(using)
+
+
+def full_limits(now: datetime, using: str) -> list[Row]:
+    """Concurrency limits that stay full, in one query: all their slots held, and a run
+    waiting for one though its release passed over ``FULL_FOR`` ago (admission, each second,
+    would have admitted it into a free slot). For a per-scope limit the slots it counts are
+    all its keys', so a run that waits says more: its own key stayed full. The longest
+    waiting first."""
+    ready = (
+        Run.objects.using(using)
+        .filter(limits.WAITING, concurrency_limit=OuterRef("pk"))
+        .filter(plan_time__lt=now - FULL_FOR)  # its index's range; the release is the rule
+        .alias(release=Coalesce("held_release_at", "plan_time"))
+        .filter(release__lt=now - FULL_FOR)
+        .order_by("plan_time")
+        .values("plan_time")
+    )
+    full = (
+        ConcurrencyLimit.objects.using(using)
+        .annotate(
+            holding=run_count(limits.HOLDING),
+            waiting=run_count(limits.WAITING),
+            waiting_since=Subquery(ready[:1]),
+        )
+        .filter(waiting_since__isnull=False, holding__gte=F("max_running"))
+        .order_by("waiting_since", "name")
+    )
+    return list(
+        full.values("pk", "name", "max_running", "holding", "waiting", "waiting_since")[:LISTED]
+    )
 
 
 def series(now: datetime, window: str, using: str) -> Series:

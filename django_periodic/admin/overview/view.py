@@ -13,7 +13,7 @@ from django.utils.translation import gettext as _
 
 from django_periodic.admin.overview import charts, sections, strips
 from django_periodic.db import clock
-from django_periodic.models import Run, Schedule
+from django_periodic.models import ConcurrencyLimit, Run, Schedule
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -42,6 +42,8 @@ def overview_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest) -> 
         "failed": sections.failed(now, using),
         "late": sections.late(now, using),
         "attention": sections.needing_attention(using),
+        "full_limits": sections.full_limits(now, using),
+        "limit_prefix": _limit_prefix(model_admin, request),
         "listed": sections.LISTED,
         # (caption, chart): the caption shown above it, the same words its <title> says.
         "charts": [
@@ -69,3 +71,11 @@ def overview_view(model_admin: "ModelAdmin[Schedule]", request: HttpRequest) -> 
         "current_timezone": timezone.get_current_timezone_name(),
     }
     return TemplateResponse(request, TEMPLATE, context)
+
+
+def _limit_prefix(model_admin: "ModelAdmin[Schedule]", request: HttpRequest) -> str:
+    """Where a limit's page is (its id and "change/" appended), for a user who may see it."""
+    site = model_admin.admin_site
+    if not site.get_model_admin(ConcurrencyLimit).has_view_permission(request):
+        return ""
+    return reverse(f"{site.name}:django_periodic_concurrencylimit_changelist")
