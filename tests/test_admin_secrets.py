@@ -98,7 +98,9 @@ def user_client(request, client):
         user = User.objects.create_user("viewer", password="pw", is_staff=True)
         codenames = ["view_schedule", "view_run", "view_lease", "view_schedulerprocess"]
         user.user_permissions.add(
-            *Permission.objects.filter(codename__in=[*codenames, "view_calendar"])
+            *Permission.objects.filter(
+                codename__in=[*codenames, "view_calendar", "view_concurrencylimit"]
+            )
         )
     client.force_login(user)
     return client

@@ -147,6 +147,18 @@ def test_a_run_waiting_past_its_start_deadline_is_skipped_naming_its_limit(recei
     assert holder.status == Run.Status.PENDING
 
 
+def test_a_held_run_cancelled_gets_its_release_back():
+    limit = ConcurrencyLimit.objects.create(name="db", max_running=1)
+    run = held_run(limited(limit, "s"), T0, release_at=T0 + timedelta(seconds=3))
+    Run.objects.filter(pk=run.pk).cancel()
+    run.refresh_from_db()
+    assert (run.status, run.release_at, run.held_release_at) == (
+        Run.Status.CANCELLED,
+        T0 + timedelta(seconds=3),
+        None,
+    )
+
+
 def test_a_held_run_whose_limit_was_deleted_is_admitted():
     limit = ConcurrencyLimit.objects.create(name="gone", max_running=1)
     schedule = limited(limit, "s")

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic.admin import display
+from django_periodic.admin.secrets import SecretsUnfiltered
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def _run_text(run: Run) -> str:
 
 
 @admin.register(ConcurrencyLimit)
-class ConcurrencyLimitAdmin(_ConcurrencyLimitAdmin):
+class ConcurrencyLimitAdmin(SecretsUnfiltered, _ConcurrencyLimitAdmin):
     list_display = ["name", "max_running", "per_scope", "holding", "waiting"]
     search_fields = ["name"]
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -30,6 +30,13 @@ WAITING = Q(release_at=HELD, status__in=choices.CLAIMABLE_STATUSES)
 HOLDING = Q(status__in=choices.SLOT_STATUSES) & ~Q(release_at=HELD)
 FINAL = frozenset(choices.FINAL_STATUSES)
 MAX_SLOTS = 10_000
+
+
+def unheld() -> dict[str, Any]:
+    """The columns of runs ending unadmitted (skipped, cancelled), for ``update()``: a held
+    run gets its own release back, as admission gives it; any other keeps its own."""
+    release = Case(When(release_at=HELD, then=F("held_release_at")), default=F("release_at"))
+    return {"release_at": release, "held_release_at": None}
 
 
 def hold(fields: dict[str, Any]) -> dict[str, Any]:

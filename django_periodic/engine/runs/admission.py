@@ -78,7 +78,7 @@ def admit(now: datetime, using: str = "default") -> Admission:
         released = 0
         if None in named:  # held by a limit since deleted
             released = waiting.filter(concurrency_limit__isnull=True).update(**_released(now))
-        locked = _lock_limits(named - {None}, using)
+        locked = _lock_limits({pk for pk in named if pk is not None}, using)
         if not locked:
             return Admission(admitted=released)
         skipped = _skip_late(waiting.filter(concurrency_limit__in=locked), now, using)
@@ -106,7 +106,7 @@ def _ready(now: datetime) -> Q:
     return Q(status=RunStatus.PENDING) | Q(next_retry_at__lte=now)
 
 
-def _lock_limits(ids: set[int | None], using: str) -> dict[int, ConcurrencyLimit]:
+def _lock_limits(ids: set[int], using: str) -> dict[int, ConcurrencyLimit]:
     """These limits, locked (FOR UPDATE) in id order."""
     rows = (
         ConcurrencyLimit.objects.using(using)
@@ -132,8 +132,7 @@ def _skip_late(late_candidates: RunQuerySet, now: datetime, using: str) -> int:
         error_code=ErrorCode.CONCURRENCY_LIMIT,
         error_message=Concat(Value(before), Subquery(name[:1]), Value(after)),
         finished_at=now,
-        release_at=F("held_release_at"),
-        held_release_at=None,
+        **limits.unheld(),
     )
     overlap.announce_ended([pk for pk, _ in ended], signals.run_skipped, using)
     overlap.promote_queued(using, {schedule_id for _, schedule_id in ended})

@@ -24,7 +24,7 @@ from django_periodic.engine import overlap
 from django_periodic.engine.backends import ledger
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import outcomes, retries
-from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess
+from django_periodic.models import Lease, LeaseQuerySet, Run, RunQuerySet, SchedulerProcess, limits
 from django_periodic.models.processes import held_through
 
 
@@ -91,12 +91,14 @@ def request_cancel(runs: RunQuerySet, now: datetime) -> tuple[int, int]:
             error_message="Cancelled before it started.",
             next_retry_at=None,
             finished_at=now,
+            **limits.unheld(),
         )
         running = runs.filter(status=Run.Status.RUNNING, cancel_requested_at__isnull=True)
         asked = running.update(cancel_requested_at=now)
         overlap.promote_queued(runs.db, schedule_ids)
-        if asked:
-            announcements.notify(runs.db)  # the holder checks at its next tick
+        if asked or done:
+            # The holder checks at its next tick; a cancelled run may free a limit's slot.
+            announcements.notify(runs.db)
     return done, asked
 
 
