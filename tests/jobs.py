@@ -228,6 +228,12 @@ def regions():
     return ["eu", "us"]
 
 
+@scopes.provider(name="tests.fifty")
+def fifty():
+    """Fifty scope keys."""
+    return [f"k{n:02}" for n in range(50)]
+
+
 @job(takes_context=True)
 def per_tenant(context, greeting: str = "hello"):
     """Returns its scope key."""
@@ -402,10 +408,13 @@ def work_until_stopped(context, notes: str, seconds: float = 60.0):
 @job(takes_context=True)
 def occupy(context, notes: str, seconds: float = 0.3):
     """Notes "start" then, ``seconds`` later, "end" for its run in the file ``notes``, with
-    the wall-clock time of each: the concurrency tests' record of when jobs really ran."""
-    _note_line(notes, f"start {context.run.pk} {time.time():.6f}\n")
+    its process, its scope key and the wall-clock time of each: the concurrency tests'
+    record of when jobs really ran."""
+    # "<start|end> <run> <pid> <scope, or -> <epoch seconds>"
+    where = f"{context.run.pk} {os.getpid()} {context.scope or '-'}"
+    _note_line(notes, f"start {where} {time.time():.6f}\n")
     time.sleep(seconds)
-    _note_line(notes, f"end {context.run.pk} {time.time():.6f}\n")
+    _note_line(notes, f"end {where} {time.time():.6f}\n")
 
 
 def _note_line(notes: str, line: str) -> None:

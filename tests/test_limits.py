@@ -21,8 +21,8 @@ from django_periodic.engine.runs.admission import Admission, admit
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 from django_periodic.testing import run_due
 from tests.factories import ScheduleFactory
+from tests.limits_oracle import jobs_of, most_at_once
 from tests.models import Execution
-from tests.processes import SchedulerProcess, wait_for, wait_for_children_to_disconnect
 from tests.test_handoff import deliver, dummy  # noqa: F401 (a fixture)
 from tests.test_signals import received  # noqa: F401 (a fixture)
 
@@ -277,36 +277,5 @@ def test_run_due_runs_every_limited_run_one_slot_at_a_time(tmp_path):
             T0,
         )
     run_due(now=T0 + timedelta(seconds=1))
-    assert most_at_once(notes.read_text()) == 1
+    assert most_at_once(jobs_of(notes)) == 1
     assert notes.read_text().count("end ") == 3
-
-
-def most_at_once(notes: str) -> int:
-    """The most jobs between their start and end notes at any one time."""
-    events = []
-    for line in notes.splitlines():
-        kind, _run, at = line.split()
-        events.append((float(at), 1 if kind == "start" else -1))
-    most = current = 0
-    for _at, step in sorted(events, key=lambda e: (e[0], e[1])):  # an end before a start
-        current += step
-        most = max(most, current)
-    return most
-
-
-def test_two_processes_never_run_more_than_the_limit_at_once(postgres, tmp_path):
-    notes = tmp_path / "notes"
-    limit = ConcurrencyLimit.objects.create(name="two", max_running=2)
-    for i in range(6):
-        limited(
-            limit, f"s{i}", job="tests.jobs.occupy", interval=timedelta(seconds=1),
-            kwargs={"notes": str(notes), "seconds": 0.4}, overlap="concurrent",
-        )  # fmt: skip
-    processes = [SchedulerProcess("--workers", "4") for _ in range(2)]
-    try:
-        wait_for(lambda: notes.exists() and notes.read_text().count("end ") >= 20, 60, "20 runs")
-    finally:
-        for process in processes:
-            process.terminate()
-        wait_for_children_to_disconnect()
-    assert most_at_once(notes.read_text()) == 2
