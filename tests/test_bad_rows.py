@@ -46,6 +46,9 @@ def drop_check_constraints() -> dict[str, str]:
     dropped = check_constraints()
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
+        # The deferred checks of schedules inserted in this transaction (its foreign key to
+        # a concurrency limit) run now: PostgreSQL alters no table with checks pending.
+        cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
         for name in dropped:
             cursor.execute(f"ALTER TABLE {quote(SCHEDULE_TABLE)} DROP CONSTRAINT {quote(name)}")
     return dropped
