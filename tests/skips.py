@@ -45,9 +45,9 @@ EXPECTED: dict[str, dict[str, int]] = {
     "py311-django52/pgbouncer": {},
     "py311-django52/postgres:not crash and not upgrade": {**_ON_POSTGRES, _MAILERS: 1},
     "py311-django52/postgres:crash or upgrade": {},
-    "py313-django6/sqlite": {**_ON_SQLITE, _BROWSER_ONCE: 23},
+    "py313-django6/sqlite": {**_ON_SQLITE, _BROWSER_ONCE: 24},
     "py312-django6/postgres": _ON_POSTGRES,
-    "py312-django6/sqlite": {**_ON_SQLITE, _BROWSER_ONCE: 23},
+    "py312-django6/sqlite": {**_ON_SQLITE, _BROWSER_ONCE: 24},
 }
 
 _seen: Counter[str] = Counter()
