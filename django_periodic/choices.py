@@ -36,6 +36,13 @@ CLAIMABLE_STATUSES = (RunStatus.PENDING, RunStatus.RETRYING)
 # executor's log and in the run log (operations/runlog.py); every other status at INFO.
 WARNING_STATUSES = frozenset({RunStatus.FAILED, RunStatus.RETRYING})
 
+# The ledger format this release reads (``SchedulerProcess.ledger_format``). Schedules and
+# runs carry the format a process must read to handle them (``ledger_format``, this one by
+# default): a later release that stores something this one cannot read (a trigger kind, a
+# status, a field value) marks those rows with a higher format, and this release's
+# processes leave them alone (``ScheduleQuerySet.readable``, ``RunQuerySet.of_jobs``).
+LEDGER_FORMAT = 1
+
 
 class RunTrigger(models.TextChoices):
     SCHEDULE = "schedule", _("scheduled")
@@ -171,13 +178,13 @@ class ErrorCode(models.TextChoices):
     OVERRIDDEN = "overridden", _("skipped: an override skipped this fire")
     SUPERSEDED = "superseded", _("failed: a newer fire replaced its retry")
     UNKNOWN_JOB = "unknown_job", _("failed: its job is not registered")
-    # No live process had its job before its start deadline (a rolling deploy that never
-    # finished, or a job removed from the code): see engine/fleet.py.
     # Runs after runs (engine/planning/after.py): an upstream's run for the plan time ended
     # in a state that does not count (its error message names it), or was not done within
     # the downstream's after_wait.
     UPSTREAM_FAILED = "upstream_failed", _("skipped: an upstream run did not succeed")
     UPSTREAM_LATE = "upstream_late", _("skipped: an upstream run was not done in time")
+    # No live process had its job before its start deadline (a rolling deploy that never
+    # finished, or a job removed from the code): see engine/fleet.py.
     JOB_NOT_DEPLOYED = "job_not_deployed", _("skipped: no live process has its job")
     # Its schedule's concurrency limit (models/limits.py) had no free slot before its start
     # deadline: its error message names the limit.

@@ -7,10 +7,12 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from django_periodic.choices import LEDGER_FORMAT
 from django_periodic.db import clock
 from django_periodic.engine import fleet
 from django_periodic.engine.loop.scheduler import look_ahead
-from django_periodic.engine.planning import planner
+from django_periodic.engine.planning import attention, planner
+from django_periodic.engine.planning.after import plan_after
 from django_periodic.engine.runs import claims
 from django_periodic.models import Run, Schedule, SchedulerProcess
 from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
@@ -184,6 +186,77 @@ def test_a_late_run_a_live_process_can_start_is_left_to_it(now):
     assert Run.objects.get(pk=late.pk).status == "pending"
 
 
+# -- rows of a later ledger format ----------------------------------------------------------
+
+LATER = LEDGER_FORMAT + 1  # a row a later release wrote, for a process of its own to handle
+
+
+def of_later_format(schedule: Schedule, **fields) -> Schedule:
+    """``schedule`` as a later release would leave it: its format, and a trigger this
+    release cannot read (it fails to plan here)."""
+    Schedule.objects.filter(pk=schedule.pk).update(ledger_format=LATER, **fields)
+    return schedule
+
+
+@pytest.mark.django_db
+def test_a_schedule_of_a_later_format_is_neither_planned_failed_nor_disabled(now, settings):
+    settings.DJANGO_PERIODIC = {"PLANNING_FAILURE_LIMIT": 2}
+    later = of_later_format(of_job("tests.jobs.noop", now), interval=None, cron="61 * * * *")
+    for tick in range(4):  # past PLANNING_FAILURE_LIMIT ticks
+        result = planner.plan_due(now + timedelta(seconds=10 * tick))
+        assert (result.failed, result.disabled) == ([], [])
+    stored = Schedule.objects.get(pk=later.pk)
+    assert (stored.enabled, stored.last_error, stored.planning_failures) == (True, "", 0)
+    assert stored.next_fire_at == now  # its cursor, left as it was
+    assert not Run.objects.filter(schedule=later).exists()
+    assert look_ahead().next_fire is None  # and no wake-up for it
+    # Of this release's format, the same row is planned, and fails as a bad row does.
+    Schedule.objects.filter(pk=later.pk).update(ledger_format=LEDGER_FORMAT)
+    assert planner.plan_due(now + timedelta(seconds=40)).failed == [later.name]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_downstream_of_a_later_format_is_not_planned(now):
+    early = now - timedelta(hours=1)  # both made before the plan time
+    up = ScheduleFactory(name="up")
+    Schedule.objects.filter(pk=up.pk).update(created_at=early)
+    down = ScheduleFactory(name="down", interval=None, after=["up"])
+    of_later_format(down, created_at=early)
+    RunFactory(schedule=up, plan_time=now - timedelta(minutes=1), status="succeeded")
+    plan_after(now)
+    assert not Run.objects.filter(schedule=down).exists()
+    Schedule.objects.filter(pk=down.pk).update(ledger_format=LEDGER_FORMAT)
+    plan_after(now)
+    assert Run.objects.filter(schedule=down).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_alerts_pass_leaves_a_schedule_of_a_later_format_alone(now):
+    schedule = ScheduleFactory(name="nightly", alert_failures=1, pause_after_failures=1)
+    RunFactory(schedule=schedule, plan_time=now - timedelta(minutes=1), status="failed")
+    of_later_format(schedule)
+    attention.evaluate(now)
+    stored = Schedule.objects.get(pk=schedule.pk)
+    assert (stored.attention_reason, stored.paused_until) == ("", None)
+    Schedule.objects.filter(pk=schedule.pk).update(ledger_format=LEDGER_FORMAT)
+    attention.evaluate(now)
+    assert Schedule.objects.get(pk=schedule.pk).attention_reason == "failing"
+
+
+@pytest.mark.django_db
+def test_a_run_of_a_later_format_is_neither_claimed_nor_work_in_the_look_ahead(now):
+    run = RunFactory(schedule=ScheduleFactory(job="tests.jobs.noop"), plan_time=now)
+    Run.objects.filter(pk=run.pk).update(ledger_format=LATER)
+    me = SchedulerProcessFactory(started_at=now, jobs=list(fleet.local_jobs()))
+    assert claims.claim(me, now, 10) == []
+    assert claims.claim_run(run.pk, "a tasks worker", now=now) is None
+    assert look_ahead().next_pending is None
+    stored = Run.objects.get(pk=run.pk)
+    assert (stored.status, stored.attempt) == ("pending", 0)
+    Run.objects.filter(pk=run.pk).update(ledger_format=LEDGER_FORMAT)
+    assert [claim.run.pk for claim in claims.claim(me, now, 10)] == [run.pk]
+
+
 # -- real processes of two releases -----------------------------------------------------------
 
 
@@ -227,3 +300,40 @@ def test_a_rolling_deploy_that_adds_a_job_runs_it_once_the_new_release_joins(chi
     assert not runs.filter(status="failed").exists()
     # Every run that ran was started by the new release's process.
     assert set(Execution.objects.values_list("pid", flat=True)) == {new.pid}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_running_scheduler_leaves_rows_of_a_later_format_to_their_release(children, postgres):
+    """A real process beside a schedule and a run that a later release wrote: it plans and
+    runs its own, and neither plans, fails, disables nor claims those, until they are of
+    its format."""
+    now = clock.now()
+    ScheduleFactory(name="fine", job="tests.jobs.record", interval=timedelta(seconds=1))
+    later = of_later_format(
+        ScheduleFactory(name="later", job="tests.jobs.record"), interval=None, cron="61 * * * *"
+    )
+    set_cursor(later, now)
+    waiting = RunFactory(schedule=later, plan_time=now, job_name="tests.jobs.record")
+    Run.objects.filter(pk=waiting.pk).update(ledger_format=LATER, start_deadline=None)
+    scheduler = children.start("--workers", "2")
+    scheduler.wait_for_line("Recovery done")
+    executions = Execution.objects.filter(schedule="fine")
+    wait_for(lambda: executions.count() >= 3, 30, "3 fires of this release's schedule")
+    stored = Schedule.objects.get(pk=later.pk)
+    assert (stored.enabled, stored.last_error, stored.planning_failures) == (True, "", 0)
+    assert Run.objects.filter(schedule=later).count() == 1
+    assert Run.objects.filter(pk=waiting.pk, status="pending", attempt=0).exists()
+    assert not Execution.objects.filter(schedule="later").exists()
+    assert SchedulerProcess.objects.get(pid=scheduler.pid).ledger_format == LEDGER_FORMAT
+
+    # The same rows, of this release's format: run, and failed as a bad row.
+    Run.objects.filter(pk=waiting.pk).update(ledger_format=LEDGER_FORMAT)
+    Schedule.objects.filter(pk=later.pk).update(ledger_format=LEDGER_FORMAT)
+    ran = Execution.objects.filter(schedule="later", plan_time=now)
+    wait_for(ran.exists, 30, "the run, once of this release's format")
+    wait_for(
+        lambda: Schedule.objects.get(pk=later.pk).planning_failures >= 1,
+        30,
+        "the bad trigger, once of this release's format, to fail planning",
+    )
+    assert scheduler.terminate() == 0

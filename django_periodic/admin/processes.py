@@ -64,7 +64,9 @@ class LeaseAdmin(ReadOnlyAdmin, SecretsUnfiltered, _LeaseAdmin):
 class SchedulerProcessAdmin(ReadOnlyAdmin, SecretsUnfiltered, _SchedulerProcessAdmin):
     """The "Schedulers" page: who is alive, since when, holding how many runs."""
 
-    list_display = ["__str__", "state", "started", "last_heartbeat", "runs_held", "job_count"]
+    list_display = [
+        "__str__", "state", "started", "last_heartbeat", "runs_held", "job_count", "ledger_format"
+    ]  # fmt: skip
     started = display.timestamp(SchedulerProcess, "started_at")
 
     class Media:

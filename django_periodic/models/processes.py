@@ -58,6 +58,16 @@ class SchedulerProcess(models.Model):
         ),
     )
 
+    ledger_format = models.SmallIntegerField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text=_(
+            "The ledger format its release reads: it leaves alone schedules and runs of a "
+            "later one. Empty: a release before formats, which reads only its own rows."
+        ),
+    )
+
     objects = SchedulerProcessQuerySet.as_manager()
 
     class Meta:

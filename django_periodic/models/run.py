@@ -14,7 +14,7 @@ from django_periodic import scopes as scope_providers
 from django_periodic.conf import tasks_backend_for
 from django_periodic.db import clock
 from django_periodic.models import limits
-from django_periodic.models.schedule_fields import ScheduleFields
+from django_periodic.models.schedule_fields import ScheduleFields, ledger_format_field
 
 # The statuses of runs a worker may claim (when due): choices.py holds every status set.
 CLAIMABLE_STATUSES = choices.CLAIMABLE_STATUSES
@@ -187,9 +187,10 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.filter(tasks_backend="")
 
     def of_jobs(self, jobs: "Collection[str]") -> "RunQuerySet":
-        """Runs of these jobs: a process claims only runs whose job its code registers
-        (engine/fleet.py). ``pg_claims.OF_JOBS`` says the same in SQL."""
-        return self.filter(job_name__in=jobs)
+        """Runs of these jobs, of a ledger format this release reads: a process claims only
+        runs whose job its code registers and whose format it reads (engine/fleet.py).
+        ``pg_claims.OF_JOBS`` says the same in SQL."""
+        return self.filter(job_name__in=jobs, ledger_format__lte=choices.LEDGER_FORMAT)
 
     def handed_off(self) -> "RunQuerySet":
         """Runs that a tasks backend's workers execute (``Schedule.tasks_backend``)."""
@@ -288,6 +289,7 @@ class Run(models.Model):
         editable=False,
         help_text=_("When its concurrency limit gave it a slot; empty: it did not wait for one."),
     )
+    ledger_format = ledger_format_field()
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     # Its deadline (engine/runs/deadlines.py): its plan time plus its schedule's
     # finish_within when it was recorded; late_at when it was found unfinished past it.

@@ -19,7 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import F, Q
 
-from django_periodic.choices import ScheduleKind
+from django_periodic.choices import LEDGER_FORMAT, ScheduleKind
 from django_periodic.db import announcements, clock
 from django_periodic.error_texts import error_text
 from django_periodic.escaping import escaped
@@ -48,8 +48,13 @@ logger = logging.getLogger("django_periodic")
 
 class ScheduleQuerySet(models.QuerySet["Schedule"]):
     def enabled(self) -> "ScheduleQuerySet":
-        """Schedules the planner looks at (not paused or disabled)."""
-        return self.filter(enabled=True)
+        """Schedules the planner looks at: not paused or disabled, and readable."""
+        return self.filter(enabled=True).readable()
+
+    def readable(self) -> "ScheduleQuerySet":
+        """Schedules of a ledger format this release reads (``choices.LEDGER_FORMAT``): the
+        planning and judging passes leave the others alone, to the release that wrote them."""
+        return self.filter(ledger_format__lte=LEDGER_FORMAT)
 
     def with_alerts(self) -> "ScheduleQuerySet":
         """Schedules whose alerts the scheduler judges: enabled, with at least one set."""
@@ -73,7 +78,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 
     def due(self, now: datetime) -> "ScheduleQuerySet":
         """Enabled schedules whose cursor has reached ``now``, the most overdue first."""
-        return self.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at", "pk")
+        return self.enabled().filter(next_fire_at__lte=now).order_by("next_fire_at", "pk")
 
     def update(self, **kwargs: Any) -> int:
         """Update these rows; writing any of ``REVISION_FIELDS`` bumps their revision.

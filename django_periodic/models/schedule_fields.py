@@ -185,6 +185,19 @@ class Lifecycle(models.Model):
         return f"ended: ran {counted}" if self.has_ended else counted
 
 
+def ledger_format_field() -> "models.SmallIntegerField[int, int]":
+    """The ledger format a process must read to handle the row (``choices.LEDGER_FORMAT``):
+    a process of an older format leaves the row alone."""
+    # Not Positive...: its CHECK would make adding the column scan the run table under an
+    # exclusive lock, during a rolling deploy; a constant default alone changes no row.
+    return models.SmallIntegerField(
+        default=choices.LEDGER_FORMAT,
+        db_default=choices.LEDGER_FORMAT,
+        editable=False,
+        help_text=_("The ledger format a process must read to handle it (mixed releases)."),
+    )
+
+
 class ScheduleFields(Lifecycle, alerting.Alerting):
     """The fields of ``Schedule``; exactly one trigger: cron, interval, run_at or rrule."""
 
@@ -418,6 +431,7 @@ class ScheduleFields(Lifecycle, alerting.Alerting):
             "job removed); past UNKNOWN_JOB_GRACE the planners disable it."
         ),
     )
+    ledger_format = ledger_format_field()
     defined_in = models.CharField(
         max_length=300,
         blank=True,

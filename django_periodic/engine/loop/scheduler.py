@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import transaction
 
+from django_periodic.choices import LEDGER_FORMAT
 from django_periodic.conf import get_settings
 from django_periodic.db import CONNECTION_ERRORS, announcements, clock, pooling
 from django_periodic.engine import fleet, records, tracing
@@ -187,6 +188,7 @@ class Scheduler:
                 started_at=now,
                 heartbeat_at=now,
                 jobs=list(fleet.local_jobs()),
+                ledger_format=LEDGER_FORMAT,
             )
             logger.info("Scheduler %s starting; recovery first.", self.process)
         code_schedules.sync_code_schedules(self.using)

@@ -161,7 +161,7 @@ def _downstreams(using: str) -> list[Downstream]:
     """The enabled downstream schedules, each with its newest ledger run's plan time."""
     runs = Run.objects.using(using).filter(schedule_id=OuterRef("pk"), trigger__in=LEDGER_TRIGGERS)
     newest = runs.values("schedule_id").annotate(newest=Max("plan_time")).values("newest")
-    enabled = Schedule.objects.using(using).downstream().filter(enabled=True)
+    enabled = Schedule.objects.using(using).downstream().enabled()
     rows = enabled.annotate(newest=Subquery(newest)).values_list(*FIELDS, "newest")
     return [Downstream(*row) for row in rows]
 

@@ -125,7 +125,7 @@ def _facts(now: datetime, using: str) -> list[Row]:
     fires = runs.filter(streaks.since_success(), trigger=RunTrigger.SCHEDULE).exclude(
         status=RunStatus.SKIPPED, error_code__in=alerting.NOT_EXPECTED
     )
-    schedules = Schedule.objects.using(using)
+    schedules = Schedule.objects.using(using).readable()
     pausing = self_pausing.watched(now)
     candidates = schedules.with_alerts() | schedules.needing_attention() | schedules.filter(pausing)
     # Each of them is in the index's condition: stated, the database reads that index alone.

@@ -23,7 +23,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Model
 from django.db.models.expressions import RawSQL
 
-from django_periodic.choices import CLAIMABLE_STATUSES, ErrorCode
+from django_periodic.choices import CLAIMABLE_STATUSES, LEDGER_FORMAT, ErrorCode
 from django_periodic.db import clock, prepared, timestamps
 from django_periodic.engine.backends.postgresql import rules
 from django_periodic.engine.records import (
@@ -96,7 +96,8 @@ LEFT JOIN (claimed c JOIN leased l ON l.run_id = c.id JOIN {schedule} s ON s.id 
 # Which runs a claim takes (RunQuerySet.claimable and .coming, restated for the index;
 # tests/test_rules.py checks they agree): those that may start now, or (ahead) those due
 # soon; those its own workers execute (not handed to a tasks backend), or the one run a
-# task names; of the jobs its code registers (RunQuerySet.of_jobs).
+# task names; of the jobs its code registers, in a ledger format it reads
+# (RunQuerySet.of_jobs).
 # Written so that the index on claimable runs' release times (run.RELEASE, restated as
 # RELEASE below) serves every claim, in order, whatever the statistics say (a burst of new
 # runs makes them stale for up to a minute):
@@ -130,7 +131,7 @@ CLAIMABLE_AHEAD = (
 UNLEASABLE = "NOT s.lease_timeout < %(latest)s::timestamptz - t.now"
 EXECUTED_HERE = "r.tasks_backend = ''"
 BY_ID = "r.id = %(run_id)s"
-OF_JOBS = "r.job_name = ANY(%(jobs)s)"
+OF_JOBS = f"r.job_name = ANY(%(jobs)s) AND r.ledger_format <= {LEDGER_FORMAT}"
 
 
 @cache
