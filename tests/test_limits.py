@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from django_periodic.choices import ErrorCode
 from django_periodic.db import clock
 from django_periodic.engine.planning import planner
-from django_periodic.engine.runs import handoff
+from django_periodic.engine.runs import claims, handoff, leases
 from django_periodic.engine.runs.admission import Admission, admit
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 from django_periodic.testing import run_due
@@ -25,6 +25,7 @@ from tests.limits_oracle import jobs_of, most_at_once
 from tests.models import Execution
 from tests.test_handoff import deliver, dummy  # noqa: F401 (a fixture)
 from tests.test_signals import received  # noqa: F401 (a fixture)
+from tests.test_wakeups import payloads, raw_listen  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -145,6 +146,23 @@ def test_a_run_waiting_past_its_start_deadline_is_skipped_naming_its_limit(recei
     assert skipped == [late.pk]
     holder.refresh_from_db()
     assert holder.status == Run.Status.PENDING
+
+
+def test_a_slot_the_sweeper_frees_wakes_the_planners_at_once(process, raw_listen):  # noqa: F811
+    """A run of a dead process, failed by the sweep, frees its slot: a NOTIFY says so, and
+    the planners admit the next run then rather than at their next poll."""
+    limit = ConcurrencyLimit.objects.create(name="db", max_running=1)
+    held_run(limited(limit, "dies", lease_timeout=timedelta(seconds=5)), T0)
+    waiting = held_run(limited(limit, "next"), T0 + timedelta(seconds=1))
+    now = T0 + timedelta(minutes=1)
+    assert admit(now).admitted == 1
+    assert payloads(raw_listen, 1)  # the admission's own, to the claimers
+    (claim,) = claims.claim(process, now, 1)
+    assert leases.mark_started([claim.token]) == {claim.token}
+    assert leases.sweep(now + timedelta(seconds=6)).failed == 1
+    assert payloads(raw_listen, 1)
+    assert admit(now + timedelta(seconds=6)).admitted == 1
+    assert started([waiting]) == ["next"]
 
 
 def test_a_held_run_cancelled_gets_its_release_back():

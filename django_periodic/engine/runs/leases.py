@@ -157,6 +157,9 @@ def sweep(now: datetime, using: str = "default", *, orphans: bool = False) -> Sw
             error_message=EXPIRED_MESSAGE,
         )
         overlap.promote_queued(using, {lease.run.schedule_id for lease in lost})
+        if failed and any(lease.run.concurrency_limit_id is not None for lease in lost):
+            # Its slot is free: the planners admit a waiting run now, not at their next poll.
+            announcements.notify(using)
         if signals.listened(signals.lease_lost, signals.run_finished):
             announcements.send_on_commit(_expired_events(again, lost, now), using)
     return SweepResult(reentered, failed)
