@@ -3,7 +3,7 @@ across every process and hand-off worker (optionally per scope key).
 
 A run of a limited schedule is recorded *held*: its release time is ``HELD``, past every
 real one, so that no claim takes it (nor a claim of a release that knows nothing of limits),
-and its real release waits in ``held_release_at``. Admission (``engine/runs/limits.py``)
+and its real release waits in ``held_release_at``. Admission (``engine/runs/admission.py``)
 gives the oldest held runs, by plan time, their release back while their limit has free
 slots. A run holds its slot from its admission until it ends, its retries included; one
 still held past its start deadline is skipped (``ErrorCode.CONCURRENCY_LIMIT``).
