@@ -41,8 +41,9 @@ def _restore_schedule(version: ScheduleVersion, by: str | None) -> "Schedule":
     with transaction.atomic(using=using):
         schedules = type(version.schedule).objects.using(using).select_for_update()
         schedule = schedules.get(pk=version.schedule_id)
-        names = [name for name in versioning.COLUMNS if name not in SECRET_FIELDS]
-        _set_recorded(schedule, version.fields, names)
+        # A secret stays as it is now: its version holds only a fingerprint.
+        columns = [name for name in versioning.COLUMNS if name not in SECRET_FIELDS]
+        _set_recorded(schedule, version.fields, columns)
         calendar_model = schedule.calendars.model
         names = version.fields.get("calendars", [])
         calendars = list(calendar_model.objects.using(using).filter(name__in=names))
