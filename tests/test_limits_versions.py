@@ -7,9 +7,11 @@ Each test reads the version table itself (oldest first), never what the save ret
 import os
 import socket
 import threading
+from io import StringIO
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.db import IntegrityError, connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 
@@ -196,6 +198,21 @@ def test_without_keep_versions_every_version_is_kept(settings):
     limit = new_limit()
     edited(limit, 5)
     assert len(versions_of(limit)) == 6
+
+
+def test_prune_runs_deletes_the_versions_past_a_lowered_keep_versions(settings):
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": None}
+    limit, other = new_limit(), new_limit(name="other")
+    edited(limit, 2)
+    newest = versions_of(limit)[-1]["id"]
+    settings.DJANGO_PERIODIC = {"KEEP_VERSIONS": 1}
+    call_command("prune_runs", "--dry-run", stdout=StringIO())
+    assert len(versions_of(limit)) == 3
+    out = StringIO()
+    call_command("prune_runs", stdout=out)
+    assert "Deleted 2 versions; kept the newest 1 of each schedule and limit" in out.getvalue()
+    assert [v["id"] for v in versions_of(limit)] == [newest]
+    assert len(versions_of(other)) == 1
 
 
 # -- restoring -------------------------------------------------------------------------------

@@ -455,11 +455,24 @@ def trim_versions(model: type[models.Model], owner: str, pks: Collection[Any], u
     keep = get_settings().KEEP_VERSIONS
     if keep is None or not pks:
         return 0
+    old = older_versions(model, owner, keep, using, pks)
+    return old.delete()[1].get(model._meta.label, 0)
+
+
+def older_versions(
+    model: type[models.Model],
+    owner: str,
+    keep: int,
+    using: str,
+    pks: Collection[Any] | None = None,
+) -> "QuerySet[Any]":
+    """The versions (rows of ``model``) of these owners (every one with None) past the newest
+    ``keep`` of each, by id."""
     versions = model._default_manager.using(using)
+    owned = versions.all() if pks is None else versions.filter(**{f"{owner}__in": set(pks)})
     newer = Window(RowNumber(), partition_by=F(owner), order_by=F("pk").desc())
-    ranked = versions.filter(**{f"{owner}__in": set(pks)}).annotate(newer=newer)
-    old = ranked.filter(newer__gt=keep).values("pk")
-    return versions.filter(pk__in=old).delete()[1].get(model._meta.label, 0)
+    old = owned.annotate(newer=newer).filter(newer__gt=keep).values("pk")
+    return versions.filter(pk__in=old)
 
 
 def _calendar_names_of(queryset: "QuerySet[Any]", pks: list[int]) -> dict[int, list[str]]:
