@@ -278,6 +278,15 @@ def test_a_user_who_may_only_view_sees_the_history_but_may_not_restore(client):
     assert ConcurrencyLimit.objects.get(pk=limit.pk).max_running == 2
 
 
+def test_a_user_who_may_only_add_limits_gives_the_first_version_its_reason(client):
+    staff(client, "add_concurrencylimit", "view_concurrencylimit")
+    add = reverse("admin:django_periodic_concurrencylimit_add")
+    data = {"name": "reports", "max_running": "3", "version_reason": "the report server"}
+    assert client.post(add, data).status_code == 302
+    (version,) = versions_of(ConcurrencyLimit.objects.get())
+    assert (version.by, version.reason) == ("staff", "the report server")
+
+
 def test_the_history_page_costs_the_same_queries_for_few_or_many_versions(admin_client):
     def queries_for(edits: int) -> int:
         limit = ConcurrencyLimit.objects.create(name=f"limit {edits}", max_running=1)

@@ -86,8 +86,9 @@ class ConcurrencyLimitAdmin(SecretsUnfiltered, Versioned, _ConcurrencyLimitAdmin
     def get_fields(
         self, request: HttpRequest, obj: ConcurrencyLimit | None = None
     ) -> "_FieldGroups":
-        # Why, for one who may change it; a new limit has no runs nor schedules yet.
-        reason = ("version_reason",) if self.has_change_permission(request, obj) else ()
+        # Why, for one who adds or may change it; a new limit has no runs nor schedules yet.
+        editing = obj is None or self.has_change_permission(request, obj)
+        reason = ("version_reason",) if editing else ()
         state = () if obj is None else self._state_fields(request)
         return (*EDITED_FIELDS, *reason, *state)
 
