@@ -127,6 +127,7 @@ def test_deleting_a_limit_deletes_its_versions():
     assert not LimitVersion.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_two_concurrent_edits_each_diff_against_the_one_before():
     """Two threads, each its own connection, save the same loaded limit at once: the second
     waits on the first's row lock, and its version's old value is the first's new one."""
