@@ -1,6 +1,7 @@
 """Concurrency limits in the admin: the list's counts of holders and waiting runs, a limit's
-page, a protected delete, the schedule form and filter, a held run's release, and the
-overview's flag for a limit that stays full.
+page, its versions (an edit's, the history page, "Restore this version"), a protected
+delete, the schedule form and filter, a held run's release, and the overview's flag for a
+limit that stays full.
 
 The runs are recorded through the ORM as planning records them (``Run.for_schedule`` holds
 a run of a limited schedule) and made holders by hand; the pages are read as HTML."""
@@ -14,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from django_periodic.db import clock
-from django_periodic.models import ConcurrencyLimit, Run, Schedule
+from django_periodic.models import ConcurrencyLimit, LimitVersion, Run, Schedule, changed_by
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.helpers import run_url
 from tests.test_admin_permissions import staff
@@ -166,6 +167,135 @@ def test_a_user_who_may_view_only_limits_sees_how_many_runs_and_schedules_not_wh
     assert re.search(r'class="[^"]*field-holding.*?<div class="readonly">2</div>', html, re.S)
     assert re.search(r'class="[^"]*field-waiting.*?<div class="readonly">3</div>', html, re.S)
     assert "6 schedules" in html  # one per run: two holders, three waiting, one ended
+
+
+# -- its versions -----------------------------------------------------------------------------
+
+
+def versions_of(limit: ConcurrencyLimit) -> list[LimitVersion]:
+    """Oldest first, read from the table."""
+    return list(LimitVersion.objects.filter(limit_id=limit.pk).order_by("id"))
+
+
+def limit_form(limit: ConcurrencyLimit, **changed) -> dict[str, str]:
+    """The change form of ``limit`` as it stands, with ``changed`` fields."""
+    data = {"name": limit.name, "max_running": str(limit.max_running)}
+    data |= {"description": limit.description, **changed}
+    if limit.per_scope:
+        data["per_scope"] = "on"
+    return data
+
+
+def test_an_admin_edit_is_a_version_by_the_user_with_the_reason(admin_client):
+    response = admin_client.post(
+        reverse("admin:django_periodic_concurrencylimit_add"),
+        {"name": "reports", "max_running": "3", "version_reason": "the report server"},
+    )
+    assert response.status_code == 302
+    limit = ConcurrencyLimit.objects.get()
+    data = limit_form(limit, max_running="5", version_reason="a bigger server")
+    assert admin_client.post(limit_url(limit), data).status_code == 302
+    created, edited = versions_of(limit)
+    assert (created.by, created.reason) == ("admin", "the report server")
+    assert created.changes["max_running"] == [None, 3]
+    assert (edited.by, edited.reason) == ("admin", "a bigger server")
+    assert edited.changes == {"max_running": [3, 5]}
+
+
+def test_an_admin_save_of_an_unchanged_form_makes_no_version(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="reports", max_running=3)
+    data = limit_form(limit, version_reason="nothing, really")
+    assert admin_client.post(limit_url(limit), data).status_code == 302
+    assert len(versions_of(limit)) == 1
+
+
+def test_the_history_page_shows_who_when_why_and_the_diff(admin_client):
+    with changed_by("alice", "first"):
+        limit = ConcurrencyLimit.objects.create(name="reports", max_running=1)
+    with changed_by("bob", "the new replica"):
+        limit.max_running = 4
+        limit.save()
+    html = admin_client.get(limit_url(limit, "history")).content.decode()
+    rows = re.findall(r'<tr class="periodic-version".*?</tr>', html, re.S)
+    assert len(rows) == 2
+    newest, first = rows
+    assert '<td class="periodic-version-by">bob</td>' in newest
+    assert '<td class="periodic-version-reason">the new replica</td>' in newest
+    assert re.search(r"<code>max_running</code>: .*?>1</span> &rarr; .*?>4</span>", newest)
+    assert '<td class="periodic-version-by">alice</td>' in first
+    # The newest is what the limit is now: only older ones are offered to restore.
+    restore = reverse(
+        "admin:django_periodic_concurrencylimit_restore", args=[limit.pk, versions_of(limit)[0].pk]
+    )
+    assert "periodic-restore" not in newest and f'action="{restore}"' in first
+
+
+def test_restore_in_the_admin_restores_as_a_version_by_the_user(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="reports", max_running=1)
+    limit.max_running, limit.description = 6, "six"
+    limit.save()
+    first = versions_of(limit)[0]
+    restore = reverse("admin:django_periodic_concurrencylimit_restore", args=[limit.pk, first.pk])
+    assert admin_client.get(restore).status_code == 405
+    response = admin_client.post(restore, follow=True)
+    shown = [str(message) for message in response.context["messages"]]
+    assert len(shown) == 1 and shown[0].startswith("Restored the version of ")
+    stored = ConcurrencyLimit.objects.filter(pk=limit.pk).values("max_running", "description")
+    assert stored.get() == {"max_running": 1, "description": ""}
+    restored = versions_of(limit)[-1]
+    assert restored.by == "admin" and restored.reason.startswith("Restored the version of ")
+    assert restored.changes == {"max_running": [6, 1], "description": ["six", ""]}
+
+
+def test_a_restore_in_the_admin_that_no_longer_validates_says_why_and_saves_nothing(
+    admin_client,
+):
+    limit = ConcurrencyLimit.objects.create(name="reports", max_running=1)
+    first = versions_of(limit)[0]
+    limit.name = "renamed"
+    limit.save()
+    ConcurrencyLimit.objects.create(name="reports", max_running=1)  # its old name, taken
+    restore = reverse("admin:django_periodic_concurrencylimit_restore", args=[limit.pk, first.pk])
+    response = admin_client.post(restore, follow=True)
+    shown = [str(message) for message in response.context["messages"]]
+    assert len(shown) == 1 and shown[0].startswith("Not restored: name: ")
+    assert ConcurrencyLimit.objects.get(pk=limit.pk).name == "renamed"
+    assert len(versions_of(limit)) == 2
+
+
+def test_a_user_who_may_only_view_sees_the_history_but_may_not_restore(client):
+    limit = ConcurrencyLimit.objects.create(name="reports", max_running=1)
+    limit.max_running = 2
+    limit.save()
+    staff(client, "view_concurrencylimit")
+    assert "version_reason" not in client.get(limit_url(limit)).content.decode()
+    html = client.get(limit_url(limit, "history")).content.decode()
+    assert html.count('<tr class="periodic-version"') == 2
+    assert "periodic-restore" not in html
+    first = versions_of(limit)[0]
+    restore = reverse("admin:django_periodic_concurrencylimit_restore", args=[limit.pk, first.pk])
+    assert client.post(restore).status_code == 403
+    assert ConcurrencyLimit.objects.get(pk=limit.pk).max_running == 2
+
+
+def test_a_user_who_may_only_add_limits_gives_the_first_version_its_reason(client):
+    staff(client, "add_concurrencylimit", "view_concurrencylimit")
+    add = reverse("admin:django_periodic_concurrencylimit_add")
+    data = {"name": "reports", "max_running": "3", "version_reason": "the report server"}
+    assert client.post(add, data).status_code == 302
+    (version,) = versions_of(ConcurrencyLimit.objects.get())
+    assert (version.by, version.reason) == ("staff", "the report server")
+
+
+def test_the_history_page_costs_the_same_queries_for_few_or_many_versions(admin_client):
+    def queries_for(edits: int) -> int:
+        limit = ConcurrencyLimit.objects.create(name=f"limit {edits}", max_running=1)
+        for slots in range(2, 2 + edits):
+            limit.max_running = slots
+            limit.save()
+        return queries(admin_client, limit_url(limit, "history"))
+
+    assert queries_for(1) == queries_for(30)
 
 
 # -- deleting ---------------------------------------------------------------------------------

@@ -78,8 +78,9 @@ def test_prune_runs_costs_the_same_statements_for_every_batch(now):
         text = output_of("prune_runs", days=30, batch_size=2)
     # The schedules' distinct own rules, then three batches (2, 2, 1) of: select ids,
     # delete leases by run id, delete runs by id (no count rule: no schedule is walked);
-    # then the versions' cutoffs (none to delete).
-    assert len(statements(captured)) == 1 + 3 * 3 + 1
+    # then the schedules' versions' cutoffs (none to delete), and the limits' older versions,
+    # all limits in one statement.
+    assert len(statements(captured)) == 1 + 3 * 3 + 1 + 1
     assert "Deleted 5 runs and 5 leases" in text
     assert not Run.objects.exists()
 

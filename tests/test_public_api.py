@@ -28,6 +28,7 @@ PUBLIC = {
         "FireStatus",
         "Lease",
         "LeaseQuerySet",
+        "LimitVersion",
         "Run",
         "RunQuerySet",
         "Schedule",

@@ -3,6 +3,7 @@ its changes field by field, who made it and why; the scheduler's own writes make
 QuerySet.update() makes none, update_versioned() does; a version can be restored."""
 
 import os
+import re
 import socket
 import threading
 import zoneinfo
@@ -363,6 +364,22 @@ def test_the_history_page_shows_the_diff_and_restore_restores(admin_client):
     assert admin_client.post(restore).status_code == 302
     assert Schedule.objects.get(pk=schedule.pk).max_attempts == 1
     assert versions_of(schedule)[-1].by == "admin"
+
+
+def test_the_history_page_anchors_the_newest_version_of_each_revision(admin_client):
+    schedule = ScheduleFactory(max_attempts=1, interval=timedelta(minutes=1))
+    schedule.max_attempts = 2  # a policy: the same revision
+    schedule.save()
+    schedule.interval = timedelta(minutes=2)  # a trigger: a new revision
+    schedule.save()
+    history = reverse("admin:django_periodic_schedule_history", args=[schedule.pk])
+    page = admin_client.get(history).content.decode()
+    rows = re.findall(r'<tr class="periodic-version"[^>]*>', page)
+    assert [re.findall(r'id="([^"]+)"', row) for row in rows] == [
+        ["revision-2"],
+        ["revision-1"],
+        [],
+    ]
 
 
 def test_a_restore_in_the_admin_that_no_longer_validates_says_why_and_saves_nothing(

@@ -18,10 +18,10 @@ from django.utils.translation import gettext_lazy as _
 
 from django_periodic import registry, taskbackends
 from django_periodic import scopes as scope_providers
+from django_periodic.admin.changes.versions import reason_field
 from django_periodic.choices import UNSET_TRIGGER
 from django_periodic.conf import get_settings
 from django_periodic.models import Schedule
-from django_periodic.models import versions as versioning
 from django_periodic.models.calendars import closures_from, expect_calendars
 from django_periodic.models.schedule_fields import (
     ALERT_FIELDS,
@@ -240,12 +240,7 @@ class ScheduleForm(_ScheduleModelForm):
         name="kwargs", empty=dict, help_text=_('Keyword arguments, e.g. {"key": 1}.')
     )
     # Not a field of the schedule: why this change, which its version records.
-    version_reason = forms.CharField(
-        label=_("Reason"),
-        required=False,
-        max_length=versioning.REASON_MAX_LENGTH,
-        help_text=_("Why this change: its version in the history records it."),
-    )
+    version_reason = reason_field()
 
     class Meta:
         model = Schedule

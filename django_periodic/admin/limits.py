@@ -1,10 +1,11 @@
 """Concurrency limits in the admin: each with how many runs hold its slots and how many wait
 for one (counted in the list's one query), and on its page the holders, the oldest waiting
 runs and the schedules that name it, as links to those who may view runs and schedules, else
-only how many."""
+only how many. Each save is a version, listed on its history page (``Versioned``)."""
 
 from typing import TYPE_CHECKING
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Count, IntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -16,6 +17,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from django_periodic.admin import display
+from django_periodic.admin.changes.versions import Versioned, reason_field
 from django_periodic.admin.secrets import SecretsUnfiltered
 from django_periodic.models import ConcurrencyLimit, Run, Schedule, limits
 
@@ -23,13 +25,15 @@ if TYPE_CHECKING:
     from django.contrib.admin.options import _FieldGroups
 
     _ConcurrencyLimitAdmin = admin.ModelAdmin[ConcurrencyLimit]
+    _ConcurrencyLimitModelForm = forms.ModelForm[ConcurrencyLimit]
 else:
     _ConcurrencyLimitAdmin = admin.ModelAdmin
+    _ConcurrencyLimitModelForm = forms.ModelForm
 
 # The runs a limit's page lists of its holders, and of its waiting runs (the oldest).
 LISTED = 20
-# Its own fields, edited on its page.
-EDITED_FIELDS = ("name", "max_running", "per_scope", "description")
+# Its own fields, edited on its page (those its versions record).
+EDITED_FIELDS = limits.VERSIONED_FIELDS
 
 
 def run_count(condition: Q) -> Coalesce:
@@ -52,8 +56,18 @@ def _run_text(run: Run) -> str:
     return " · ".join(part for part in parts if part)
 
 
+class ConcurrencyLimitForm(_ConcurrencyLimitModelForm):
+    # Not a field of the limit: why this change, which its version records.
+    version_reason = reason_field()
+
+    class Meta:
+        model = ConcurrencyLimit
+        fields = EDITED_FIELDS
+
+
 @admin.register(ConcurrencyLimit)
-class ConcurrencyLimitAdmin(SecretsUnfiltered, _ConcurrencyLimitAdmin):
+class ConcurrencyLimitAdmin(SecretsUnfiltered, Versioned, _ConcurrencyLimitAdmin):
+    form = ConcurrencyLimitForm
     list_display = ["name", "max_running", "per_scope", "holding", "waiting"]
     search_fields = ["name"]
 
@@ -72,8 +86,11 @@ class ConcurrencyLimitAdmin(SecretsUnfiltered, _ConcurrencyLimitAdmin):
     def get_fields(
         self, request: HttpRequest, obj: ConcurrencyLimit | None = None
     ) -> "_FieldGroups":
-        # A new limit has no runs nor schedules yet.
-        return EDITED_FIELDS if obj is None else (*EDITED_FIELDS, *self._state_fields(request))
+        # Why, for one who adds or may change it; a new limit has no runs nor schedules yet.
+        editing = obj is None or self.has_change_permission(request, obj)
+        reason = ("version_reason",) if editing else ()
+        state = () if obj is None else self._state_fields(request)
+        return (*EDITED_FIELDS, *reason, *state)
 
     def get_readonly_fields(
         self, request: HttpRequest, obj: ConcurrencyLimit | None = None

@@ -96,7 +96,7 @@ READ_ONLY_TIMES = {"run_at": "run_time", "start_at": "start_time", "end_at": "en
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
+class ScheduleAdmin(SecretsUnfiltered, versions.Versioned, ScheduleColumns):
     form = ScheduleForm
     list_display = [
         "name_and_error",
@@ -185,11 +185,6 @@ class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
                 "overview/",
                 wrap(partial(overview_view, self)),
                 name="{}_{}_overview".format(*info),
-            ),
-            path(
-                "<path:object_id>/history/<int:version_id>/restore/",
-                wrap(self.restore_view),
-                name="{}_{}_restore".format(*info),
             ),
             path(
                 "<path:object_id>/run-now/",
@@ -301,13 +296,11 @@ class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
         return JsonResponse({**result.as_json(), "html": preview.render(result)})
 
     def save_model(self, request: HttpRequest, obj: Schedule, form: Any, change: bool) -> None:
-        """Save it as a version by this user, for the reason given on the form."""
+        """Save it as a version by this user, for the reason given on the form (Versioned)."""
         using = obj._state.db or "default"
         # Its calendars as they were, for save_related()'s version.
         form.calendars_before = versioning.calendar_names(obj, using) if change else []
-        reason = form.cleaned_data.get("version_reason", "")
-        with changed_by(request.user.get_username(), reason):
-            super().save_model(request, obj, form, change)
+        super().save_model(request, obj, form, change)
 
     def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
         """Save its calendars; a change of them plans it again from now (as an edited
@@ -322,19 +315,6 @@ class ScheduleAdmin(SecretsUnfiltered, ScheduleColumns):
                 versioning.record_calendars(obj, form.calendars_before, using)
         if change and "calendars" in form.changed_data:
             Schedule.objects.using(form.instance._state.db).filter(pk=form.instance.pk).reschedule()
-
-    # -- its versions: the history page, "Restore this version" ----------------------------------
-
-    def history_view(
-        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        context = versions.history_context(self, request, object_id)
-        return super().history_view(request, object_id, {**context, **(extra_context or {})})
-
-    def restore_view(
-        self, request: HttpRequest, object_id: str, version_id: int
-    ) -> HttpResponseBase:
-        return versions.restore_view(self, request, object_id, version_id)
 
     # -- the "Explain" page: what became of its fires ------------------------------------------
 

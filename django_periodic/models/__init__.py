@@ -8,7 +8,7 @@ below are the public ones (docs/api.md); the rest belongs to the modules that de
 from django_periodic.models.calendars import Calendar
 from django_periodic.models.explaining.accounts import FireAccount, FireStatus
 from django_periodic.models.explaining.pages import ExplainPage
-from django_periodic.models.limits import ConcurrencyLimit
+from django_periodic.models.limits import ConcurrencyLimit, LimitVersion
 from django_periodic.models.overrides import FireOverride
 from django_periodic.models.pausing import UNTIL_RESUMED
 from django_periodic.models.processes import (
@@ -33,6 +33,7 @@ __all__ = [
     "FireStatus",
     "Lease",
     "LeaseQuerySet",
+    "LimitVersion",
     "Run",
     "RunQuerySet",
     "Schedule",

@@ -14,6 +14,10 @@ so each thread and task has its own); without one, a version is by this process
 (``SECRET_FIELDS``, a ping URL) as a fingerprint, which tells that it changed, never what it
 is (``recorded()``).
 
+Concurrency limits are versioned by the same rules (``LimitVersion``, models/limits.py):
+who and why, values as JSON, changes field by field (``diff()``), trimmed to
+``KEEP_VERSIONS`` as each is written (``trim_versions()``).
+
 What a schedule row held when loaded or last saved, to tell what a save changes: whether
 its cursor must move (a trigger field changed), whether it makes a new revision, and what
 its version records: ``TrackedChanges``, the mixin that remembers it.
@@ -218,7 +222,8 @@ _author: ContextVar[Author | None] = ContextVar("django_periodic_version_author"
 
 @contextmanager
 def changed_by(by: str, reason: str = "") -> Iterator[None]:
-    """Saves of schedules inside this block make versions by ``by``, for ``reason``."""
+    """Saves of schedules and of concurrency limits inside this block make versions by
+    ``by``, for ``reason``."""
     token = _author.set(Author(by, reason[:REASON_MAX_LENGTH]))
     try:
         yield
@@ -265,6 +270,14 @@ def recorded(name: str, value: Any) -> Any:
     return fingerprint(value) if name in SECRET_FIELDS else as_json(value)
 
 
+def diff(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> dict[str, list[Any]]:
+    """The changes ``{field: [old, new]}`` from ``old`` to ``new`` (JSON values): those that
+    differ; every field, from None, when there was no ``old`` (a new row)."""
+    if old is None:
+        return {name: [None, value] for name, value in new.items()}
+    return {name: [old[name], value] for name, value in new.items() if old[name] != value}
+
+
 def state_of(schedule: "TrackedChanges") -> dict[str, Any]:
     """The versioned columns of ``schedule`` as they are in memory, as JSON."""
     return {name: recorded(name, getattr(schedule, name)) for name in COLUMNS}
@@ -293,7 +306,7 @@ def pending(
     """The changes ``{field: [old, new]}`` that saving ``schedule`` writes: every versioned
     column, from None, for a new one."""
     if schedule._state.adding:
-        return {name: [None, value] for name, value in state_of(schedule).items()}
+        return diff(None, state_of(schedule))
     written = set(COLUMNS) if update_fields is None else set(COLUMNS) & set(update_fields)
     deferred = schedule.get_deferred_fields()
     names = [name for name in COLUMNS if name in written and name not in deferred]
@@ -301,7 +314,7 @@ def pending(
         return {}
     old = _before(schedule, names, using)
     new = {name: recorded(name, getattr(schedule, name)) for name in names}
-    return {name: [old[name], new[name]] for name in names if old[name] != new[name]}
+    return diff(old, new)
 
 
 @contextmanager
@@ -407,7 +420,7 @@ def update_versioned(
             pk, revision = row.pop("pk"), row.pop("revision")
             fields = {name: recorded(name, value) for name, value in row.items()}
             old = {name: recorded(name, value) for name, value in before[pk].items()}
-            changes = {k: [old[k], v] for k, v in fields.items() if old[k] != v}
+            changes = diff(old, fields)
             if changes:
                 versions.append(
                     ScheduleVersion(
@@ -425,21 +438,41 @@ def update_versioned(
 
 
 def trim(schedule_pks: Collection[int], using: str) -> int:
-    """Delete the versions of these schedules but the newest ``KEEP_VERSIONS`` of each (by
-    id: the order they were recorded in); return how many went.
+    """Delete the versions of these schedules but the newest ``KEEP_VERSIONS`` of each;
+    return how many went (``trim_versions()``)."""
+    return trim_versions(ScheduleVersion, "schedule_id", schedule_pks, using)
 
-    One statement, which reads each schedule's newest versions on the index
-    ``periodic_version_newest``, one past ``KEEP_VERSIONS`` when its versions are trimmed
-    at each write. None at all with ``KEEP_VERSIONS = None``, or no schedules.
+
+def trim_versions(model: type[models.Model], owner: str, pks: Collection[Any], using: str) -> int:
+    """Delete the versions (rows of ``model``) of these owners (``pks``, in the column
+    ``owner``) but the newest ``KEEP_VERSIONS`` of each (by id: the order they were recorded
+    in); return how many went. The versions of schedules and of concurrency limits alike.
+
+    One statement, which reads each owner's newest versions on its index by (owner, -id),
+    one past ``KEEP_VERSIONS`` when its versions are trimmed at each write. None at all with
+    ``KEEP_VERSIONS = None``, or no owners.
     """
     keep = get_settings().KEEP_VERSIONS
-    if keep is None or not schedule_pks:
+    if keep is None or not pks:
         return 0
-    versions = ScheduleVersion.objects.using(using)
-    newer = Window(RowNumber(), partition_by=F("schedule_id"), order_by=F("pk").desc())
-    ranked = versions.filter(schedule_id__in=set(schedule_pks)).annotate(newer=newer)
-    old = ranked.filter(newer__gt=keep).values("pk")
-    return versions.filter(pk__in=old).delete()[1].get(ScheduleVersion._meta.label, 0)
+    old = older_versions(model, owner, keep, using, pks)
+    return old.delete()[1].get(model._meta.label, 0)
+
+
+def older_versions(
+    model: type[models.Model],
+    owner: str,
+    keep: int,
+    using: str,
+    pks: Collection[Any] | None = None,
+) -> "QuerySet[Any]":
+    """The versions (rows of ``model``) of these owners (every one with None) past the newest
+    ``keep`` of each, by id."""
+    versions = model._default_manager.using(using)
+    owned = versions.all() if pks is None else versions.filter(**{f"{owner}__in": set(pks)})
+    newer = Window(RowNumber(), partition_by=F(owner), order_by=F("pk").desc())
+    old = owned.annotate(newer=newer).filter(newer__gt=keep).values("pk")
+    return versions.filter(pk__in=old)
 
 
 def _calendar_names_of(queryset: "QuerySet[Any]", pks: list[int]) -> dict[int, list[str]]:

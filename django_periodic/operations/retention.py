@@ -2,11 +2,11 @@
 at a time.
 
 The rules, and how a pass finds the runs they let go without reading every schedule, are in
-``prunable.py``. A schedule's versions (docs/versions.md) are kept by count: its newest
-``KEEP_VERSIONS``. They are trimmed as each new one is written (``versions.trim()``), so the
-background pass has none to delete; ``prune_runs`` alone walks them
-(``prune(versions=True)``), for versions past a lowered ``KEEP_VERSIONS`` or written around
-``save()``.
+``prunable.py``. A schedule's versions (docs/versions.md), and a concurrency limit's, are
+kept by count: its newest ``KEEP_VERSIONS``. They are trimmed as each new one is written
+(``versions.trim_versions()``), so the background pass has none to delete; ``prune_runs``
+alone walks them (``prune(versions=True)``), for versions past a lowered ``KEEP_VERSIONS``
+or written around ``save()``.
 
 ``run_scheduler`` applies the rules in a background pass (``pruner.py``) and ``prune_runs``
 applies them from cron; both delete through ``prune()``.
@@ -23,7 +23,15 @@ from django.db.models import OuterRef, Q, QuerySet, Subquery, signals
 
 from django_periodic.conf import get_settings
 from django_periodic.db import features, pooling, postgresql
-from django_periodic.models import Lease, Run, RunQuerySet, Schedule, ScheduleVersion
+from django_periodic.models import (
+    Lease,
+    LimitVersion,
+    Run,
+    RunQuerySet,
+    Schedule,
+    ScheduleVersion,
+)
+from django_periodic.models.versions import older_versions
 from django_periodic.operations import prunable
 from django_periodic.operations.prunable import SCHEDULE_BATCH, Mark, Rules
 
@@ -122,7 +130,8 @@ def _prunables(
 
 def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) -> Iterator[int]:
     """Delete each schedule's versions but its newest ``keep`` (by id: the order they were
-    recorded in), yielding how many each batch of schedules lost (``dry_run``: would lose).
+    recorded in), yielding how many each batch of schedules lost (``dry_run``: would lose);
+    then each concurrency limit's likewise.
 
     Each new version trims its schedule's (``versions.trim()``); this catches up with the
     versions past a lowered ``KEEP_VERSIONS``, or written without ``save()``. It walks every
@@ -145,8 +154,11 @@ def prune_versions(keep: int, *, using: str = "default", dry_run: bool = False) 
             old = ScheduleVersion.objects.using(using).filter(condition)
             yield old.count() if dry_run else _delete(old)
         if len(rows) < SCHEDULE_BATCH:
-            return
+            break
         after = rows[-1][0]
+    # The limits' too: few (a limit is a row a person adds), so all of them in one statement.
+    old = older_versions(LimitVersion, "limit_id", keep, using)
+    yield old.count() if dry_run else _delete(old)
 
 
 def _count(runs: RunQuerySet) -> Pruned:

@@ -90,7 +90,7 @@ class Command(BaseCommand):
         if (keep_versions := get_settings().KEEP_VERSIONS) is not None:
             self.stdout.write(
                 f"{verb} {pruned.versions} versions; kept the newest {keep_versions} of each "
-                "schedule (KEEP_VERSIONS)."
+                "schedule and limit (KEEP_VERSIONS)."
             )
 
 
