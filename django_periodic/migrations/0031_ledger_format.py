@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('django_periodic', '0029_concurrency_limits'),
+        ('django_periodic', '0030_limit_versions'),
     ]
 
     operations = [
