@@ -435,6 +435,19 @@ def test_the_overview_does_not_flag_a_limit_with_a_free_slot_or_a_short_wait(
     assert "warehouse db" not in attention(admin_client)
 
 
+def test_the_overview_flags_a_per_scope_limit_only_for_a_key_that_stays_full(admin_client):
+    limit = ConcurrencyLimit.objects.create(name="tenant", max_running=1, per_scope=True)
+    Run.objects.filter(pk=held_run(limit, 10, scope="acme").pk).update(
+        release_at=None, held_release_at=None
+    )
+    held_run(limit, 5, scope="globex")  # its own key has a free slot
+    assert "tenant" not in attention(admin_client)
+    held_run(limit, 5, scope="acme")  # its key's one slot is held
+    html = attention(admin_client)
+    assert f'<a href="{limit_url(limit)}">tenant</a>' in html
+    assert "Full for a scope key (1 per key): 1 held in all, 2 waiting." in html
+
+
 def test_the_overview_reads_every_full_limit_in_one_query(admin_client):
     def add_full_limits(count: int) -> None:
         for _ in range(count):

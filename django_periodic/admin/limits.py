@@ -3,7 +3,7 @@ for one (counted in the list's one query), and on its page the holders, the olde
 runs and the schedules that name it, as links to those who may view runs and schedules, else
 only how many. Each save is a version, listed on its history page (``Versioned``)."""
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin
@@ -36,12 +36,13 @@ LISTED = 20
 EDITED_FIELDS = limits.VERSIONED_FIELDS
 
 
-def run_count(condition: Q) -> Coalesce:
-    """How many runs of the limit in the outer query meet ``condition``, as a subquery: each
-    counts through the partial index of its condition (``periodic_run_held``,
-    ``periodic_run_limited``), never through the limit's whole history."""
+def run_count(condition: Q, of: OuterRef | None = None, **fields: Any) -> Coalesce:
+    """How many runs of the limit in the outer query (``of``) meet ``condition`` (and have
+    these ``fields``), as a subquery: each counts through the partial index of its
+    condition (``periodic_run_held``, ``periodic_run_limited``), never through the limit's
+    whole history."""
     runs = (
-        Run.objects.filter(condition, concurrency_limit=OuterRef("pk"))
+        Run.objects.filter(condition, concurrency_limit=of or OuterRef("pk"), **fields)
         .order_by()
         .values("concurrency_limit")
         .annotate(count=Count("pk"))

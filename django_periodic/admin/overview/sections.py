@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.paginator import Page, Paginator
-from django.db.models import Case, F, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models import Case, F, IntegerField, OuterRef, Q, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext as _
 
@@ -120,17 +120,23 @@ def needing_attention(using: str) -> list[Row]:
 
 
 def full_limits(now: datetime, using: str) -> list[Row]:
-    """Concurrency limits that stay full, in one query: all their slots held, and a run
-    waiting for one though its release passed over ``FULL_FOR`` ago (admission, each second,
-    would have admitted it into a free slot). For a per-scope limit the slots it counts are
-    all its keys', so a run that waits says more: its own key stayed full. The longest
-    waiting first."""
+    """Concurrency limits that stay full, in one query: a run waiting for a slot though its
+    release passed over ``FULL_FOR`` ago (admission, each second, would have admitted it
+    into a free slot), and every slot it could take held: its limit's, or for a per-scope
+    limit its own key's. The longest waiting first."""
+    key_holding = run_count(
+        limits.HOLDING, of=OuterRef("concurrency_limit"), scope=OuterRef("scope")
+    )
     ready = (
         Run.objects.using(using)
         .filter(limits.WAITING, concurrency_limit=OuterRef("pk"))
         .filter(plan_time__lt=now - FULL_FOR)  # its index's range; the release is the rule
-        .alias(release=Coalesce("held_release_at", "plan_time"))
+        .alias(release=Coalesce("held_release_at", "plan_time"), key_holding=key_holding)
         .filter(release__lt=now - FULL_FOR)
+        .filter(
+            Q(concurrency_limit__per_scope=False)
+            | Q(key_holding__gte=F("concurrency_limit__max_running"))
+        )
         .order_by("plan_time")
         .values("plan_time")
     )
@@ -141,12 +147,15 @@ def full_limits(now: datetime, using: str) -> list[Row]:
             waiting=run_count(limits.WAITING),
             waiting_since=Subquery(ready[:1]),
         )
-        .filter(waiting_since__isnull=False, holding__gte=F("max_running"))
+        .filter(waiting_since__isnull=False)
+        .filter(Q(per_scope=True) | Q(holding__gte=F("max_running")))
         .order_by("waiting_since", "name")
     )
     return list(
-        full.values("pk", "name", "max_running", "holding", "waiting", "waiting_since")[:LISTED]
-    )
+        full.values(
+            "pk", "name", "max_running", "per_scope", "holding", "waiting", "waiting_since"
+        )[:LISTED]
+    )  # fmt: skip
 
 
 def series(now: datetime, window: str, using: str) -> Series:
