@@ -21,7 +21,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('created_at', models.DateTimeField(db_default=django.db.models.functions.datetime.Now(), default=django_periodic.db.clock.wall_now)),
-                ('by', models.CharField(blank=True, db_default='', default='', help_text='Who made it: a user, or a process.', max_length=150)),
+                ('by', models.CharField(blank=True, db_default='', default='', help_text='Who made it: a user, or "code", "import", a process.', max_length=150)),
                 ('reason', models.CharField(blank=True, db_default='', default='', max_length=500)),
                 ('changes', models.JSONField(blank=True, db_default={}, default=dict)),
                 ('fields', models.JSONField(blank=True, db_default={}, default=dict)),

@@ -94,28 +94,12 @@ class ConcurrencyLimit(models.Model):
             record(self, before, using)
 
 
-class LimitVersion(models.Model):
+class LimitVersion(versions.Version):
     """A concurrency limit as one change left it: when, who, why, and what changed."""
 
     limit = models.ForeignKey(ConcurrencyLimit, on_delete=models.CASCADE, related_name="versions")
-    created_at = models.DateTimeField(default=clock.wall_now, db_default=Now())
-    by = models.CharField(
-        max_length=150,
-        blank=True,
-        default="",
-        db_default="",
-        help_text=_("Who made it: a user, or a process."),
-    )
-    reason = models.CharField(
-        max_length=versions.REASON_MAX_LENGTH, blank=True, default="", db_default=""
-    )
-    # {field: [old, new]}, as JSON values.
-    changes = models.JSONField(default=dict, db_default={}, blank=True)
-    # The versioned fields as this change left them: what "restore this version" writes.
-    fields = models.JSONField(default=dict, db_default={}, blank=True)
 
-    class Meta:
-        ordering = ["-created_at", "-id"]
+    class Meta(versions.Version.Meta):
         indexes = [
             # A limit's versions in the order they were recorded: its history page lists
             # them, and trim_versions() reads its newest KEEP_VERSIONS and no more.

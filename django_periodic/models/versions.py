@@ -56,15 +56,10 @@ COLUMNS = tuple(_FIELDS[name].attname for name in VERSIONED_FIELDS if name != "c
 REASON_MAX_LENGTH = 500
 
 
-class ScheduleVersion(models.Model):
-    """A schedule as one change left it: its revision, when, who, why, and what changed."""
+class Version(models.Model):
+    """What every version records: when, who, why, the changes field by field, and the
+    versioned fields as the change left them."""
 
-    schedule = models.ForeignKey(
-        "django_periodic.Schedule", on_delete=models.CASCADE, related_name="versions"
-    )
-    revision = models.PositiveIntegerField(
-        help_text=_("The schedule's revision after this change; its runs record theirs.")
-    )
     created_at = models.DateTimeField(default=clock.wall_now, db_default=Now())
     by = models.CharField(
         max_length=150,
@@ -73,14 +68,28 @@ class ScheduleVersion(models.Model):
         db_default="",
         help_text=_('Who made it: a user, or "code", "import", a process.'),
     )
-    reason = models.CharField(max_length=500, blank=True, default="", db_default="")
+    reason = models.CharField(max_length=REASON_MAX_LENGTH, blank=True, default="", db_default="")
     # {field: [old, new]}, as JSON values (times and durations as ISO 8601 text).
     changes = models.JSONField(default=dict, db_default={}, blank=True)
     # The versioned fields as this change left them: what "restore this version" writes.
     fields = models.JSONField(default=dict, db_default={}, blank=True)
 
     class Meta:
+        abstract = True
         ordering = ["-created_at", "-id"]
+
+
+class ScheduleVersion(Version):
+    """A schedule as one change left it: its revision, when, who, why, and what changed."""
+
+    schedule = models.ForeignKey(
+        "django_periodic.Schedule", on_delete=models.CASCADE, related_name="versions"
+    )
+    revision = models.PositiveIntegerField(
+        help_text=_("The schedule's revision after this change; its runs record theirs.")
+    )
+
+    class Meta(Version.Meta):
         indexes = [
             models.Index(fields=["schedule", "-created_at"], name="periodic_version_schedule"),
             # A schedule's versions in the order they were recorded: trim() reads its
