@@ -180,7 +180,8 @@ def test_a_limit_of_two_holds_for_runs_handed_to_task_workers_killed_mid_job(
 
     killed = {event.pid: event.at.timestamp() for event in workers.timeline if event.what == "kill"}
     jobs = jobs_of(notes, killed)
-    assert most_at_once(jobs) == 2, workers.logs()
+    at_once = most_at_once(jobs)
+    assert at_once == 2, f"{at_once} jobs at once\n{workers.logs()}"
     assert {job.pid for job in jobs} <= {child.pid for child in workers.started}
     cut_off = [job for job in jobs if job.pid in killed and job.end == killed[job.pid]]
     assert cut_off, "no job was killed in the middle"
