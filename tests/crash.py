@@ -140,9 +140,9 @@ class Fleet:
     def start(self) -> None:
         self.live = [self.start_one() for _ in range(self.size)]
 
-    def kill_one(self) -> LoggedChild:
-        """SIGKILL a random live child and start its replacement at once."""
-        victim = self.random.choice(self.live)
+    def kill_one(self, victim: LoggedChild | None = None) -> LoggedChild:
+        """SIGKILL ``victim`` (else a random live child) and start its replacement at once."""
+        victim = victim or self.random.choice(self.live)
         os.kill(victim.pid, signal.SIGKILL)
         victim.popen.wait()
         self.event("kill", victim.pid)
@@ -194,6 +194,14 @@ class Fleet:
             f"--- pid {child.pid} (exit {child.popen.poll()}) ---\n{child.tail(lines)}"
             for child in children or self.started
         )
+
+
+def reaped(fleet: Fleet):
+    """A fleet fixture's body: yield ``fleet``, then kill every child it started and wait
+    until their database sessions have ended."""
+    yield fleet
+    fleet.reap()
+    processes.wait_for_children_to_disconnect()
 
 
 def create_schedules(

@@ -312,6 +312,27 @@ def atomic_record(
     return context.attempt
 
 
+def picked(plan_time, every: int, at: list[int]) -> bool:
+    """Whether ``plan_time`` is one of those picked by its epoch second: that second modulo
+    ``every`` is in ``at`` (a job's choice, and its test's, made the same way)."""
+    return every > 0 and int(plan_time.timestamp()) % every in at
+
+
+@job(takes_context=True, atomic=True)
+def atomic_by_plan_time(
+    context, every: int = 0, fail_at: list = (), late_at: list = (), late_seconds: float = 0.0
+):
+    """Atomic: writes an Execution row, committed with its run's success. For the plan times
+    ``picked`` by ``fail_at`` it then raises (the row rolls back: a failure leaves none); for
+    those picked by ``late_at`` it first waits ``late_seconds``."""
+    if picked(context.plan_time, every, list(late_at)):
+        time.sleep(late_seconds)
+    _execution(context)
+    if picked(context.plan_time, every, list(fail_at)):
+        raise RuntimeError("fails for this plan time")
+    return context.attempt
+
+
 @job(takes_context=True, atomic=True)
 def atomic_with_hook(context, fail: bool = False):
     """Atomic: writes a row, and asks for another at commit (``on_commit``)."""

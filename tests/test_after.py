@@ -3,6 +3,8 @@ time its upstreams ran for, decided by their runs' ends and its wait bound; a ba
 is refused by validation and, stored anyway, fails that schedule alone."""
 
 import signal
+import time
+from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -18,10 +20,13 @@ from django_periodic.engine.backends import ledger
 from django_periodic.engine.planning import planner
 from django_periodic.engine.planning.after import plan_after
 from django_periodic.models import Run, Schedule
+from tests import crash
 from tests.factories import RunFactory, ScheduleFactory, schedule_form_data
+from tests.jobs import picked
 from tests.models import Execution
 from tests.processes import wait_for
 from tests.test_bad_rows import unchecked  # noqa: F401 (a fixture)
+from tests.test_crash import seed  # noqa: F401 (a fixture)
 from tests.test_signals import received  # noqa: F401 (a fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -432,6 +437,134 @@ def test_every_upstream_success_has_exactly_one_downstream_execution_under_a_kil
     assert set(planned) == succeeded
     ups_rows = list(ups.values_list("plan_time", flat=True))
     assert len(ups_rows) == len(set(ups_rows))
+
+
+@pytest.fixture
+def fleet(postgres, transactional_db, tmp_path, seed):  # noqa: F811 (the fixture)
+    """Two run_scheduler children with fast settings; all are reaped after the test."""
+    fleet = crash.Fleet(2, ["--workers", "3"], crash.CHILD_SETTINGS, tmp_path, seed)
+    yield from crash.reaped(fleet)
+
+
+# D's wait bound; C's job for the plan times picked "late" takes LATE past it.
+WAIT = timedelta(seconds=5)
+LATE = 8.0
+# Which plan times fail or are late, by their epoch second modulo EVERY (jobs.picked).
+EVERY = 8
+A_FAILS, C_FAILS, C_LATE = [1], [3], [5]
+# A plan time whose upstreams' rows both committed this long before its wait bound must run.
+ON_TIME = timedelta(seconds=1)
+
+
+def execution_commits(schedule: str) -> dict[datetime, list[datetime]]:
+    """When each of the schedule's Execution rows committed, by plan time: the server's own
+    record (track_commit_timestamp), not a column the jobs or the scheduler write."""
+    rows = Execution.objects.filter(schedule=schedule).values_list("pk", "plan_time")
+    committed = crash.commit_times(Execution._meta.db_table)
+    by_plan_time = defaultdict(list)
+    for pk, plan_time in rows:
+        by_plan_time[plan_time].append(committed[pk])
+    return dict(by_plan_time)
+
+
+@pytest.mark.crash
+@pytest.mark.processes
+def test_a_fan_in_runs_once_for_each_plan_time_both_upstreams_succeeded_for_under_kills(
+    fleet, postgres
+):
+    """A and C every second, D after both (``after=["a", "c"]``), run by two run_scheduler
+    processes one of which is SIGKILLed and restarted every 2-4 s. Every job is atomic: its
+    Execution row commits with its run's success, so the rows are the successes. A fails
+    for some plan times, C for others, and C takes past D's wait bound for others, each
+    chosen by the plan time (jobs.picked). By the rows and when the server committed them:
+    no plan time runs D twice; D runs only after both A and C succeeded for it, never where
+    either failed; each plan time both succeeded for in good time has its D row; and a late
+    C leaves D a skipped run naming it."""
+    start = clock.now().replace(microsecond=0) + timedelta(seconds=4)
+    reentry = {"lease_timeout": crash.LEASE_TIMEOUT, "allow_stale_reentry": True}
+    every_second = {
+        "job": "tests.jobs.atomic_by_plan_time", "interval": timedelta(seconds=1),
+        "start_at": start, "overlap": "concurrent", "misfire": "all", **reentry,
+    }  # fmt: skip
+    picks = {"every": EVERY, "late_seconds": LATE}
+    a = ScheduleFactory(name="a", kwargs={**picks, "fail_at": A_FAILS}, **every_second)
+    c = ScheduleFactory(
+        name="c", kwargs={**picks, "fail_at": C_FAILS, "late_at": C_LATE}, **every_second
+    )
+    d = ScheduleFactory(
+        name="d", job="tests.jobs.atomic_record", interval=None, after=["a", "c"],
+        after_wait=WAIT, **reentry,
+    )  # fmt: skip
+    fleet.start()
+    crash.wait_until_registered(fleet)
+    fleet.churn(time.monotonic() + 16)
+    Schedule.objects.filter(pk__in=[a.pk, c.pk]).update(enabled=False)
+    upstream_runs = Run.objects.filter(schedule__in=[a, c])
+    wait_for(lambda: not upstream_runs.active().exists(), 40, "a's and c's last runs", poll=0.2)
+    plan_times = set(upstream_runs.values_list("plan_time", flat=True))
+    d_runs = Run.objects.filter(schedule=d)
+
+    def decided() -> bool:
+        recorded = set(d_runs.values_list("plan_time", flat=True))
+        return plan_times <= recorded and not d_runs.active().exists()
+
+    wait_for(decided, 30, "d to decide every plan time and run what it decided", poll=0.2)
+    fleet.stop()
+    assert len(fleet.pid_set("kill")) >= 2, fleet.logs()
+
+    ups, cs, ds = execution_commits("a"), execution_commits("c"), execution_commits("d")
+    for name, rows in {"a": ups, "c": cs, "d": ds}.items():
+        twice = sorted(plan_time for plan_time, commits in rows.items() if len(commits) > 1)
+        assert not twice, f"{name} ran twice for {twice}"
+    both = set(ups) & set(cs)
+    assert set(ds) <= both, f"d ran without both upstreams' success for {set(ds) - both}"
+    for plan_time, (d_commit,) in ds.items():
+        assert d_commit > max(ups[plan_time][0], cs[plan_time][0]), f"d ran early for {plan_time}"
+
+    def in_time(rows: dict, plan_time: datetime) -> bool:
+        return plan_time in rows and rows[plan_time][0] < plan_time + WAIT - ON_TIME
+
+    fates = {run.plan_time: run for run in d_runs}
+
+    def skipped_naming(plan_time: datetime, codes: set[str], upstream: str) -> bool:
+        """D's run for it is skipped with one of ``codes``, naming ``upstream``; or, if A
+        was not done in time either (its run killed and run again), naming A."""
+        run = fates[plan_time]
+        names = {upstream} if in_time(ups, plan_time) else {upstream, "a"}
+        said = {name for name in names if f"{name!r}" in run.error_message}
+        return run.status == "skipped" and run.error_code in codes and bool(said)
+
+    def shown(times) -> list:
+        return [(t, fates[t].status, fates[t].error_code, fates[t].error_message) for t in times]
+
+    # The plan times each rule picked, of those both upstreams have a run for (the last
+    # ones may have only one: they were turned off between the two fires).
+    both_ran = set.intersection(
+        *(set(upstream_runs.filter(schedule=s).values_list("plan_time", flat=True)) for s in (a, c))
+    )
+    chosen = {
+        rule: sorted(t for t in both_ran if picked(t, EVERY, at))
+        for rule, at in {"a fails": A_FAILS, "c fails": C_FAILS, "c late": C_LATE}.items()
+    }
+    assert all(chosen.values()), chosen
+    ended = {ErrorCode.UPSTREAM_FAILED, ErrorCode.UPSTREAM_LATE}  # late: it failed late
+    assert not set(chosen["a fails"]) & set(ups) and not set(chosen["c fails"]) & set(cs)
+    for rule, upstream in (("a fails", "a"), ("c fails", "c")):
+        failed = chosen[rule]
+        assert all(skipped_naming(t, ended, upstream) for t in failed), shown(failed)
+    late = chosen["c late"]
+    assert set(late) <= set(cs) and not set(late) & set(ds)
+    assert all(skipped_naming(t, {ErrorCode.UPSTREAM_LATE}, "c") for t in late), shown(late)
+    # Both succeeded in good time: exactly one D row. Nearer the bound (a killed upstream's
+    # run that ran again), D ran once or was skipped as late.
+    on_time = {t for t in both if in_time(ups, t) and in_time(cs, t)}
+    assert len(on_time) >= 5, sorted(on_time)
+    assert on_time <= set(ds), f"no d row for {shown(sorted(on_time - set(ds)))}"
+    not_run = sorted(both - set(ds))
+    late_codes = {ErrorCode.UPSTREAM_LATE}
+    assert all(skipped_naming(t, late_codes, "c") for t in not_run), shown(not_run)
+    counts = {"d rows": len(ds), "both in time": len(on_time), "d skipped late": len(not_run)}
+    print(crash.report("a and c, then d", fleet, {**counts, "c late": len(late)}, start))
 
 
 # -- explain ---------------------------------------------------------------------------------
