@@ -336,8 +336,7 @@ class Scheduler:
         the claim's time until its plan time."""
         assert self.pool is not None and self.process is not None
         claimed = claims.claim(self.process, None, limit, self.using, ahead=ahead)
-        for claim in claimed:
-            self.pool.submit(claim)
+        self.pool.submit(*claimed)
         if claimed:
             self._hold_leases(claimed[0].db_claimed_at)
         return len(claimed)
