@@ -6,16 +6,16 @@ Each test reads the version table itself (oldest first), never what the save ret
 
 import os
 import socket
-import threading
 from io import StringIO
 
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.db import IntegrityError, connection, connections, transaction
+from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from django_periodic.models import ConcurrencyLimit, LimitVersion, changed_by, restore_version
+from tests.threads import save_together
 
 pytestmark = pytest.mark.django_db
 
@@ -134,27 +134,11 @@ def test_two_concurrent_edits_each_diff_against_the_one_before():
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL")
     limit = new_limit(max_running=1)
-    barrier = threading.Barrier(2)
-    errors = []
-
-    def edit(slots: int) -> None:
-        try:
-            loaded = ConcurrencyLimit.objects.get(pk=limit.pk)
-            barrier.wait(10)
-            loaded.max_running = slots
-            with changed_by(f"editor-{slots}"):
-                loaded.save()
-        except Exception as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=edit, args=(n,)) for n in (2, 3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert errors == []
+    save_together(
+        ConcurrencyLimit,
+        limit.pk,
+        {f"editor-{n}": {"max_running": n} for n in (2, 3)},
+    )
     first, second = (v["changes"]["max_running"] for v in versions_of(limit)[1:])
     assert first[0] == 1 and second[0] == first[1]
     assert ConcurrencyLimit.objects.get(pk=limit.pk).max_running == second[1]

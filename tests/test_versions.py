@@ -5,7 +5,6 @@ QuerySet.update() makes none, update_versioned() does; a version can be restored
 import os
 import re
 import socket
-import threading
 import zoneinfo
 from datetime import timedelta
 from io import StringIO
@@ -13,7 +12,7 @@ from io import StringIO
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import call_command
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
@@ -33,6 +32,7 @@ from django_periodic.operations import retention
 from tests.factories import ScheduleFactory, schedule_form_data
 from tests.models import Execution
 from tests.processes import wait_for
+from tests.threads import save_together
 
 pytestmark = pytest.mark.django_db
 
@@ -253,27 +253,11 @@ def test_two_concurrent_edits_make_two_versions_with_distinct_revisions():
     if connection.vendor != "postgresql":
         pytest.skip("row locks: PostgreSQL")
     schedule = ScheduleFactory(interval=timedelta(minutes=1))
-    barrier = threading.Barrier(2)
-    errors = []
-
-    def edit(minutes: int) -> None:
-        try:
-            loaded = Schedule.objects.get(pk=schedule.pk)
-            barrier.wait(10)
-            loaded.interval = timedelta(minutes=minutes)
-            with changed_by(f"editor-{minutes}"):
-                loaded.save()
-        except Exception as exc:  # reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=edit, args=(n,)) for n in (2, 3)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
-    assert errors == []
+    save_together(
+        Schedule,
+        schedule.pk,
+        {f"editor-{n}": {"interval": timedelta(minutes=n)} for n in (2, 3)},
+    )
     edits = versions_of(schedule)[1:]
     assert sorted(v.revision for v in edits) == [2, 3]
     assert Schedule.objects.get(pk=schedule.pk).revision == 3
