@@ -2,7 +2,26 @@
 #
 # Additive: constant database defaults, no CHECK (adding one would scan the run table).
 
+import importlib
+
 from django.db import migrations, models
+
+# On SQLite, adding or removing a column with a default rebuilds the table, and a rebuild
+# drops the run table's triggers or, for the schedule table, fails on the trigger that reads
+# it: the trigger that holds runs of limited schedules (0029) is dropped before the
+# rebuilds and made again after them, forwards and backwards.
+limits_migration = importlib.import_module("django_periodic.migrations.0029_concurrency_limits")
+
+
+def drop_sqlite_trigger(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        schema_editor.execute("DROP TRIGGER IF EXISTS django_periodic_run_hold;")
+
+
+def make_sqlite_trigger(apps, schema_editor):
+    if schema_editor.connection.vendor == "sqlite":
+        drop_sqlite_trigger(apps, schema_editor)
+        schema_editor.execute(limits_migration.SQLITE_TRIGGER)
 
 
 class Migration(migrations.Migration):
@@ -12,6 +31,7 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.RunPython(drop_sqlite_trigger, make_sqlite_trigger),
         migrations.AddField(
             model_name='run',
             name='ledger_format',
@@ -27,4 +47,5 @@ class Migration(migrations.Migration):
             name='ledger_format',
             field=models.SmallIntegerField(blank=True, editable=False, help_text='The ledger format its release reads: it leaves alone schedules and runs of a later one. Empty: a release before formats, which reads only its own rows.', null=True),
         ),
+        migrations.RunPython(make_sqlite_trigger, drop_sqlite_trigger),
     ]
