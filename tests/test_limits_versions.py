@@ -128,11 +128,9 @@ def test_deleting_a_limit_deletes_its_versions():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_two_concurrent_edits_each_diff_against_the_one_before():
+def test_two_concurrent_edits_each_diff_against_the_one_before(postgres):
     """Two threads, each its own connection, save the same loaded limit at once: the second
     waits on the first's row lock, and its version's old value is the first's new one."""
-    if connection.vendor != "postgresql":
-        pytest.skip("row locks: PostgreSQL")
     limit = new_limit(max_running=1)
     save_together(
         ConcurrencyLimit,
