@@ -73,7 +73,10 @@ class StartMarks:
             for claim in claims:
                 if not _needs_no_mark(claim) and not self._knows(claim):
                     self._expected[claim] = None
-            self._to_mark.notify()
+            if self._wanted or len(self._marked) <= self._refill_at:
+                # Only then is a statement due (_next_batch): waking the marking thread
+                # for nothing costs every claim a thread switch.
+                self._to_mark.notify()
 
     def mark(self, claim: Claim) -> bool:
         """Wait until ``claim``'s lease is marked started; False if it was lost (or the
