@@ -11,7 +11,7 @@ from django_periodic.engine.loop.context import StopRequest
 from django_periodic.engine.loop.holding import STALE_DEADLINES, Deadlines, Holder
 from django_periodic.engine.loop.outcome_writer import Recorder
 from django_periodic.engine.loop.scheduler import Scheduler
-from django_periodic.engine.loop.workers import WorkerPool
+from django_periodic.engine.loop.workers import MAX_AWAITING, WorkerPool
 from django_periodic.engine.records import Claim
 from django_periodic.engine.runs import claims, outcomes
 from django_periodic.models import Lease, Run, Schedule
@@ -155,6 +155,32 @@ def test_free_threads_do_not_count_an_async_run_being_awaited(process, now):
         pool.stop()
         recorder.stop()
     assert Run.objects.get().status == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_half_of_what_a_pool_takes_free_is_worth_a_claim_whatever_the_prefetch(process, now):
+    """``free()`` never exceeds ``MAX_AWAITING``: with a prefetch beyond it, half of that
+    free is worth a claim while every thread is busy (half the capacity never would be)."""
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(1, on_done=done.release, recorder=recorder, prefetch=2 * MAX_AWAITING)
+    try:
+        RunFactory(schedule=ScheduleFactory(job="tests.jobs.noop"), plan_time=now)
+        pool.submit(*claims.claim(process, now, 1))
+        assert done.acquire(timeout=10)  # a short job: the prefetch counts from now on
+        long_job = ScheduleFactory(job="tests.jobs.linger", kwargs={"seconds": 600})
+        RunFactory(schedule=long_job, plan_time=now)
+        pool.submit(*claims.claim(process, now, 1))
+        wait_for(Execution.objects.exists, 10, "the long job to start")
+        assert not pool.starving()
+        assert pool.free() == MAX_AWAITING
+        assert pool.worth_claiming()
+        pool.stop_all(StopRequest.CANCEL)
+        assert done.acquire(timeout=10)
+        assert recorder.flush(timeout=10)
+    finally:
+        pool.stop()
+        recorder.stop()
 
 
 @pytest.mark.django_db(transaction=True)

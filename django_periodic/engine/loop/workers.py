@@ -140,9 +140,10 @@ class WorkerPool:
             return busy < self.size
 
     def worth_claiming(self) -> bool:
-        """Whether freed capacity is worth a claim now: a thread starves, or half the pool
-        is free. Under load, claims are batched so (and the loop woken for them only)."""
-        return self.starving() or self.free() * 2 >= self.capacity
+        """Whether freed capacity is worth a claim now: a thread starves, or half of what
+        the pool ever takes is free (``free()``: at most ``MAX_AWAITING``, however large the
+        prefetch). Under load, claims are batched so (and the loop woken for them only)."""
+        return self.starving() or self.free() * 2 >= min(self.capacity, MAX_AWAITING)
 
     def submit(self, *claims: Claim) -> None:
         """Execute claims: at once, or at their plan time if claimed ahead of it. A claim's
