@@ -1,6 +1,7 @@
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -21,6 +22,23 @@ from tests.processes import wait_for
 from tests.threads import Thread
 
 LEAD = timedelta(minutes=2)
+
+
+@contextmanager
+def cancelled_at_the_end(size: int, **options):
+    """A pool of ``size`` threads and a semaphore released each time a run leaves it. At the
+    end, the job still running (one) is cancelled and its outcome recorded."""
+    done = threading.Semaphore(0)
+    recorder = Recorder()
+    pool = WorkerPool(size, on_done=done.release, recorder=recorder, **options)
+    try:
+        yield pool, done
+        pool.stop_all(StopRequest.CANCEL)
+        assert done.acquire(timeout=10)
+        assert recorder.flush(timeout=10)
+    finally:
+        pool.stop()
+        recorder.stop()
 
 
 def claimed_ahead(process, now, seconds: float, **schedule_fields) -> Claim:
@@ -140,20 +158,11 @@ def test_free_threads_do_not_count_an_async_run_being_awaited(process, now):
     schedule = ScheduleFactory(job="tests.jobs.linger_async", kwargs={"seconds": 600})
     RunFactory(schedule=schedule, plan_time=now)
     (claim,) = claims.claim(process, now, 1)
-    done = threading.Semaphore(0)
-    recorder = Recorder()
-    pool = WorkerPool(1, on_done=done.release, recorder=recorder)
-    try:
+    with cancelled_at_the_end(1) as (pool, _):
         pool.submit(claim)
         wait_for(Execution.objects.exists, 10, "the async job to start")
         wait_for(lambda: pool.free() == 1, 10, "its thread to be free")
         assert pool.starving() and not pool.idle()
-        pool.stop_all(StopRequest.CANCEL)
-        assert done.acquire(timeout=10)
-        assert recorder.flush(timeout=10)
-    finally:
-        pool.stop()
-        recorder.stop()
     assert Run.objects.get().status == "cancelled"
 
 
@@ -161,10 +170,7 @@ def test_free_threads_do_not_count_an_async_run_being_awaited(process, now):
 def test_half_of_what_a_pool_takes_free_is_worth_a_claim_whatever_the_prefetch(process, now):
     """``free()`` never exceeds ``MAX_AWAITING``: with a prefetch beyond it, half of that
     free is worth a claim while every thread is busy (half the capacity never would be)."""
-    done = threading.Semaphore(0)
-    recorder = Recorder()
-    pool = WorkerPool(1, on_done=done.release, recorder=recorder, prefetch=2 * MAX_AWAITING)
-    try:
+    with cancelled_at_the_end(1, prefetch=2 * MAX_AWAITING) as (pool, done):
         RunFactory(schedule=ScheduleFactory(job="tests.jobs.noop"), plan_time=now)
         pool.submit(*claims.claim(process, now, 1))
         assert done.acquire(timeout=10)  # a short job: the prefetch counts from now on
@@ -175,12 +181,6 @@ def test_half_of_what_a_pool_takes_free_is_worth_a_claim_whatever_the_prefetch(p
         assert not pool.starving()
         assert pool.free() == MAX_AWAITING
         assert pool.worth_claiming()
-        pool.stop_all(StopRequest.CANCEL)
-        assert done.acquire(timeout=10)
-        assert recorder.flush(timeout=10)
-    finally:
-        pool.stop()
-        recorder.stop()
 
 
 @pytest.mark.django_db(transaction=True)
