@@ -73,7 +73,7 @@ class StartMarks:
             for claim in claims:
                 if not _needs_no_mark(claim) and not self._knows(claim):
                     self._expected[claim] = None
-            if self._wanted or len(self._marked) <= self._refill_at:
+            if self._wanted or self._run_down():
                 # Only then is a statement due (_next_batch): waking the marking thread
                 # for nothing costs every claim a thread switch.
                 self._to_mark.notify()
@@ -92,7 +92,7 @@ class StartMarks:
                 while claim not in self._marked and not self._stopped:
                     self._marked_now.wait()
                 self._wanted.discard(claim)
-            if self._expected and len(self._marked) <= self._refill_at:
+            if self._expected and self._run_down():
                 self._to_mark.notify()  # enough places ahead are free for a statement
             return self._marked.pop(claim, False)
 
@@ -111,6 +111,11 @@ class StartMarks:
             self._stopped = True
             self._to_mark.notify()
             self._marked_now.notify_all()
+
+    def _run_down(self) -> bool:
+        """Whether the marks ahead have run down to the refill point: a statement is due
+        (call with the lock held)."""
+        return len(self._marked) <= self._refill_at
 
     def _knows(self, claim: Claim) -> bool:
         return claim in self._expected or claim in self._writing or claim in self._marked
@@ -150,7 +155,7 @@ class StartMarks:
         limit = max(self.limit(self.round_trip), 0)
         self._refill_at = limit - (limit + 1) // 2
         room = limit - len(self._marked) - len(wanted)
-        if not wanted and len(self._marked) > self._refill_at:
+        if not wanted and not self._run_down():
             return []
         for claim in wanted:
             del self._expected[claim]
