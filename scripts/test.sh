@@ -524,7 +524,7 @@ main() {
     # Last, so that the work tree it copies has the leftovers of the runs above (bytecode,
     # SQLite files) for the contents check to keep out of the sdist.
     if [[ ${PERIODIC_SKIP_PACKAGE:-0} != 1 ]]; then
-        run_check "package (build, contents, smoke tests)" package_check
+        run_check "package (build, contents, smoke tests, example project)" package_check
     fi
 
     summarize
