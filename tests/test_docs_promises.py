@@ -1,4 +1,4 @@
-"""What the docs promise about recovery and removed jobs holds the code's own numbers.
+"""What the docs promise about recovery, removed jobs and start times holds the code's own numbers.
 
 The recovery window and the grace of a removed job are quoted on several pages; each figure
 is worked out here from the defaults the code has, so that changing a default without its
@@ -46,6 +46,17 @@ def test_no_page_adds_a_sweep_interval_to_recovery(name):
     text = page(name)
     assert not re.search(r"lease_timeout`? *\+ *`?SWEEP_INTERVAL", text)
     assert "~40 s" not in text
+
+
+USER_DOCS = sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"])
+
+
+@pytest.mark.parametrize("path", USER_DOCS, ids=lambda path: path.name)
+def test_no_page_promises_a_start_to_the_millisecond(path):
+    """A run is released at its plan time, never before, and starts after it by the
+    scheduler's lag: tens of milliseconds, more under load (docs/performance.md)."""
+    text = re.sub(r"\s+", " ", path.read_text())
+    assert not re.search(r"to the millisecond|millisecond[- ]precise|to the ms\b", text, re.I)
 
 
 def test_a_removed_job_is_not_said_to_be_a_planning_failure():
