@@ -14,6 +14,7 @@ import pytest
 
 from django_periodic.conf import PeriodicSettings
 from django_periodic.models import Schedule
+from django_periodic.models.schedule_fields import SCHEDULE_OPTIONS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 DEFAULTS = PeriodicSettings()
@@ -76,6 +77,21 @@ def test_the_guide_names_every_field_of_a_schedule():
     fields = [f.name for f in Schedule._meta.get_fields() if f.concrete or f.many_to_many]
     missing = [name for name in fields if name != "id" and f"`{name}`" not in section]
     assert missing == []
+
+
+def test_the_guide_names_the_fields_job_cannot_set():
+    """``@job(...)`` takes every field a user may set on a schedule but those the guide
+    names (its read-only fields aside)."""
+    guide = page("guide.md")
+    sentence = re.search(
+        r"any other field of the \[schedule table\]\(#schedules\) but (.*?) \(", guide
+    )
+    assert sentence, "guide.md no longer says which fields @job(...) cannot set"
+    editable = {
+        f.name for f in Schedule._meta.get_fields() if (f.concrete or f.many_to_many) and f.editable
+    }
+    named = re.findall(r"`(\w+)`", sentence[1])
+    assert sorted(named) == sorted(editable - SCHEDULE_OPTIONS - {"id"})
 
 
 def guide_defaults() -> dict[str, str]:
