@@ -59,6 +59,21 @@ def test_no_page_promises_a_start_to_the_millisecond(path):
     assert not re.search(r"to the millisecond|millisecond[- ]precise|to the ms\b", text, re.I)
 
 
+# An override written with the ORM: created, updated or deleted past skip_fire(),
+# move_fire() and clear_override().
+ORM_OVERRIDE = re.compile(
+    r"(?:FireOverride\.objects|\.overrides)\.(?:\w*create|update|delete)\("
+    r"|FireOverride\(.*?\)\.save\("
+)
+
+
+@pytest.mark.parametrize("path", USER_DOCS, ids=lambda path: path.name)
+def test_no_example_writes_an_override_with_the_orm(path):
+    """docs/overrides.md: only the schedule's methods validate an override, move the
+    cursor and change a run already planned."""
+    assert ORM_OVERRIDE.findall(path.read_text()) == []
+
+
 def test_a_removed_job_is_not_said_to_be_a_planning_failure():
     minutes = seconds(DEFAULTS.UNKNOWN_JOB_GRACE) // 60
     comparison = page("comparison.md")
