@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from django_periodic.choices import KIND_FIELDS
 from django_periodic.conf import PeriodicSettings
 from django_periodic.models import Schedule
 from django_periodic.models.schedule_fields import SCHEDULE_OPTIONS
@@ -79,8 +80,17 @@ def test_a_removed_job_is_not_said_to_be_a_planning_failure():
     comparison = page("comparison.md")
     assert f"`UNKNOWN_JOB_GRACE` ({minutes} min)" in comparison
     assert f"`PLANNING_FAILURE_LIMIT` ({DEFAULTS.PLANNING_FAILURE_LIMIT})" in comparison
-    for name in ("comparison.md", "semantics.md"):
-        assert not re.search(r"disabled after 3 (ticks|failures)", page(name))
+    for path in USER_DOCS:
+        text = re.sub(r"\s+", " ", path.read_text())
+        assert not re.search(r"disabled after 3 (ticks|failures)", text), path.name
+
+
+def test_the_guide_names_every_kind_of_trigger():
+    """Validation takes one trigger of every kind ``KIND_FIELDS`` names, ``after`` too."""
+    guide = page("guide.md")
+    sentence = re.search(r"Exactly one trigger must be set:(.*?)\.(?: |$)", guide)
+    assert sentence, "guide.md no longer says which triggers a schedule takes"
+    assert sorted(re.findall(r"`(\w+)`", sentence[1])) == sorted(KIND_FIELDS.values())
 
 
 def test_the_guide_names_every_field_of_a_schedule():
