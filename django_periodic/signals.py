@@ -57,7 +57,8 @@ run_released = Signal()
 #: ``finish_by``, ``late_by`` (how far past it when found) and ``cancelled`` (whether its
 #: schedule's ``cancel_when_late`` cancelled it, or asked its running job to stop).
 run_late = Signal()
-#: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times.
+#: The planner disabled a schedule it failed to plan ``PLANNING_FAILURE_LIMIT`` times, or
+#: whose job no live process has had for ``UNKNOWN_JOB_GRACE``.
 schedule_disabled = Signal()
 #: A schedule that was fine needs attention now (models/alerting.py): sent once, by the
 #: one scheduler that wrote the change.

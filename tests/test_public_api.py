@@ -71,15 +71,27 @@ DOC_MODULES = {
     "django_periodic.views",
 }
 DOC_PAGES = sorted([*DOCS.glob("*.md"), DOCS.parent / "README.md"])
-IMPORT = re.compile(r"^(?:>>> |\.\.\. )?\s*from (django_periodic[\w.]*) import ([\w, ]+)", re.M)
+# A line of code, shown (a doctest's prompt or not) or hidden (a MyST comment, "% ").
+LINE = r"^(?:% |>>> |\.\.\. )?\s*"
+# "from M import a, b as c", or its names in parentheses over several lines.
+IMPORT = re.compile(LINE + r"from (django_periodic[\w.]*) import (\([^)]*\)|[\w, ]+)", re.M)
+# "import M" or "import M as x": M itself must be public.
+MODULE_IMPORT = re.compile(LINE + r"import (django_periodic[\w.]*)", re.M)
+# What a line of names in parentheses may carry besides them: a prompt, a comment.
+NOISE = re.compile(r"^\s*(?:% |\.\.\. )|#.*$", re.M)
 
 
 def doc_imports() -> list[tuple[str, str, str]]:
     found = []
     for path in DOC_PAGES:
-        for module, names in IMPORT.findall(path.read_text()):
-            for name in names.split(","):
-                found.append((path.name, module, name.split(" as ")[0].strip()))
+        text = path.read_text()
+        for module, names in IMPORT.findall(text):
+            for name in NOISE.sub("", names).strip("()").split(","):
+                if name.strip():
+                    found.append((path.name, module, name.split(" as ")[0].strip()))
+        for module in MODULE_IMPORT.findall(text):
+            parent, _, name = module.rpartition(".")
+            found.append((path.name, parent or module, name if parent else ""))
     return found
 
 
@@ -88,7 +100,7 @@ def test_the_docs_import_public_names_only(page, module, name):
     """Each name a page imports is a public module, or a name of a public module that its
     ``__all__`` or docs/api.md lists."""
     assert module in DOC_MODULES, f"{page} imports from the private module {module}"
-    if f"{module}.{name}" in DOC_MODULES:
+    if not name or f"{module}.{name}" in DOC_MODULES:
         return
     listed = getattr(importlib.import_module(module), "__all__", None)
     documented = re.search(rf"\.\. \w+:: {re.escape(module)}\.{name}\b", API_MD)

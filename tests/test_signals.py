@@ -14,7 +14,8 @@ from django_periodic.engine.planning import planner
 from django_periodic.engine.runs import claims, leases
 from django_periodic.models import Run, Schedule
 from django_periodic.testing import run_due
-from tests.factories import RunFactory, ScheduleFactory
+from tests.factories import RunFactory, ScheduleFactory, SchedulerProcessFactory
+from tests.helpers import set_cursor
 
 NAMES = {
     signals.run_planned: "planned",
@@ -148,6 +149,21 @@ def test_a_schedule_disabled_for_planning_failures_is_announced(received, settin
     assert (name, sender) == ("schedule_disabled", Schedule)
     assert (arguments["schedule_id"], arguments["schedule"]) == (schedule.pk, schedule.name)
     assert "minute" in arguments["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_schedule_disabled_for_a_job_no_process_has_is_announced(received, settings, now):
+    """docs/signals.md: the other way the planner disables a schedule (UNKNOWN_JOB_GRACE)."""
+    settings.DJANGO_PERIODIC = {"UNKNOWN_JOB_GRACE": 0}  # disabled at first sight
+    SchedulerProcessFactory(started_at=now, jobs=["tests.jobs.noop"])
+    schedule = ScheduleFactory(interval=timedelta(seconds=10), start_at=now)
+    Schedule.objects.filter(pk=schedule.pk).update(job="tests.jobs.removed_from_code")
+    set_cursor(schedule, now)
+    assert planner.plan_due(now).disabled == [schedule.name]
+    ((name, sender, arguments, _atomic),) = received
+    assert (name, sender) == ("schedule_disabled", Schedule)
+    assert (arguments["schedule_id"], arguments["schedule"]) == (schedule.pk, schedule.name)
+    assert "UNKNOWN_JOB_GRACE" in arguments["error"]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -114,7 +114,7 @@ class ScheduleQuerySet(models.QuerySet["Schedule"]):
 
 
 class Schedule(TrackedChanges, Pausing, Overriding, Explaining, Diffing, ExtraRuns, ScheduleFields):
-    """When and how a registered job runs; exactly one trigger: cron, interval, run_at or rrule.
+    """When and how a registered job runs; one trigger: cron, interval, run_at, rrule or after.
 
     Its fields: models/schedule_fields.py; its behaviour: the mixins named above."""
 

@@ -199,7 +199,7 @@ def ledger_format_field() -> "models.SmallIntegerField[int, int]":
 
 
 class ScheduleFields(Lifecycle, alerting.Alerting):
-    """The fields of ``Schedule``; exactly one trigger: cron, interval, run_at or rrule."""
+    """The fields of ``Schedule``; exactly one trigger: cron, interval, run_at, rrule or after."""
 
     Kind = ScheduleKind
 
