@@ -142,9 +142,8 @@ def _schedule_options(options: dict[str, Any]) -> dict[str, Any]:
     ``django_periodic.E004`` validates the whole schedule (unknown options too)."""
     given = set(TRIGGER_OPTIONS) & set(options)
     if options and len(given) != 1:
-        raise TypeError(
-            "A code-defined schedule needs exactly one of cron, interval, run_at or rrule."
-        )
+        kinds = ", ".join(TRIGGER_OPTIONS)
+        raise TypeError(f"A code-defined schedule needs exactly one of {kinds}.")
     if "interval" in options and not isinstance(options["interval"], timedelta):
         raise TypeError("@job(interval=...) takes a datetime.timedelta.")
     if "run_at" in options and not isinstance(options["run_at"], datetime):
